@@ -1,0 +1,24 @@
+"""mgpu_tf: multi-device training for TensorFlow and Keras 3, switched on with one flag."""
+
+from mgpu_tf.cluster import ClusterConfig, ClusterConfigError, parse_tf_config
+from mgpu_tf.devices import DevicesAlreadyInitializedError, simulate_devices
+from mgpu_tf.strategies import (
+    StrategyKind,
+    available_strategies,
+    make_strategy,
+    strategy_kind,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClusterConfig",
+    "ClusterConfigError",
+    "DevicesAlreadyInitializedError",
+    "StrategyKind",
+    "available_strategies",
+    "make_strategy",
+    "parse_tf_config",
+    "simulate_devices",
+    "strategy_kind",
+]

@@ -1,0 +1,31 @@
+"""The `mgpu-tf` command: one entry point, one module per sub-command."""
+
+import argparse
+import sys
+
+from mgpu_tf.cli import env as env_cmd
+from mgpu_tf.cli import launch as launch_cmd
+
+__all__ = ["main"]
+
+_COMMANDS = (launch_cmd, env_cmd)
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="mgpu-tf", description="Multi-device training for TensorFlow and Keras 3."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in _COMMANDS:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv=None):
+    """Runs `mgpu-tf ARGS`; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)

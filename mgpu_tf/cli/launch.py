@@ -1,0 +1,50 @@
+"""`mgpu-tf launch`: run one command as N local workers of a TF_CONFIG cluster."""
+
+import signal
+import sys
+
+from mgpu_tf import launcher
+
+__all__ = ["add_parser", "launch_command"]
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "launch",
+        help="run a command as N local workers, each with its own TF_CONFIG",
+        description="Start N local worker processes of COMMAND, each with a TF_CONFIG on "
+        "free ports, prefix their output with the worker index, and stop them all when "
+        "one fails or on Ctrl-C. Example: mgpu-tf launch --workers 2 -- "
+        "python -m mgpu_tf.train --strategy=multi_worker",
+    )
+    parser.add_argument("--workers", type=int, required=True, help="number of workers")
+    parser.add_argument("--port", type=int, default=None,
+                        help="first port (workers use PORT, PORT+1, ...); default: free ports")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address the workers use (default 127.0.0.1)")
+    parser.add_argument("--grace_seconds", type=float, default=10.0,
+                        help="seconds a stopped worker gets before SIGKILL (default 10)")
+    parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
+                        help="the command each worker runs")
+    parser.set_defaults(run=launch_command)
+    return parser
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def launch_command(args):
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        return launcher.launch(args.cmd, args.workers, port=args.port, host=args.host,
+                               grace_seconds=args.grace_seconds)
+    except launcher.LaunchError as error:
+        print(f"mgpu-tf launch: {error}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
