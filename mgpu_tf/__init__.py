@@ -6,6 +6,7 @@ from mgpu_tf.strategies import (
     StrategyKind,
     available_strategies,
     make_strategy,
+    prepare_model,
     strategy_kind,
 )
 
@@ -19,6 +20,7 @@ __all__ = [
     "available_strategies",
     "make_strategy",
     "parse_tf_config",
+    "prepare_model",
     "simulate_devices",
     "strategy_kind",
 ]

@@ -26,6 +26,8 @@ __all__ = [
     "validate_options",
     "make_strategy",
     "strategy_kind",
+    "prepare_model",
+    "register_option",
     "OPTIONS",
 ]
 
@@ -468,3 +470,21 @@ register_strategy("multi_worker", "data parallel over several machines (TF_CONFI
                   strategy_types=(tf.distribute.MultiWorkerMirroredStrategy,))
 register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu, options=("tpu",),
                   strategy_types=(tf.distribute.TPUStrategy,))
+
+
+def prepare_model(model, strategy):
+    """Readies a Keras model for a strategy, so one script runs under every strategy.
+
+    Data-parallel strategies need nothing (the model was built in `strategy.scope()`)
+    and get the model back unchanged; strategies that place layers on devices (such
+    as `"model_parallel"`) return the placed model.
+
+    Args:
+        model: a Keras model, built inside `strategy.scope()`.
+        strategy: what `make_strategy` returned.
+
+    Returns:
+        The model to compile and fit.
+    """
+    prepare = getattr(strategy, "prepare_model", None)
+    return prepare(model) if callable(prepare) else model
