@@ -23,6 +23,7 @@ __all__ = [
     "register_strategy",
     "available_strategies",
     "resolve_kind",
+    "auto_choice",
     "validate_options",
     "make_strategy",
     "strategy_kind",
@@ -370,8 +371,11 @@ def _build_tpu(options):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _choose_auto(options):
-    """Returns (kind, reason) for `"auto"`, reading no more than it must."""
+def auto_choice(**options):
+    """Returns `(kind, reason)`: what `make_strategy("auto", **options)` would build.
+
+    Reads no more than it must, and starts no TensorFlow runtime.
+    """
     if options.get("tpu") or cluster_lib.environ_value("TPU_NAME"):
         return "tpu", "a TPU was named"
     if devices_lib.physical_devices("TPU"):
@@ -435,7 +439,7 @@ def make_strategy(kind="auto", **options):
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             validate_options("default", options)  # raises the unknown-option error
-        name, reason = _choose_auto(options)
+        name, reason = auto_choice(**options)
         logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
     checked = validate_options(name, options)
     return _REGISTRY[name].build(checked)

@@ -1,13 +1,57 @@
 """`mgpu-tf env`: what a bug report needs to know about this machine."""
 
-__all__ = ["add_parser", "env_command"]
+import platform
+import sys
+
+__all__ = ["add_parser", "env_command", "environment_report"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("env", help="print versions, devices, the auto strategy and TF_CONFIG")
+    parser = subparsers.add_parser(
+        "env", help="print versions, devices, the strategy 'auto' would choose, and TF_CONFIG")
     parser.set_defaults(run=env_command)
     return parser
 
 
+def environment_report():
+    """Returns `[(name, value), ...]` describing this machine for a bug report."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import mgpu_tf
+    from mgpu_tf import cluster, strategies
+
+    rows = [
+        ("mgpu_tf", mgpu_tf.__version__),
+        ("python", f"{platform.python_version()} ({sys.platform}, {platform.machine()})"),
+        ("tensorflow", f"{tf.__version__} (cuda build: {tf.test.is_built_with_cuda()})"),
+        ("keras", f"{keras.__version__} (backend: {keras.backend.backend()})"),
+        ("numpy", np.__version__),
+    ]
+    for kind in ("CPU", "GPU", "TPU"):
+        physical = [d.name for d in tf.config.list_physical_devices(kind)]
+        rows.append((f"physical {kind}", ", ".join(physical) or "none"))
+    try:
+        kind, reason = strategies.auto_choice()
+        rows.append(("auto strategy", f"{kind} ({reason})"))
+    except ValueError as error:
+        rows.append(("auto strategy", f"error: {error}"))
+    try:
+        config = cluster.detect_cluster()
+        rows.append(("TF_CONFIG", "not set" if config is None else
+                     f"valid: {config.to_json()} (chief: {config.is_chief})"))
+    except cluster.ClusterConfigError as error:
+        rows.append(("TF_CONFIG", f"INVALID: {error}"))
+    for kind in ("CPU", "GPU"):
+        logical = [d.name for d in tf.config.list_logical_devices(kind)]
+        rows.append((f"logical {kind}", ", ".join(logical) or "none"))
+    return rows
+
+
 def env_command(args):
-    raise NotImplementedError
+    rows = environment_report()
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    return 1 if any(str(v).startswith("INVALID") for _, v in rows) else 0

@@ -1,0 +1,119 @@
+"""absl flags that choose the strategy, defined next to the user's own flags.
+
+`define_flags()` adds `--strategy`, `--simulate_devices`, `--num_gpus`,
+`--devices`, `--all_reduce`, `--num_packs`, `--tpu`, `--worker_hosts` and
+`--task_index`. A bad value fails when flags are parsed, with the same message
+`make_strategy` gives, because the check is `make_strategy`'s own.
+
+Example:
+
+```python
+from absl import app
+import mgpu_tf
+from mgpu_tf import flags as mgpu_flags
+
+mgpu_flags.define_flags()
+
+def main(argv):
+    strategy = mgpu_flags.make_strategy_from_flags()
+
+app.run(main)
+```
+"""
+
+from absl import flags
+
+from mgpu_tf import devices as devices_lib
+from mgpu_tf import strategies
+
+__all__ = ["define_flags", "strategy_options", "make_strategy_from_flags"]
+
+# Flag name -> make_strategy option name; the flags add no option of their own.
+_OPTION_FLAGS = {
+    "devices": "devices",
+    "num_gpus": "num_gpus",
+    "all_reduce": "all_reduce",
+    "num_packs": "num_packs",
+    "tpu": "tpu",
+    "worker_hosts": "worker_hosts",
+    "task_index": "task_index",
+}
+
+
+def define_flags(flag_values=flags.FLAGS):
+    """Defines the strategy flags on `flag_values`; safe to call more than once.
+
+    `--simulate_devices=N` splits the CPU (or GPU, with `--simulate_device_type`)
+    when flags are parsed: that is the earliest moment, before anything starts
+    TensorFlow's runtime, and it lets `--devices=N` be checked at parse time.
+
+    Args:
+        flag_values: the `FlagValues` to define on. Defaults to `absl.flags.FLAGS`.
+    """
+    if "strategy" in flag_values:
+        return
+    flags.DEFINE_string(
+        "strategy", "auto",
+        "Distribution strategy: " + ", ".join(strategies.available_strategies()) + ".",
+        flag_values=flag_values)
+    flags.DEFINE_integer("simulate_devices", 0,
+                         "Split the device into N logical devices (0: off).",
+                         flag_values=flag_values)
+    flags.DEFINE_enum("simulate_device_type", "CPU", ["CPU", "GPU"],
+                      "Device type --simulate_devices splits.", flag_values=flag_values)
+    flags.DEFINE_list("devices", None, strategies.OPTIONS["devices"] +
+                      " (comma-separated names, or one number).", flag_values=flag_values)
+    flags.DEFINE_integer("num_gpus", None, strategies.OPTIONS["num_gpus"],
+                         flag_values=flag_values)
+    flags.DEFINE_string("all_reduce", None, strategies.OPTIONS["all_reduce"],
+                        flag_values=flag_values)
+    flags.DEFINE_integer("num_packs", None, strategies.OPTIONS["num_packs"],
+                         flag_values=flag_values)
+    flags.DEFINE_string("tpu", None, strategies.OPTIONS["tpu"], flag_values=flag_values)
+    flags.DEFINE_list("worker_hosts", None, strategies.OPTIONS["worker_hosts"] +
+                      " (comma-separated).", flag_values=flag_values)
+    flags.DEFINE_integer("task_index", None, strategies.OPTIONS["task_index"],
+                         flag_values=flag_values)
+    flags.register_multi_flags_validator(
+        ["strategy", "simulate_devices", "simulate_device_type", *_OPTION_FLAGS],
+        _validate, flag_values=flag_values)
+
+
+def _devices_value(value):
+    if value and len(value) == 1 and value[0].strip().isdigit():
+        return int(value[0])
+    return value
+
+
+def _options(values):
+    options = {option: values[name] for name, option in _OPTION_FLAGS.items()
+               if values.get(name) is not None}
+    if "devices" in options:
+        options["devices"] = _devices_value(options["devices"])
+    return options
+
+
+def _validate(values):
+    try:
+        count = values["simulate_devices"]
+        if count:
+            devices_lib.simulate_devices(count, values["simulate_device_type"])
+        kind = strategies.resolve_kind(values["strategy"])
+        if kind != "auto":
+            strategies.validate_options(kind, _options(values))
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        message = error.args[0] if isinstance(error, KeyError) else str(error)
+        raise flags.ValidationError(message) from None
+    return True
+
+
+def strategy_options(flag_values=flags.FLAGS):
+    """Returns `(kind, options)` for `make_strategy` from parsed flags."""
+    values = {name: flag_values[name].value for name in _OPTION_FLAGS}
+    return flag_values.strategy, _options(values)
+
+
+def make_strategy_from_flags(flag_values=flags.FLAGS):
+    """Returns `make_strategy(*strategy_options(flag_values))`'s strategy."""
+    kind, options = strategy_options(flag_values)
+    return strategies.make_strategy(kind, **options)

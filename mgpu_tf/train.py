@@ -1,0 +1,170 @@
+"""The main training job: `python -m mgpu_tf.train [--strategy=...]`.
+
+Trains a small Keras classifier under whatever strategy the flags choose, on a
+real data set that ships with scikit-learn (8x8 handwritten digits) or on
+synthetic data for benchmarks, and ends with one line:
+
+    done: strategy=NAME replicas=N examples_per_sec=X loss=Y accuracy=Z
+
+Examples:
+
+    python -m mgpu_tf.train
+    python -m mgpu_tf.train --strategy=mirrored --simulate_devices=2
+    mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
+"""
+
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import app, flags
+
+from mgpu_tf import flags as mgpu_flags
+from mgpu_tf import strategies
+
+__all__ = ["load_data", "build_model", "train", "main"]
+
+mgpu_flags.define_flags()
+_EPOCHS = flags.DEFINE_integer("epochs", 3, "Passes over the training data.", lower_bound=1)
+_GLOBAL_BATCH = flags.DEFINE_integer("global_batch_size", 64,
+                                     "Examples per step over all replicas.", lower_bound=1)
+_DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "synthetic"],
+                             "digits: scikit-learn's bundled 8x8 digits; synthetic: "
+                             "random data for benchmarks.")
+_EXAMPLES = flags.DEFINE_integer("synthetic_examples", 16384,
+                                 "Examples in the synthetic data set.", lower_bound=1)
+_WIDTH = flags.DEFINE_integer("width", 256, "Width of the hidden layers.", lower_bound=1)
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed for weights, shuffling and synthetic data.")
+
+
+def load_data(name, *, examples=16384, seed=0):
+    """Returns `((x_train, y_train), (x_test, y_test))` as float32 / int32 arrays.
+
+    Args:
+        name: `"digits"` (1,797 real 8x8 images, no download) or `"synthetic"`.
+        examples: size of the synthetic set. Defaults to `16384`.
+        seed: seed of the split and of the synthetic data. Defaults to `0`.
+    """
+    rng = np.random.default_rng(seed)
+    if name == "digits":
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        x = (digits.data / 16.0).astype("float32")
+        y = digits.target.astype("int32")
+    elif name == "synthetic":
+        x = rng.standard_normal((examples, 784)).astype("float32")
+        y = rng.integers(0, 10, size=examples).astype("int32")
+    else:
+        raise ValueError(f"`dataset` must be 'digits' or 'synthetic'. Received: {name!r}")
+    order = rng.permutation(len(x))
+    cut = int(len(x) * 0.85)
+    return (x[order[:cut]], y[order[:cut]]), (x[order[cut:]], y[order[cut:]])
+
+
+def build_model(input_dim, num_classes, *, width=256, seed=0):
+    """A small MLP classifier: three hidden ReLU layers."""
+    initializer = keras.initializers.GlorotUniform(seed=seed)
+    return keras.Sequential([
+        keras.Input((input_dim,)),
+        keras.layers.Dense(width, activation="relu", kernel_initializer=initializer),
+        keras.layers.Dense(width, activation="relu", kernel_initializer=initializer),
+        keras.layers.Dense(width, activation="relu", kernel_initializer=initializer),
+        keras.layers.Dense(num_classes, kernel_initializer=initializer),
+    ])
+
+
+class _Throughput(keras.callbacks.Callback):
+    """Times epochs; the first epoch (tracing) is left out when there are others."""
+
+    def __init__(self, examples_per_epoch):
+        super().__init__()
+        self.examples_per_epoch = examples_per_epoch
+        self.times = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.times.append(time.perf_counter() - self._start)
+
+    @property
+    def examples_per_sec(self):
+        times = self.times[1:] or self.times
+        return self.examples_per_epoch * len(times) / sum(times)
+
+
+def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
+    dataset = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
+    dataset = dataset.batch(global_batch_size).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA)
+    return dataset.with_options(options)
+
+
+def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
+          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1):
+    """Trains the job's model under `strategy`; returns a dictionary of results.
+
+    Returns:
+        `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
+        accuracy measured on the held-out split.
+    """
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        low = global_batch_size - global_batch_size % replicas
+        raise ValueError(
+            f"`global_batch_size` must be divisible by the number of replicas ({replicas}). "
+            f"Received: global_batch_size={global_batch_size}. Use {low or replicas} or "
+            f"{low + replicas}."
+        )
+    (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
+                                                     seed=seed)
+    keras.utils.set_random_seed(seed)
+    with strategy.scope():
+        model = build_model(x_train.shape[1], 10, width=width, seed=seed)
+        model = strategies.prepare_model(model, strategy)
+        model.compile(
+            optimizer=keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+    throughput = _Throughput(len(x_train))
+    model.fit(_dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed),
+              epochs=epochs, verbose=verbose, callbacks=[throughput])
+    loss, accuracy = model.evaluate(_dataset(x_test, y_test, global_batch_size, strategy),
+                                    verbose=0)
+    return {
+        "strategy": strategies.strategy_kind(strategy),
+        "replicas": replicas,
+        "examples_per_sec": throughput.examples_per_sec,
+        "loss": float(loss),
+        "accuracy": float(accuracy),
+    }
+
+
+def format_result(result):
+    """The job's last line."""
+    return (f"done: strategy={result['strategy']} replicas={result['replicas']} "
+            f"examples_per_sec={result['examples_per_sec']:.1f} loss={result['loss']:.4f} "
+            f"accuracy={result['accuracy']:.4f}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    strategy = mgpu_flags.make_strategy_from_flags()
+    result = train(strategy, dataset=_DATASET.value, epochs=_EPOCHS.value,
+                   global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
+                   learning_rate=_LEARNING_RATE.value, synthetic_examples=_EXAMPLES.value,
+                   seed=_SEED.value)
+    print(format_result(result), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
