@@ -1,7 +1,137 @@
-"""Workarounds for upstream bugs, each guarded by the versions it is for."""
+"""Workarounds for upstream bugs, each guarded by the versions it is for.
 
-__all__ = ["apply_multi_worker_fixes"]
+Keras 3's TensorFlow trainer does not run `fit`, `evaluate` or `predict` under
+`tf.distribute.MultiWorkerMirroredStrategy` with more than one worker
+(keras-team/keras#20585, open; checked up to Keras 3.15.1 with TensorFlow 2.21).
+Two places in `keras/src/backend/tensorflow/trainer.py` fail:
+
+- `TensorFlowTrainer._maybe_symbolic_build` reduces the first distributed batch
+  with an eager `strategy.reduce`, which raises "Attempt to convert a value
+  (PerReplica...) to a Tensor" across workers. The batch only gives the symbolic
+  build its shapes and dtypes, so the first local replica's part serves.
+- `reduce_per_replica` reduces the step's logs across workers with
+  `strategy.reduce("MEAN", v, axis=0)`, which raises "Invalid reduction
+  dimension 0 for input with 0 dimensions" on scalar logs. `axis=None` averages
+  over replicas only, as Keras does for one machine.
+
+Everything else (one machine, other strategies, `predict`'s concatenation)
+goes on to the original Keras code.
+"""
+
+import functools
+import logging
+
+from packaging import version as version_lib
+
+__all__ = ["KERAS_20585_VERSIONS", "apply_multi_worker_fixes", "multi_worker_fixes_apply"]
+
+logger = logging.getLogger("mgpu_tf")
+
+# First and last Keras (major, minor) releases with keras-team/keras#20585.
+KERAS_20585_VERSIONS = ((3, 0), (3, 15))
+
+_MARK = "_mgpu_tf_keras_20585"
+_reported = set()
 
 
-def apply_multi_worker_fixes():
-    """Makes Keras `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy."""
+def multi_worker_fixes_apply(keras_version):
+    """Returns True when a Keras version is one the multi-worker fixes are for.
+
+    Args:
+        keras_version: a version string such as `"3.15.1"`.
+    """
+    release = version_lib.Version(keras_version).release[:2]
+    first, last = KERAS_20585_VERSIONS
+    return first <= release <= last
+
+
+def apply_multi_worker_fixes(*, keras_version=None):
+    """Makes Keras `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy.
+
+    Patches two functions of Keras' TensorFlow trainer for keras-team/keras#20585
+    (see the module docstring). `make_strategy("multi_worker")` calls it; calling
+    it again changes nothing. The patched functions behave as before except under
+    a MultiWorkerMirroredStrategy spanning several workers. Outside
+    `KERAS_20585_VERSIONS`, or with another Keras backend, it logs that it is
+    skipping and does nothing.
+
+    Example:
+
+    ```python
+    mgpu_tf.compat.apply_multi_worker_fixes()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ```
+
+    Args:
+        keras_version: the Keras version to decide for. Defaults to the
+            installed `keras.__version__`.
+
+    Returns:
+        True when the fixes are in place, False when it skipped.
+    """
+    import keras
+
+    keras_version = keras_version or keras.__version__
+    first, last = KERAS_20585_VERSIONS
+    reason = None
+    if not multi_worker_fixes_apply(keras_version):
+        reason = (f"Keras {keras_version} is outside {first[0]}.{first[1]}-"
+                  f"{last[0]}.{last[1]}, the versions it is for")
+    elif keras.backend.backend() != "tensorflow":
+        reason = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+    if reason:
+        if reason not in _reported:
+            _reported.add(reason)
+            logger.info("mgpu_tf: not patching Keras for keras-team/keras#20585: %s.", reason)
+        return False
+
+    from keras.src.backend.tensorflow import trainer
+
+    if getattr(trainer.reduce_per_replica, _MARK, False):
+        return True
+    trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_first_replica(
+        trainer.TensorFlowTrainer._maybe_symbolic_build, trainer)
+    trainer.reduce_per_replica = _mean_over_replicas(trainer.reduce_per_replica, trainer)
+    logger.info(
+        "mgpu_tf: patched Keras %s (keras-team/keras#20585) for multi-worker training: "
+        "TensorFlowTrainer._maybe_symbolic_build and reduce_per_replica in %s.",
+        keras_version, trainer.__name__)
+    return True
+
+
+def _build_from_first_replica(original, trainer):
+    """Wraps `_maybe_symbolic_build` to build from one replica's batch across workers."""
+    import tensorflow as tf
+
+    @functools.wraps(original)
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = self._distribute_strategy
+        if (iterator is not None and data_batch is None
+                and trainer._collective_all_reduce_multi_worker(strategy)):
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: (strategy.experimental_local_results(v)[0]
+                               if isinstance(v, tf.distribute.DistributedValues) else v),
+                    next(batches))
+                break
+            iterator = None
+        return original(self, iterator=iterator, data_batch=data_batch)
+
+    setattr(_maybe_symbolic_build, _MARK, True)
+    return _maybe_symbolic_build
+
+
+def _mean_over_replicas(original, trainer):
+    """Wraps `reduce_per_replica` to average logs over all workers' replicas."""
+    import tensorflow as tf
+
+    @functools.wraps(original)
+    def reduce_per_replica(values, strategy, reduction):
+        if (reduction in ("auto", "mean")
+                and trainer._collective_all_reduce_multi_worker(strategy)):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original(values, strategy, reduction)
+
+    setattr(reduce_per_replica, _MARK, True)
+    return reduce_per_replica
