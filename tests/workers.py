@@ -22,6 +22,8 @@ def _environment(extra):
 def run_workers(script, workers, *args, env=None, grace_seconds=5.0):
     """Runs `python script args...` as `workers` local workers.
 
+    `script` may be `"-m"`, with the module name first in `args`.
+
     Returns:
         (exit code, {worker index: its output text}).
     """

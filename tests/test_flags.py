@@ -1,0 +1,63 @@
+"""absl flags: parsed into make_strategy arguments, bad values rejected at parse time."""
+
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from mgpu_tf import flags as mgpu_flags
+
+
+@pytest.fixture
+def flag_values():
+    values = flags.FlagValues()
+    flags.DEFINE_integer("epochs", 1, "the user's own flag", flag_values=values)
+    mgpu_flags.define_flags(values)
+    return values
+
+
+def test_defining_twice_is_harmless(flag_values):
+    mgpu_flags.define_flags(flag_values)
+    flag_values(["prog"])
+    assert flag_values.strategy == "auto"
+
+
+def test_flags_become_make_strategy_arguments(flag_values):
+    flag_values(["prog", "--strategy=mirrored", "--devices=cpu:0,cpu:2",
+                 "--all_reduce=hierarchical_copy", "--num_packs=2", "--epochs=3"])
+    kind, options = mgpu_flags.strategy_options(flag_values)
+    assert kind == "mirrored"
+    assert options == {"devices": ["cpu:0", "cpu:2"], "all_reduce": "hierarchical_copy",
+                       "num_packs": 2}
+    assert flag_values.epochs == 3
+    strategy = mgpu_flags.make_strategy_from_flags(flag_values)
+    assert isinstance(strategy, tf.distribute.MirroredStrategy)
+    assert strategy.num_replicas_in_sync == 2
+
+
+def test_a_single_number_for_devices_is_a_count(flag_values):
+    flag_values(["prog", "--strategy=mirrored", "--devices=4"])
+    assert mgpu_flags.strategy_options(flag_values)[1] == {"devices": 4}
+    assert mgpu_flags.make_strategy_from_flags(flag_values).num_replicas_in_sync == 4
+
+
+def test_worker_hosts_and_task_index(flag_values):
+    flag_values(["prog", "--strategy=multi_worker", "--worker_hosts=127.0.0.1:1,127.0.0.1:2",
+                 "--task_index=1"])
+    assert mgpu_flags.strategy_options(flag_values) == (
+        "multi_worker", {"worker_hosts": ["127.0.0.1:1", "127.0.0.1:2"], "task_index": 1})
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--strategy=bogus"], "Unknown strategy 'bogus'. Known strategies"),
+    (["--strategy=mirrored", "--all_reduce=ring"], "`all_reduce` for mirrored must be one of"),
+    (["--strategy=mirrored", "--all_reduce=nccl"], "`all_reduce='nccl'` needs NCCL"),
+    (["--strategy=default", "--num_packs=2"], "`num_packs` does not apply to strategy 'default'"),
+    (["--strategy=mirrored", "--devices=9"], "`devices` asks for 9 devices"),
+    (["--strategy=mirrored", "--devices=cpu:0,cpu:9"], "`devices` names 'cpu:9', which does not exist"),
+    (["--strategy=multi_worker", "--worker_hosts=127.0.0.1:1", "--task_index=4"],
+     "`task_index` must be in 0..0"),
+    (["--simulate_devices=2"], r"simulate_devices\(2\) must be called before TensorFlow starts"),
+])
+def test_bad_values_fail_at_parse_time_with_make_strategys_message(flag_values, argv, match):
+    with pytest.raises(flags.IllegalFlagValueError, match=match):
+        flag_values(["prog", *argv])
