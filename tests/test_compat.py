@@ -1,0 +1,199 @@
+"""Tests for mgpu_tf.compat: the Keras multi-worker fixes for keras-team/keras#20585."""
+
+import hashlib
+import inspect
+import logging
+import pathlib
+
+import keras
+import pytest
+import tensorflow as tf
+from keras.src.backend.tensorflow import trainer
+
+import mgpu_tf
+from mgpu_tf import compat
+from workers import run_workers
+
+KERAS_LOOP = pathlib.Path(__file__).with_name("mw_keras_loop.py")
+
+# sha256 of the source of the Keras code the patch wraps, as in Keras 3.15.1.
+FINGERPRINTED_AT = "3.15.1"
+FINGERPRINTS = {
+    "TensorFlowTrainer._maybe_symbolic_build":
+        "92a504f5eba9b29f81f1bf26180bdd5bf5186b06b7bda426534b90d2d02bc1c2",
+    "reduce_per_replica":
+        "2e7d54b1e6edc29a8c6a7e6b66cd4c8be3ba7842412c93753ac3afe169fa7fb8",
+    "_collective_all_reduce_multi_worker":
+        "0302369d850e6694978fa7691c0e97b79cd0cf83a6bbef7caed8738e1f1a5c24",
+}
+SIGNATURES = {
+    "TensorFlowTrainer._maybe_symbolic_build": "(self, iterator=None, data_batch=None)",
+    "reduce_per_replica": "(values, strategy, reduction)",
+    "_collective_all_reduce_multi_worker": "(strategy)",
+}
+
+in_range = pytest.mark.skipif(
+    not compat.multi_worker_fixes_apply(keras.__version__),
+    reason=f"the patch is not applied to Keras {keras.__version__}")
+
+
+def _keras_function(name):
+    """Returns Keras' own function `name` of the TF trainer, under any patch."""
+    owner, _, attribute = name.rpartition(".")
+    function = getattr(getattr(trainer, owner) if owner else trainer, attribute)
+    return inspect.unwrap(function)
+
+
+def _patched_functions():
+    return (trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica)
+
+
+@pytest.fixture
+def unpatched_keras(monkeypatch):
+    """Puts Keras' own functions back for one test; the patch (if any) returns after it."""
+    monkeypatch.setattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build",
+                        _keras_function("TensorFlowTrainer._maybe_symbolic_build"))
+    monkeypatch.setattr(trainer, "reduce_per_replica", _keras_function("reduce_per_replica"))
+    monkeypatch.setattr(compat, "_reported", set())
+
+
+# ------------------------------------------------------------------ version guard
+
+
+@pytest.mark.parametrize("version, applies", [
+    ("3.0.0", True), ("3.8.0", True), ("3.15.0", True), ("3.15.1", True), ("3.15.9", True),
+    ("3.15.2rc1", True), ("2.15.0", False), ("3.16.0", False), ("3.16.0.dev2026010103", False),
+    ("4.0.0", False),
+])
+def test_version_range(version, applies):
+    assert compat.multi_worker_fixes_apply(version) is applies
+
+
+@pytest.mark.parametrize("version", ["2.15.0", "3.16.0", "4.1.0"])
+def test_outside_range_changes_nothing(unpatched_keras, caplog, version):
+    before = _patched_functions()
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        assert compat.apply_multi_worker_fixes(keras_version=version) is False
+    assert _patched_functions() == before
+    assert [r.getMessage() for r in caplog.records] == [
+        "mgpu_tf: not patching Keras for keras-team/keras#20585: "
+        f"Keras {version} is outside 3.0-3.15, the versions it is for."]
+
+
+def test_other_backend_changes_nothing(unpatched_keras, monkeypatch, caplog):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    before = _patched_functions()
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        assert compat.apply_multi_worker_fixes(keras_version="3.15.1") is False
+    assert _patched_functions() == before
+    assert "the Keras backend is 'jax'" in caplog.text
+
+
+@in_range
+def test_patches_once_and_logs_one_line(unpatched_keras, caplog):
+    originals = _patched_functions()
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        assert compat.apply_multi_worker_fixes() is True
+        patched = _patched_functions()
+        assert compat.apply_multi_worker_fixes() is True
+    assert _patched_functions() == patched
+    assert [inspect.unwrap(f) for f in patched] == list(originals)
+    assert patched != originals
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1
+    assert messages[0].startswith(f"mgpu_tf: patched Keras {keras.__version__} "
+                                  "(keras-team/keras#20585)")
+    assert "_maybe_symbolic_build" in messages[0] and "reduce_per_replica" in messages[0]
+
+
+@in_range
+def test_patch_keeps_one_machine_reduction(unpatched_keras):
+    compat.apply_multi_worker_fixes()
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+
+    @tf.function
+    def step():
+        logs = strategy.run(lambda: {"loss": tf.cast(
+            tf.distribute.get_replica_context().replica_id_in_sync_group, tf.float32)})
+        return (trainer.reduce_per_replica(logs, strategy, "auto"),
+                inspect.unwrap(trainer.reduce_per_replica)(logs, strategy, "auto"))
+
+    patched, original = step()
+    assert float(patched["loss"]) == float(original["loss"]) == 0.5
+
+
+# ------------------------------------------------------------------ upstream code
+
+
+@in_range
+@pytest.mark.parametrize("name", sorted(FINGERPRINTS))
+def test_patched_keras_code_is_unchanged(name):
+    source = inspect.getsource(_keras_function(name))
+    assert str(inspect.signature(_keras_function(name))) == SIGNATURES[name], (
+        f"Keras {keras.__version__} changed the signature of {name}, which mgpu_tf/compat.py "
+        "wraps for keras-team/keras#20585. Re-read it and fit the wrapper to it.")
+    assert hashlib.sha256(source.encode()).hexdigest() == FINGERPRINTS[name], (
+        f"Keras {keras.__version__} changed {name} (keras/src/backend/tensorflow/trainer.py) "
+        f"since {FINGERPRINTED_AT}, the version mgpu_tf/compat.py's patch for "
+        "keras-team/keras#20585 was written against. Re-read it: if the patch still fits, "
+        "update FINGERPRINTS in this file; if Keras fixed the bug, narrow "
+        "compat.KERAS_20585_VERSIONS to end before this version.")
+
+
+@in_range
+@pytest.mark.parametrize("caller", ["_make_function", "make_predict_function"])
+def test_keras_calls_reduce_per_replica_by_module_name(caller):
+    # The patch replaces the module's global; a caller holding another reference would miss it.
+    source = inspect.getsource(getattr(trainer.TensorFlowTrainer, caller))
+    assert "reduce_per_replica(" in source, (
+        f"Keras {keras.__version__}'s TensorFlowTrainer.{caller} no longer calls "
+        "reduce_per_replica, which mgpu_tf/compat.py patches for keras-team/keras#20585.")
+
+
+# ------------------------------------------------------------------ real workers
+
+
+@pytest.fixture(scope="module")
+def keras_loop():
+    """Runs mw_keras_loop.py as two workers once; returns (exit code, {index: lines})."""
+    code, outputs = run_workers(KERAS_LOOP, 2)
+    return code, {i: text.splitlines() for i, text in outputs.items()}
+
+
+def _finding(lines, name):
+    found = [line.split(": ", 1)[1] for line in lines if line.startswith(name + ": ")]
+    return found[-1] if found else None
+
+
+@pytest.mark.multiworker
+@pytest.mark.parametrize("part", ["symbolic build", "log reduction"])
+def test_upstream_bug_matches_version_guard(keras_loop, part):
+    _, outputs = keras_loop
+    findings = {i: _finding(lines, f"keras-20585 {part}") for i, lines in outputs.items()}
+    applies = compat.multi_worker_fixes_apply(keras.__version__)
+    assert set(findings.values()) <= {"broken", "fixed"} and len(findings) == 2, (
+        f"The workers did not report on keras-team/keras#20585 ({part}):\n"
+        + "\n".join(outputs.get(0, [])))
+    if applies:
+        assert set(findings.values()) == {"broken"}, (
+            f"Keras {keras.__version__} no longer has keras-team/keras#20585 ({part}): "
+            "narrow compat.KERAS_20585_VERSIONS in mgpu_tf/compat.py to end before "
+            f"{keras.__version__}, or drop the patch for this part.")
+    else:
+        assert set(findings.values()) == {"fixed"}, (
+            f"Keras {keras.__version__} still has keras-team/keras#20585 ({part}) but is "
+            "outside compat.KERAS_20585_VERSIONS: check test_patched_keras_code_is_unchanged "
+            "against this version and widen the range.")
+
+
+@pytest.mark.multiworker
+def test_fit_evaluate_predict_on_two_workers(keras_loop):
+    code, outputs = keras_loop
+    report = "\n".join(outputs.get(0, []))
+    assert code == 0, f"A worker failed (exit {code}):\n{report}"
+    for index, lines in outputs.items():
+        for part in ("fit", "evaluate", "predict"):
+            assert _finding(lines, part) == "ok", f"worker {index} {part}:\n" + "\n".join(lines)
+        assert sum("patched Keras" in line for line in lines) == 1
+    assert _finding(outputs[0], "weights") == _finding(outputs[1], "weights")
+    assert _finding(outputs[0], "weights") is not None
