@@ -2,6 +2,7 @@
 
 from mgpu_tf.cluster import ClusterConfig, ClusterConfigError, parse_tf_config
 from mgpu_tf.devices import DevicesAlreadyInitializedError, simulate_devices
+from mgpu_tf.model_parallel import ModelParallel
 from mgpu_tf.strategies import (
     StrategyKind,
     available_strategies,
@@ -16,6 +17,7 @@ __all__ = [
     "ClusterConfig",
     "ClusterConfigError",
     "DevicesAlreadyInitializedError",
+    "ModelParallel",
     "StrategyKind",
     "available_strategies",
     "make_strategy",

@@ -1,0 +1,169 @@
+"""Partitioners: how many consecutive layers each stage gets.
+
+A pipeline runs at the pace of its slowest stage, so every partitioner here
+minimises the heaviest stage (not the spread between stages), exactly, by dynamic
+programming over the atoms of the model (the layers between cuts that one tensor
+crosses; see `mgpu_tf.model_parallel.partition`). As in torchgpipe's `balance/`,
+the weight of a layer is its count (`balance_by_uniform`), its parameter bytes
+(`balance_by_params`) or its measured forward and backward time on a sample
+batch (`balance_by_time`).
+"""
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = [
+    "BALANCES",
+    "partition",
+    "balance_by_uniform",
+    "balance_by_params",
+    "balance_by_time",
+    "measure_times",
+]
+
+BALANCES = ("uniform", "params", "time")
+
+
+def partition(weights, stages):
+    """Splits `weights` into `stages` consecutive non-empty groups, minimising the largest sum.
+
+    Example:
+
+    ```python
+    >>> partition([4, 1, 1, 1, 1], 2)
+    [1, 4]
+    ```
+
+    Args:
+        weights: non-negative weight of each item, in order.
+        stages: how many groups; at most `len(weights)`.
+
+    Returns:
+        The number of items in each group.
+    """
+    n = len(weights)
+    prefix = np.concatenate([[0.0], np.cumsum(np.asarray(weights, dtype=np.float64))])
+    inf = float("inf")
+    # cost[k][j]: least possible heaviest group when the first j items form k groups.
+    cost = np.full((stages + 1, n + 1), inf)
+    split = np.zeros((stages + 1, n + 1), dtype=np.int64)
+    cost[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for j in range(k, n - (stages - k) + 1):
+            for i in range(k - 1, j):
+                heaviest = max(cost[k - 1][i], prefix[j] - prefix[i])
+                # On ties keep the later cut: it leaves fewer items to the last groups.
+                if heaviest <= cost[k][j]:
+                    cost[k][j], split[k][j] = heaviest, i
+    counts, j = [], n
+    for k in range(stages, 0, -1):
+        i = int(split[k][j])
+        counts.append(j - i)
+        j = i
+    return counts[::-1]
+
+
+def _by_atoms(graph, stages, unit_weights):
+    """Partitions atoms weighted by the sum of their units' weights; returns unit counts."""
+    atoms = graph.atoms()
+    weights, start = [], 0
+    for size in atoms:
+        weights.append(sum(unit_weights[start:start + size]))
+        start += size
+    grouped = partition(weights, stages)
+    counts, start = [], 0
+    for group in grouped:
+        counts.append(sum(atoms[start:start + group]))
+        start += group
+    return counts
+
+
+def balance_by_uniform(graph, stages):
+    """Gives each stage as equal a number of layers as the cuts allow.
+
+    Args:
+        graph: a `partition.Graph` (from `partition.analyse(model)`).
+        stages: the number of stages.
+
+    Returns:
+        The number of layers in each stage.
+    """
+    return _by_atoms(graph, stages, [1] * len(graph.units))
+
+
+def balance_by_params(graph, stages):
+    """Gives each stage as equal a share of parameter bytes as the cuts allow.
+
+    Args:
+        graph: a `partition.Graph`.
+        stages: the number of stages.
+
+    Returns:
+        The number of layers in each stage.
+    """
+    return _by_atoms(graph, stages, [unit.param_bytes for unit in graph.units])
+
+
+def balance_by_time(graph, stages, sample, *, repeats=5):
+    """Gives each stage as equal a share of forward and backward time as the cuts allow.
+
+    Each atom is timed on its own, on `sample` propagated through the atoms before it
+    (torchgpipe's `balance_by_time`).
+
+    Args:
+        graph: a `partition.Graph`.
+        stages: the number of stages.
+        sample: a batch of model inputs.
+        repeats: timed runs per atom; the fastest counts. Defaults to `5`.
+
+    Returns:
+        `(counts, unit_seconds)`: the number of layers in each stage, and the measured
+        seconds of each layer (an atom's time is given to its first layer).
+    """
+    seconds = measure_times(graph, sample, repeats=repeats)
+    return _by_atoms(graph, stages, seconds), seconds
+
+
+def measure_times(graph, sample, *, repeats=5):
+    """Measures the forward plus backward seconds of each atom on `sample`.
+
+    Returns:
+        One figure per unit; the time of an atom is given to its first unit, the others
+        of the atom get 0.
+    """
+    from mgpu_tf.model_parallel import partition as partition_lib
+
+    atoms = graph.atoms()
+    models = partition_lib.stage_models(graph, atoms)
+    seconds = []
+    x = tf.convert_to_tensor(sample)
+    for atom, size in zip(models, atoms):
+        step = tf.function(_forward_backward(atom))
+        y = step(x)  # traces and warms up
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step(x).numpy()
+            best = min(best, time.perf_counter() - start)
+        seconds += [best] + [0.0] * (size - 1)
+        x = y
+    return seconds
+
+
+def _forward_backward(atom):
+    def step(x):
+        with tf.GradientTape() as tape:
+            if x.dtype.is_floating:
+                tape.watch(x)
+            y = atom(x, training=True)
+        variables = atom.trainable_variables
+        grads = tape.gradient(y, ([x] if x.dtype.is_floating else []) + variables)
+        # Depend on every gradient so none is pruned from the timed function.
+        done = [tf.reduce_sum(g) for g in grads if g is not None and not isinstance(
+            g, tf.IndexedSlices)]
+        with tf.control_dependencies(done):
+            return tf.identity(y)
+
+    return step

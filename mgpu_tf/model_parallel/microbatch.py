@@ -1,0 +1,75 @@
+"""Splitting a batch into micro-batches, and joining their outputs back.
+
+The rule for a batch that `microbatches` does not divide is torchgpipe's
+(`torch.chunk`): every micro-batch has `ceil(batch / microbatches)` rows except
+the last ones, which hold the remainder (and may be empty when the batch is
+smaller than `microbatches`). So the last, short batch of an epoch needs no
+special case, and the joined output always has the rows of the unsplit batch.
+"""
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+__all__ = ["check_microbatches", "split", "join", "batch_coupled_layers"]
+
+# Layers whose output for one example depends on the other examples of the batch.
+_BATCH_COUPLED = (keras.layers.BatchNormalization,)
+
+
+def check_microbatches(value):
+    """Returns `value` as an int, or raises for anything but an integer of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"`microbatches` must be an integer. Received: microbatches={value!r}"
+        )
+    if value < 1:
+        raise ValueError(
+            "`microbatches` must be at least 1 (1 means no pipelining). "
+            f"Received: microbatches={value!r}"
+        )
+    return int(value)
+
+
+def split(x, microbatches):
+    """Splits `x` along its first axis into `microbatches` pieces.
+
+    Example:
+
+    ```python
+    >>> [int(p.shape[0]) for p in split(tf.zeros([10, 3]), 4)]
+    [3, 3, 3, 1]
+    ```
+
+    Args:
+        x: a tensor with a batch axis first.
+        microbatches: how many pieces.
+
+    Returns:
+        A list of `microbatches` tensors; all but the last ones have
+        `ceil(batch / microbatches)` rows.
+    """
+    if microbatches == 1:
+        return [x]
+    static = x.shape[0]
+    if static is not None:
+        size = -(-static // microbatches)
+        sizes = [max(0, min(size, static - m * size)) for m in range(microbatches)]
+        return tf.split(x, sizes, axis=0)
+    batch = tf.shape(x)[0]
+    size = (batch + microbatches - 1) // microbatches
+    starts = tf.range(microbatches) * size
+    sizes = tf.clip_by_value(batch - starts, 0, size)
+    return tf.split(x, sizes, axis=0, num=microbatches)
+
+
+def join(pieces):
+    """Concatenates micro-batch outputs back into one batch."""
+    return pieces[0] if len(pieces) == 1 else tf.concat(pieces, axis=0)
+
+
+def batch_coupled_layers(model):
+    """Names the layers (nested ones included) that couple the examples of a batch."""
+    return [layer.name for layer in model._flatten_layers(include_self=False)
+            if isinstance(layer, _BATCH_COUPLED)]

@@ -1,0 +1,75 @@
+"""Putting each stage's variables, and the optimizer's updates of them, on its device.
+
+Keras creates a layer's variables when the layer is built, on whatever device is
+current, and offers no way to move them; a functional model is built as it is
+defined, before any wrapper sees it. `place_variables` re-creates each variable's
+storage on its stage's device. Keras' TensorFlow optimizer runs every variable's
+update with no device of its own (the default strategy's `update` adds none), so
+the update arithmetic would all land on the first device, and its slot variables
+(momenta and the like) are created there too, as its colocation scope has no
+effect eagerly. `place_optimizer` creates each slot variable, and runs each
+variable's `update_step`, on that variable's device.
+"""
+
+import contextlib
+
+import keras
+import tensorflow as tf
+
+__all__ = ["place_variables", "place_optimizer", "device_of"]
+
+
+def device_of(variable):
+    """The canonical device of a Keras or TensorFlow variable, e.g. `/device:CPU:1`."""
+    if isinstance(variable, keras.Variable):
+        variable = variable.value
+    spec = tf.DeviceSpec.from_string(variable.device)
+    return f"/device:{spec.device_type}:{spec.device_index}"
+
+
+def place_variables(layers, device):
+    """Re-creates the variables of `layers` on `device`, keeping their values.
+
+    Args:
+        layers: the layers (or models) of one stage.
+        device: where their variables must live.
+    """
+    for layer in layers:
+        for variable in getattr(layer, "weights", []):
+            if device_of(variable) == device:
+                continue
+            with tf.device(device):
+                # Keras' TensorFlow Variable keeps its storage in `_value`; a new
+                # tf.Variable made under this device scope lives on `device`.
+                variable._initialize(tf.identity(variable.value))
+
+
+def place_optimizer(optimizer, devices_by_variable):
+    """Makes `optimizer` keep and update each variable's state on that variable's device.
+
+    Args:
+        optimizer: an unbuilt Keras optimizer.
+        devices_by_variable: `{id(tf.Variable): device}` for the model's variables.
+    """
+    if getattr(optimizer, "_mgpu_tf_placed", False):
+        return
+
+    def device(variable):
+        storage = variable.value if isinstance(variable, keras.Variable) else variable
+        name = devices_by_variable.get(id(storage))
+        return tf.device(name) if name else contextlib.nullcontext()
+
+    update_step = optimizer.update_step
+    add_variable_from_reference = optimizer.add_variable_from_reference
+
+    def placed_update_step(gradient, variable, learning_rate):
+        with device(variable):
+            return update_step(gradient, variable, learning_rate)
+
+    def placed_add_variable_from_reference(reference_variable, *args, **kwargs):
+        with device(reference_variable):
+            return add_variable_from_reference(reference_variable, *args, **kwargs)
+
+    optimizer.update_step = placed_update_step
+    optimizer.add_variable_from_reference = placed_add_variable_from_reference
+    optimizer._mgpu_tf_placed = True

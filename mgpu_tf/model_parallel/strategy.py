@@ -1,0 +1,95 @@
+"""The `"model_parallel"` strategy: what `make_strategy("model_parallel")` returns.
+
+TensorFlow has no model-parallel `tf.distribute` strategy, so this small class
+stands in for one with the parts a Keras training script touches (`scope()`,
+`num_replicas_in_sync`, distributing a dataset), and `prepare_model` turns the
+model built in its scope into a `ModelParallel`. A script written as
+
+    with strategy.scope():
+        model = build_model()
+    model = mgpu_tf.prepare_model(model, strategy)
+    model.compile(...)
+    model.fit(...)
+
+runs unchanged under every strategy: `mgpu_tf.prepare_model` returns the model
+untouched for the data-parallel ones.
+"""
+
+import contextlib
+
+import tensorflow as tf
+
+from mgpu_tf import devices as devices_lib
+from mgpu_tf import strategies
+from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import wrapper
+
+__all__ = ["ModelParallelStrategy"]
+
+
+class ModelParallelStrategy:
+    """Model parallelism with the face of a `tf.distribute` strategy.
+
+    Example:
+
+    ```python
+    import mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2, microbatches=4)
+    with strategy.scope():
+        model = build_model()
+    model = mgpu_tf.prepare_model(model, strategy)  # a ModelParallel over CPU:0, CPU:1
+    ```
+
+    Args:
+        devices: device names, one per stage.
+        balance: how layers are shared among stages; see `ModelParallel`.
+            Defaults to `"params"`.
+        microbatches: micro-batches per batch. Defaults to `1`.
+    """
+
+    num_replicas_in_sync = 1  # one copy of the model: the global batch is the batch
+
+    def __init__(self, devices, *, balance="params", microbatches=1):
+        self.devices = tuple(devices)
+        self.balance = wrapper.check_balance(balance)
+        self.microbatches = microbatch.check_microbatches(microbatches)
+
+    def scope(self):
+        """A context for building the model; variables are placed by `prepare_model`."""
+        return contextlib.nullcontext(self)
+
+    def prepare_model(self, model):
+        """Returns `model` split over this strategy's devices, as a `ModelParallel`."""
+        if isinstance(model, wrapper.ModelParallel):
+            return model
+        return wrapper.ModelParallel(model, list(self.devices), balance=self.balance,
+                                     microbatches=self.microbatches)
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """Returns `dataset` as is: every batch goes through the one pipeline."""
+        return dataset
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """Returns `dataset_fn` called with a single-pipeline input context."""
+        return dataset_fn(tf.distribute.InputContext())
+
+    def __repr__(self):
+        return (f"ModelParallelStrategy(devices={list(self.devices)!r}, "
+                f"balance={self.balance!r}, microbatches={self.microbatches})")
+
+
+def _build(options):
+    devices = options.get("devices") or devices_lib.local_devices()
+    return ModelParallelStrategy(devices, balance=options.get("balance", "params"),
+                                 microbatches=options.get("microbatches", 1))
+
+
+strategies.register_option("balance", "how layers are shared among model_parallel stages: "
+                           "uniform, params, time, or layer counts")
+strategies.register_option("microbatches", "micro-batches per batch in the model_parallel "
+                           "pipeline")
+strategies.register_strategy(
+    "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
+    options=("devices", "balance", "microbatches"),
+    strategy_types=(ModelParallelStrategy,))

@@ -1,0 +1,276 @@
+"""`ModelParallel`: a Keras model whose layers are split over devices, GPipe-style.
+
+TensorFlow's `tf.distribute` is data-parallel only (tensorflow/tensorflow#27724),
+and Keras' `keras.distribution.ModelParallel` shards single weights, with a
+TensorFlow backend that is a prototype. This wrapper does what torchgpipe's
+`GPipe` does for PyTorch: consecutive layers form stages, stage `k` lives and
+computes on `devices[k]` (its variables, its forward ops, its gradient ops and
+its optimizer updates), and with `microbatches=M` the batch flows through the
+stages in `M` pieces, so the devices work at the same time.
+"""
+
+import dataclasses
+import numbers
+
+import keras
+import numpy as np
+
+from mgpu_tf import strategies
+from mgpu_tf.model_parallel import balance as balance_lib
+from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import partition
+from mgpu_tf.model_parallel import pipeline
+from mgpu_tf.model_parallel import placement
+
+__all__ = ["ModelParallel", "StagePlan", "check_balance"]
+
+_TIME_SAMPLE_ROWS = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    """What one stage holds and where it runs.
+
+    Attributes:
+        index: the stage number, from 0.
+        device: the device it runs on.
+        layers: names of its layers, in order.
+        param_bytes: bytes of its variables.
+        seconds: measured forward plus backward seconds on the sample batch, when
+            `balance="time"` measured it; else `None`.
+    """
+
+    index: int
+    device: str
+    layers: tuple
+    param_bytes: int
+    seconds: float = None
+
+    def __str__(self):
+        seconds = "-" if self.seconds is None else f"{self.seconds * 1e3:.2f} ms"
+        return (f"stage {self.index} on {self.device}: {len(self.layers)} layers "
+                f"({self.layers[0]} .. {self.layers[-1]}), {self.param_bytes} bytes, {seconds}")
+
+
+def check_balance(value):
+    """Returns `balance` normalised: one of `BALANCES`, or a list of positive ints."""
+    if isinstance(value, str):
+        if value.lower() not in balance_lib.BALANCES:
+            raise ValueError(
+                f"`balance` must be one of {', '.join(balance_lib.BALANCES)} or a list of "
+                f"layer counts per stage. Received: balance={value!r}"
+            )
+        return value.lower()
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+        if min(value) < 1:
+            raise ValueError(
+                "Each stage in `balance` needs at least one layer. "
+                f"Received: balance={list(value)!r}"
+            )
+        return [int(v) for v in value]
+    raise TypeError(
+        "`balance` must be 'uniform', 'params', 'time' or a list of layer counts per "
+        f"stage. Received: balance={value!r}"
+    )
+
+
+class ModelParallel(keras.Model):
+    """Places consecutive layers of a Keras model on several devices and pipelines them.
+
+    Stage `k` (a run of consecutive layers) lives on `devices[k]`: its variables
+    are created there, and its forward ops, gradient ops and optimizer updates run
+    there. With `microbatches=M`, each batch is split into `M` micro-batches that
+    flow through the stages GPipe-style (all forwards, then all backwards); the
+    gradients are summed and the optimizer steps once per batch, so training gives
+    the same weights as without splitting. Use it as the model itself: `compile`,
+    `fit`, `evaluate`, `predict`, callbacks and `save` work as usual, and a saved
+    model is the original Keras model, loadable without mgpu_tf.
+
+    Example:
+
+    ```python
+    import keras, numpy as np, mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
+    model = mgpu_tf.ModelParallel(model, ["CPU:0", "CPU:1"], microbatches=4)
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((64, 16)), np.ones((64, 1)), batch_size=16, verbose=0)
+    print(*model.plan, sep="\\n")
+    ```
+
+    Args:
+        model: a built Sequential or functional Keras model with one input and one
+            output, whose layers can be cut where a single tensor crosses (a nested
+            model or block is one layer), or an unbuilt Sequential with `input_shape`.
+        devices: device names, one per stage, or a number of local devices.
+        balance: `"uniform"` (layer counts), `"params"` (parameter bytes), `"time"`
+            (measured forward and backward time per layer) or a list of layer counts
+            per stage. Defaults to `"params"`.
+        microbatches: how many micro-batches each batch is split into. A batch it does
+            not divide gives micro-batches of `ceil(batch / microbatches)` rows and a
+            shorter last one. Defaults to `1` (no pipelining).
+        sample: a batch of inputs for `balance="time"`. Defaults to 32 rows of zeros
+            of the model's input shape.
+        input_shape: the input shape, batch axis included, used to build an unbuilt
+            model. Defaults to `None`.
+
+    Raises:
+        TypeError: for a model with no layer graph (subclassed) or options of the
+            wrong type.
+        ValueError: for more stages than layers, a device that does not exist, a
+            balance that does not add up to the number of layers, a cut crossed by
+            more than one tensor, a batch-coupled layer with `microbatches > 1`, or a
+            model that cannot be built.
+    """
+
+    def __init__(self, model, devices, *, balance="params", microbatches=1, sample=None,
+                 input_shape=None, **kwargs):
+        balance = check_balance(balance)
+        microbatches = microbatch.check_microbatches(microbatches)
+        devices = strategies.validate_options("model_parallel", {"devices": devices})["devices"]
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"`model` must be a Keras model. Received: model={model!r}")
+        _build(model, input_shape)
+        graph = partition.analyse(model)
+        stages = len(devices)
+        if stages > len(graph.units):
+            raise ValueError(
+                f"There are more stages ({stages}, one per device) than layers "
+                f"({len(graph.units)}). Received: devices={devices!r}. "
+                f"Use at most {len(graph.units)} devices."
+            )
+        if isinstance(balance, list):
+            if len(balance) != stages or sum(balance) != len(graph.units):
+                raise ValueError(
+                    f"`balance` must give a layer count for each of the {stages} stages, "
+                    f"adding up to the model's {len(graph.units)} layers. Received: "
+                    f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
+                    "Or pass balance='params' or 'time' to balance automatically."
+                )
+        elif len(graph.atoms()) < stages:
+            raise ValueError(
+                f"The model can be cut into at most {len(graph.atoms())} stages where one "
+                f"tensor crosses each cut, fewer than the {stages} devices. Received: "
+                f"devices={devices!r}. Use fewer devices."
+            )
+        coupled = microbatch.batch_coupled_layers(model)
+        if microbatches > 1 and coupled:
+            raise ValueError(
+                "Batch-coupled layers compute statistics over the whole batch, so with "
+                "micro-batches they would train differently from the unsplit batch. "
+                f"Received: microbatches={microbatches} with {', '.join(map(repr, coupled))}. "
+                "Use microbatches=1, or LayerNormalization/GroupNormalization instead."
+            )
+        seconds = None
+        if balance == "uniform":
+            counts = balance_lib.balance_by_uniform(graph, stages)
+        elif balance == "params":
+            counts = balance_lib.balance_by_params(graph, stages)
+        elif balance == "time":
+            counts, seconds = balance_lib.balance_by_time(
+                graph, stages, _sample(model, sample))
+        else:
+            counts = balance
+        stage_models = partition.stage_models(graph, counts)
+        super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
+        self.supports_jit = False  # one XLA cluster cannot span devices
+        self._model = model
+        self._stages = stage_models
+        self._devices = tuple(devices)
+        self._microbatches = microbatches
+        self._plan = _plan(graph, counts, devices, seconds)
+        for stage, device in zip(self._plan, self._devices):
+            placement.place_variables(
+                [u.operation for u in graph.units if u.name in stage.layers], device)
+        self._variable_devices = {
+            id(v.value): placement.device_of(v) for v in model.weights}
+
+    @property
+    def plan(self):
+        """A list of `StagePlan`, one per stage."""
+        return list(self._plan)
+
+    @property
+    def devices(self):
+        return self._devices
+
+    @property
+    def microbatches(self):
+        return self._microbatches
+
+    @property
+    def model(self):
+        """The wrapped Keras model (what `save` writes)."""
+        return self._model
+
+    def call(self, inputs, training=None):
+        return pipeline.run_pipeline(self._stages, self._devices, inputs, self._microbatches,
+                                     bool(training))
+
+    def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
+        """Configures training as `keras.Model.compile` does; XLA is refused."""
+        if jit_compile is True:
+            raise ValueError(
+                "ModelParallel cannot be XLA-compiled: one XLA cluster runs on one device. "
+                "Received: jit_compile=True. Use jit_compile=False (or 'auto')."
+            )
+        super().compile(optimizer, *args, jit_compile=False, **kwargs)
+        placement.place_optimizer(self.optimizer, self._variable_devices)
+        # The wrapped model shares the optimizer, so what `save` writes can resume training.
+        self._model.compile(self.optimizer, *args, jit_compile=False, **kwargs)
+
+    def save(self, filepath, *args, **kwargs):
+        """Saves the wrapped model: the file loads as a plain Keras model."""
+        return self._model.save(filepath, *args, **kwargs)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        return self._model.save_weights(filepath, *args, **kwargs)
+
+    def load_weights(self, filepath, *args, **kwargs):
+        return self._model.load_weights(filepath, *args, **kwargs)
+
+
+def _build(model, input_shape):
+    if model.built and (not isinstance(model, keras.Sequential) or model._functional):
+        return
+    if input_shape is None:
+        raise ValueError(
+            "ModelParallel needs a built model, to know its layers' shapes and weights; "
+            f"this one is not built and no input shape was given. Received: model={model.name!r}, "
+            "input_shape=None. Start the model with keras.Input(shape), or pass "
+            "input_shape=(None, ...)."
+        )
+    try:
+        model.build(tuple(input_shape))
+    except Exception as error:  # Keras raises many types while building
+        raise ValueError(
+            f"ModelParallel could not build the model with input_shape={tuple(input_shape)!r}: "
+            f"{error}. Received: model={model.name!r}. Build it yourself and pass it built."
+        ) from error
+    if isinstance(model, keras.Sequential) and not model._functional:
+        raise ValueError(
+            "ModelParallel could not build a layer graph for the model. Received: "
+            f"model={model.name!r}. Start it with keras.Input(shape)."
+        )
+
+
+def _sample(model, sample):
+    if sample is not None:
+        return sample
+    spec = model.inputs[0]
+    shape = [_TIME_SAMPLE_ROWS] + [int(d) for d in spec.shape[1:]]
+    return np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype))
+
+
+def _plan(graph, counts, devices, seconds):
+    plans, start = [], 0
+    for index, (count, device) in enumerate(zip(counts, devices)):
+        units = graph.units[start:start + count]
+        plans.append(StagePlan(
+            index=index, device=device, layers=tuple(u.name for u in units),
+            param_bytes=sum(u.param_bytes for u in units),
+            seconds=None if seconds is None else float(sum(seconds[start:start + count]))))
+        start += count
+    return tuple(plans)
