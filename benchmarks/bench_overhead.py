@@ -1,0 +1,190 @@
+"""What the toolkit costs: make_strategy + Keras fit against hand-built tf.distribute code.
+
+For each setting (mirrored on 2 simulated devices; multi_worker with 2 local
+workers) the same model is trained on the same synthetic data two ways, in
+alternating fresh processes so that both see the same machine load:
+
+- hand: the `tf.distribute` strategy built directly, and the training loop a user
+  writes without the toolkit (`strategy.run` in a `tf.function`; Keras `fit`
+  does not run under MultiWorkerMirroredStrategy without mgpu_tf's fix);
+- mgpu_tf: `make_strategy(...)` and Keras `model.fit`.
+
+Prints examples/s per round, the medians, and the ratio mgpu_tf / hand.
+
+    python benchmarks/bench_overhead.py --rounds 3
+"""
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+WIDTH, DEPTH, FEATURES, CLASSES = 512, 3, 784, 10
+
+
+def _data(examples, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((examples, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=examples).astype("int32")
+    return x, y
+
+
+def _model():
+    import keras
+
+    layers = [keras.Input((FEATURES,))]
+    layers += [keras.layers.Dense(WIDTH, activation="relu") for _ in range(DEPTH)]
+    return keras.Sequential(layers + [keras.layers.Dense(CLASSES)])
+
+
+def _dataset(x, y, batch):
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+            .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
+
+
+def _hand(strategy_name, batch, steps, warmup):
+    import keras
+    import tensorflow as tf
+
+    if strategy_name == "mirrored":
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * 2)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    else:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = _data(batch * 32)
+    with strategy.scope():
+        model = _model()
+        optimizer = keras.optimizers.SGD(0.01)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction="none")
+    iterator = iter(strategy.experimental_distribute_dataset(_dataset(x, y, batch)))
+
+    def step(features, labels):
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(labels, model(features, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(iterator):
+        return strategy.run(step, args=next(iterator))
+
+    for _ in range(warmup):
+        train_step(iterator)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = train_step(iterator)
+    strategy.reduce("SUM", loss, axis=None).numpy()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def _toolkit(strategy_name, batch, steps, warmup):
+    import keras
+
+    import mgpu_tf
+
+    if strategy_name == "mirrored":
+        mgpu_tf.simulate_devices(2)
+        strategy = mgpu_tf.make_strategy("mirrored")
+    else:
+        strategy = mgpu_tf.make_strategy("multi_worker")
+    x, y = _data(batch * 32)
+    with strategy.scope():
+        model = _model()
+        model.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    timer = _epoch_timer()
+    # Epoch 1 traces and warms up; epoch 2 is timed, without fit's own set-up.
+    model.fit(_dataset(x, y, batch), epochs=2, steps_per_epoch=steps, verbose=0,
+              callbacks=[timer])
+    return batch * steps / timer.seconds[-1]
+
+
+def _epoch_timer():
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return EpochTimer()
+
+
+def _run_one(args):
+    """Runs inside a fresh process (a worker, for multi_worker) and prints the figure."""
+    run = _hand if args.variant == "hand" else _toolkit
+    speed = run(args.strategy, args.batch, args.steps, args.warmup)
+    print(json.dumps({"examples_per_sec": speed}), flush=True)
+
+
+def _measure(variant, strategy, args):
+    command = [sys.executable, os.path.abspath(__file__), "--one", variant, "--strategy",
+               strategy, "--batch", str(args.batch), "--steps", str(args.steps),
+               "--warmup", str(args.warmup)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    if strategy == "mirrored":
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+        lines = out.splitlines()
+    else:
+        from mgpu_tf import launcher
+
+        # One thread per worker process, like one device each.
+        env.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
+        buffer = io.StringIO()
+        code = launcher.launch(command, 2, env=env, output=buffer)
+        if code:
+            raise RuntimeError(f"workers failed ({code}):\n{buffer.getvalue()[-3000:]}")
+        lines = [line.split(" ", 1)[1] for line in buffer.getvalue().splitlines()
+                 if line.startswith("[0] ")]
+    return json.loads([line for line in lines if line.startswith("{")][-1])["examples_per_sec"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--strategies", default="mirrored,multi_worker")
+    parser.add_argument("--one", choices=["hand", "mgpu_tf"], dest="variant")
+    parser.add_argument("--strategy", default="mirrored")
+    args = parser.parse_args()
+    if args.variant:
+        return _run_one(args)
+    print(f"model: MLP {DEPTH}x{WIDTH}, global batch {args.batch}, {args.steps} timed steps, "
+          f"{args.rounds} alternating rounds")
+    print(f"{'setting':<14}{'round':>6}{'hand ex/s':>12}{'mgpu_tf ex/s':>14}")
+    for strategy in args.strategies.split(","):
+        hand, tool = [], []
+        for round_index in range(args.rounds):
+            hand.append(_measure("hand", strategy, args))
+            tool.append(_measure("mgpu_tf", strategy, args))
+            print(f"{strategy:<14}{round_index:>6}{hand[-1]:>12.0f}{tool[-1]:>14.0f}", flush=True)
+        ratio = statistics.median(tool) / statistics.median(hand)
+        print(f"{strategy:<14}{'median':>6}{statistics.median(hand):>12.0f}"
+              f"{statistics.median(tool):>14.0f}   ratio mgpu_tf/hand = {ratio:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
