@@ -20,8 +20,7 @@ goes on to the original Keras code.
 
 import functools
 import logging
-
-from packaging import version as version_lib
+import re
 
 __all__ = ["KERAS_20585_VERSIONS", "apply_multi_worker_fixes", "multi_worker_fixes_apply"]
 
@@ -39,10 +38,21 @@ def multi_worker_fixes_apply(keras_version):
 
     Args:
         keras_version: a version string such as `"3.15.1"`.
+
+    Raises:
+        TypeError: when `keras_version` is not a string.
+        ValueError: when it does not start with `major.minor`.
     """
-    release = version_lib.Version(keras_version).release[:2]
+    if not isinstance(keras_version, str):
+        raise TypeError(
+            f"`keras_version` must be a string. Received: keras_version={keras_version!r}")
+    match = re.match(r"(\d+)\.(\d+)", keras_version.strip())
+    if match is None:
+        raise ValueError(
+            "`keras_version` must start with major.minor, such as '3.15.1'. "
+            f"Received: keras_version={keras_version!r}")
     first, last = KERAS_20585_VERSIONS
-    return first <= release <= last
+    return first <= (int(match[1]), int(match[2])) <= last
 
 
 def apply_multi_worker_fixes(*, keras_version=None):
@@ -58,7 +68,9 @@ def apply_multi_worker_fixes(*, keras_version=None):
     Example:
 
     ```python
-    mgpu_tf.compat.apply_multi_worker_fixes()
+    import tensorflow as tf
+    from mgpu_tf import compat
+    compat.apply_multi_worker_fixes()  # what make_strategy("multi_worker") does
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     ```
 
@@ -68,10 +80,13 @@ def apply_multi_worker_fixes(*, keras_version=None):
 
     Returns:
         True when the fixes are in place, False when it skipped.
+
+    Raises:
+        TypeError, ValueError: for a `keras_version` that is not a version string.
     """
     import keras
 
-    keras_version = keras_version or keras.__version__
+    keras_version = keras.__version__ if keras_version is None else keras_version
     first, last = KERAS_20585_VERSIONS
     reason = None
     if not multi_worker_fixes_apply(keras_version):

@@ -69,6 +69,13 @@ def test_version_range(version, applies):
     assert compat.multi_worker_fixes_apply(version) is applies
 
 
+@pytest.mark.parametrize("version, error", [
+    ("three", ValueError), ("", ValueError), (3.15, TypeError), (None, TypeError)])
+def test_version_must_be_a_version_string(version, error):
+    with pytest.raises(error, match="`keras_version` must"):
+        compat.multi_worker_fixes_apply(version)
+
+
 @pytest.mark.parametrize("version", ["2.15.0", "3.16.0", "4.1.0"])
 def test_outside_range_changes_nothing(unpatched_keras, caplog, version):
     before = _patched_functions()
