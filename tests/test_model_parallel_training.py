@@ -1,0 +1,173 @@
+"""Training with ModelParallel equals training the same model on one device."""
+
+import json
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mgpu_tf
+from model_parallel_models import mlp, residual
+from workers import run_python
+
+DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+RTOL, ATOL = 1e-5, 1e-7
+
+
+def _data(rows=48, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(rows, 8)).astype("float32"), rng.normal(size=(rows, 1)).astype(
+        "float32")
+
+
+def _assert_same_weights(model, reference):
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def _gradients(model, x, y):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    return tape.gradient(loss, model.trainable_variables)
+
+
+@pytest.mark.parametrize("microbatches", [1, 2, 4])
+def test_pipelined_gradients_equal_unsplit(microbatches):
+    x, y = _data(16)
+    reference = mlp()
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=microbatches)
+    got, want = _gradients(model, x, y), _gradients(reference, x, y)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("rows", [13, 3])
+def test_batch_not_divided_by_microbatches_gives_short_last_microbatch(rows):
+    x, y = _data(rows)
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=4)
+    reference = mlp()
+    np.testing.assert_allclose(model(x), reference(x), rtol=RTOL, atol=ATOL)
+    for g, w in zip(_gradients(model, x, y), _gradients(reference, x, y)):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("builder, devices, microbatches", [
+    (mlp, DEVICES[:2], 4),
+    (mlp, DEVICES, 2),
+    (residual, DEVICES[:2], 3),
+])
+def test_fit_matches_single_device_reference_after_k_steps(builder, devices, microbatches):
+    x, y = _data(48)
+    reference = builder()
+    model = mgpu_tf.ModelParallel(builder(), devices, microbatches=microbatches)
+    for m in (reference, model):
+        m.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    got = model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)  # 8 steps
+    want = reference.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+    _assert_same_weights(model, reference)
+    np.testing.assert_allclose(got.history["loss"], want.history["loss"], rtol=RTOL)
+    np.testing.assert_allclose(model.evaluate(x, y, verbose=0), reference.evaluate(x, y, verbose=0),
+                               rtol=RTOL)
+    np.testing.assert_allclose(model.predict(x, batch_size=10, verbose=0),
+                               reference.predict(x, batch_size=10, verbose=0), rtol=RTOL, atol=ATOL)
+
+
+def test_callbacks_run_and_checkpoint_reloads(tmp_path):
+    x, y = _data(32)
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=2)
+    model.compile(optimizer="sgd", loss="mse")
+    seen = []
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(logs["loss"])),
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras")),
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "w.weights.h5"), save_weights_only=True),
+    ])
+    assert len(seen) == 2
+    restored = keras.models.load_model(tmp_path / "best.keras")
+    np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=RTOL, atol=ATOL)
+    plain = mlp(seed=5)
+    plain.load_weights(tmp_path / "w.weights.h5")
+    _assert_same_weights(plain, model)
+
+
+def test_weights_round_trip_through_files(tmp_path):
+    source = mgpu_tf.ModelParallel(mlp(seed=3), DEVICES[:2])
+    source.save_weights(tmp_path / "a.weights.h5")
+    target = mgpu_tf.ModelParallel(mlp(seed=4), DEVICES[2:])
+    target.load_weights(tmp_path / "a.weights.h5")
+    _assert_same_weights(target, source)
+    for variable in target.weights:  # loading keeps the placement
+        assert variable.value.device.endswith(("CPU:2", "CPU:3"))
+
+
+_LOAD_WITHOUT_MGPU_TF = textwrap.dedent("""
+    import sys
+    sys.modules["mgpu_tf"] = None  # any import of mgpu_tf now fails
+    import json, numpy as np, keras
+    model = keras.models.load_model(sys.argv[1])
+    x = np.load(sys.argv[2])
+    model.fit(x, np.zeros((len(x), 1)), epochs=1, verbose=0)  # compiled: it can resume
+    print(json.dumps({"class": type(model).__name__, "layers": [l.name for l in model.layers],
+                      "prediction": np.load(sys.argv[3]).tolist(),
+                      "reloaded": keras.models.load_model(sys.argv[1]).predict(x, verbose=0)
+                      .tolist()}))
+""")
+
+
+def test_saved_model_loads_as_plain_keras_without_mgpu_tf(tmp_path):
+    x, y = _data(16)
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=2)
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(x, y, batch_size=8, verbose=0)
+    model.save(tmp_path / "model.keras")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", model.predict(x, verbose=0))
+    script = tmp_path / "load.py"
+    script.write_text(_LOAD_WITHOUT_MGPU_TF)
+    result = run_python(script, tmp_path / "model.keras", tmp_path / "x.npy", tmp_path / "y.npy")
+    assert result.returncode == 0, result.stderr[-2000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["class"] == "Sequential"
+    assert loaded["layers"] == ["dense_0", "dense_1", "dense_2", "dense_3"]
+    np.testing.assert_allclose(loaded["reloaded"], loaded["prediction"], rtol=RTOL, atol=ATOL)
+
+
+def _train_script(strategy):
+    """The same script for every strategy: no branch on the strategy kind."""
+    x, y = _data(32)
+    with strategy.scope():
+        model = mlp()
+        model = mgpu_tf.prepare_model(model, strategy)
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    model.fit(x, y, batch_size=8 * strategy.num_replicas_in_sync, epochs=1, shuffle=False,
+              verbose=0)
+    return model
+
+
+def test_same_script_runs_under_model_parallel_and_mirrored():
+    parallel = _train_script(mgpu_tf.make_strategy("model_parallel", devices=2, microbatches=2))
+    assert isinstance(parallel, mgpu_tf.ModelParallel)
+    assert [stage.device for stage in parallel.plan] == ["/device:CPU:0", "/device:CPU:1"]
+    mirrored = _train_script(mgpu_tf.make_strategy("mirrored", devices=1))
+    _assert_same_weights(parallel, mirrored)
+
+
+def test_strategy_is_registered_with_its_options():
+    assert "model_parallel" in mgpu_tf.available_strategies()
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=["CPU:1", "CPU:3"],
+                                     balance="uniform", microbatches=4)
+    assert mgpu_tf.strategy_kind(strategy) == "model_parallel"
+    assert strategy.num_replicas_in_sync == 1
+    model = mgpu_tf.prepare_model(mlp(), strategy)
+    assert [s.device for s in model.plan] == ["/device:CPU:1", "/device:CPU:3"]
+    assert model.microbatches == 4
+    assert [len(s.layers) for s in model.plan] == [2, 2]
+
+
+def test_jit_compile_is_refused():
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2])
+    with pytest.raises(ValueError, match="ModelParallel cannot be XLA-compiled"):
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
