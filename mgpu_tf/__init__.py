@@ -3,6 +3,7 @@
 from mgpu_tf.cluster import ClusterConfig, ClusterConfigError, parse_tf_config
 from mgpu_tf.devices import DevicesAlreadyInitializedError, simulate_devices
 from mgpu_tf.model_parallel import ModelParallel
+from mgpu_tf.sharding import describe_sharding, shard_dataset
 from mgpu_tf.strategies import (
     StrategyKind,
     available_strategies,
@@ -20,9 +21,11 @@ __all__ = [
     "ModelParallel",
     "StrategyKind",
     "available_strategies",
+    "describe_sharding",
     "make_strategy",
     "parse_tf_config",
     "prepare_model",
+    "shard_dataset",
     "simulate_devices",
     "strategy_kind",
 ]

@@ -1,0 +1,477 @@
+"""Who reads what: the arithmetic of a sharded epoch, without TensorFlow.
+
+`mgpu_tf.shard_dataset` and `mgpu_tf.describe_sharding` build their input pipelines
+from a `ShardingPlan`: the batch size of every replica, how the examples of each
+step are split between workers and replicas, how many steps an epoch has, and how
+many examples the whole cluster sees in each step (which the loss correction of
+`mgpu_tf.replica_weights` needs). Everything here is plain Python, so a plan is
+checked, and a bad request rejected, before any data is read.
+
+Layout of one epoch, for `G_w` examples per step on worker `w` (the sum of its
+replicas' batch sizes) and `B` examples per step in all:
+
+- `"data"`: every worker reads the same example sequence and cuts it into blocks of
+  `B`, one per step. Inside a block, examples go to workers in a fixed weighted
+  round robin (`smooth_pattern`); with equal weights that is every n-th example,
+  like TensorFlow's DATA policy. The last block may be short: it is then shared out
+  in the same order, so every worker still takes part in every step.
+- `"file"` and `"off"`: each worker reads its own stream (its files, or what the
+  input function gave it) in batches of `G_w`. Streams of unequal length end in
+  empty batches, so that every worker runs the same number of steps.
+
+Inside a worker, a batch of `m` examples goes to its replicas in contiguous pieces
+in proportion to their batch sizes (all of `m` when it is full).
+"""
+
+import dataclasses
+import enum
+import math
+import numbers
+from fractions import Fraction
+
+__all__ = [
+    "ShardPolicy",
+    "ReplicaShare",
+    "ShardingPlan",
+    "replica_batch_sizes",
+    "smooth_pattern",
+    "assign_files",
+    "plan_data",
+    "plan_streams",
+    "piece_bounds",
+    "worker_batch_sizes",
+]
+
+
+class ShardPolicy(str, enum.Enum):
+    """How examples are divided between workers."""
+
+    AUTO = "auto"
+    FILE = "file"
+    DATA = "data"
+    OFF = "off"
+
+    def __str__(self):
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaShare:
+    """What one replica gets in one epoch.
+
+    Attributes:
+        worker: the worker index.
+        replica: the replica index within the worker.
+        batch_size: examples per full step.
+        examples: examples per epoch.
+        batches: steps in which it gets at least one example.
+        last_batch: size of its last non-empty batch (0 if it gets none).
+        empty_steps: steps in which it gets an empty batch.
+    """
+
+    worker: int
+    replica: int
+    batch_size: int
+    examples: int
+    batches: int
+    last_batch: int
+    empty_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingPlan:
+    """One epoch of a sharded data set: see the module docstring for the layout.
+
+    Attributes:
+        policy: `"data"`, `"file"` or `"off"` (never `"auto"`).
+        reason: why that policy (the choice of `"auto"`, or `"requested"`).
+        num_workers: workers in the cluster.
+        replicas_per_worker: replicas on each worker.
+        global_batch_size: examples per full step, summed over all replicas.
+        batch_sizes: per-replica batch sizes, in global replica order.
+        num_examples: examples in the source.
+        steps: steps per epoch; every replica gets a batch (maybe empty) in each.
+        full_steps: steps, from the first, in which every replica's batch is full.
+        tail_totals: examples in all of each step after `full_steps`.
+        worker_examples: examples in each worker's stream (`"data"`: its share).
+        worker_files: the files of each worker (`"file"`), else `None`.
+        pattern: owner of each position of a block (`"data"`), else `None`.
+        dropped: examples left out by `drop_remainder=True`.
+    """
+
+    policy: str
+    reason: str
+    num_workers: int
+    replicas_per_worker: int
+    global_batch_size: int
+    batch_sizes: tuple
+    num_examples: int
+    steps: int
+    full_steps: int
+    tail_totals: tuple
+    worker_examples: tuple
+    worker_files: tuple = None
+    pattern: tuple = None
+    dropped: int = 0
+
+    @property
+    def num_replicas(self):
+        return self.num_workers * self.replicas_per_worker
+
+    @property
+    def worker_batch_sizes(self):
+        """Examples per full step on each worker."""
+        return worker_batch_sizes(self.batch_sizes, self.replicas_per_worker)
+
+    def step_total(self, step):
+        """Examples in all of step `step`."""
+        if step < self.full_steps:
+            return self.global_batch_size
+        return self.tail_totals[step - self.full_steps]
+
+    def worker_batch(self, worker, step):
+        """Size of worker `worker`'s batch in step `step`."""
+        size = self.worker_batch_sizes[worker]
+        if step < self.full_steps:
+            return size
+        if self.policy == ShardPolicy.DATA:
+            block = self.step_total(step)
+            return sum(1 for owner in self.pattern[:block] if owner == worker)
+        return min(size, max(0, self.worker_examples[worker] - step * size))
+
+    def replica_batch(self, worker, replica, step):
+        """Size of one replica's batch in step `step`."""
+        start, end = piece_bounds(self.worker_batch(worker, step),
+                                  self._local_sizes(worker), replica)
+        return end - start
+
+    def _local_sizes(self, worker):
+        size = self.replicas_per_worker
+        return self.batch_sizes[worker * size:(worker + 1) * size]
+
+    @property
+    def uneven(self):
+        """True when, in some step, replicas get batches of different sizes."""
+        if len(set(self.batch_sizes)) > 1:
+            return True
+        return any(
+            len({self.replica_batch(w, r, s) for w in range(self.num_workers)
+                 for r in range(self.replicas_per_worker)}) > 1
+            for s in range(self.full_steps, self.steps)
+        )
+
+    @property
+    def shares(self):
+        """A `ReplicaShare` for every replica, in global replica order."""
+        out = []
+        for w in range(self.num_workers):
+            for r in range(self.replicas_per_worker):
+                size = self.batch_sizes[w * self.replicas_per_worker + r]
+                tail = [self.replica_batch(w, r, s) for s in range(self.full_steps, self.steps)]
+                full = self.full_steps if size else 0
+                sizes = [n for n in tail if n]
+                last = sizes[-1] if sizes else (size if full else 0)
+                out.append(ReplicaShare(
+                    worker=w, replica=r, batch_size=size,
+                    examples=self.full_steps * size + sum(tail),
+                    batches=full + len(sizes), last_batch=last,
+                    empty_steps=self.steps - full - len(sizes)))
+        return tuple(out)
+
+    def table(self):
+        """The plan as a text table, one line per replica."""
+        head = (
+            f"policy={self.policy} ({self.reason}); {self.num_workers} worker(s) x "
+            f"{self.replicas_per_worker} replica(s); global batch {self.global_batch_size}; "
+            f"{self.num_examples} examples; {self.steps} steps per epoch"
+            + (f"; {self.dropped} dropped" if self.dropped else "")
+        )
+        columns = ("worker", "replica", "batch", "examples", "batches", "last batch",
+                   "empty steps")
+        rows = [(s.worker, s.replica, s.batch_size, s.examples, s.batches, s.last_batch,
+                 s.empty_steps) for s in self.shares]
+        widths = [max(len(c), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
+        lines = [head, "  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+        lines += ["  ".join(str(v).rjust(w) for v, w in zip(row, widths)) for row in rows]
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.table()
+
+
+def worker_batch_sizes(batch_sizes, replicas_per_worker):
+    """Sums per-replica batch sizes (global replica order) by worker."""
+    size = replicas_per_worker
+    return tuple(sum(batch_sizes[w:w + size]) for w in range(0, len(batch_sizes), size))
+
+
+def piece_bounds(size, local_sizes, replica):
+    """`[start, end)` of a replica's piece of a worker batch of `size` examples."""
+    total = sum(local_sizes)
+    if not total:
+        return 0, 0
+    before = sum(local_sizes[:replica])
+    return size * before // total, size * (before + local_sizes[replica]) // total
+
+
+def _largest_remainder(total, weights):
+    """Splits the integer `total` in proportion to `weights`, rounding fairly."""
+    weights = [Fraction(w) for w in weights]
+    quotas = [total * w / sum(weights) for w in weights]
+    shares = [math.floor(q) for q in quotas]
+    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] - shares[i]), i))
+    for i in order[: total - sum(shares)]:
+        shares[i] += 1
+    return shares
+
+
+def _check_weights(weights, num_workers, replicas_per_worker):
+    per = "worker" if num_workers > 1 else "replica"
+    expected = num_workers if num_workers > 1 else replicas_per_worker
+    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__") or not all(
+            isinstance(w, numbers.Real) and not isinstance(w, bool) for w in weights):
+        raise TypeError(
+            f"`weights` must be a list of numbers, one per {per}. Received: weights={weights!r}"
+        )
+    weights = [float(w) for w in weights]
+    if len(weights) != expected:
+        where = (f"{num_workers} workers" if num_workers > 1
+                 else f"{replicas_per_worker} replica(s) of this machine")
+        raise ValueError(
+            f"`weights` must have one entry per {per} ({where}). "
+            f"Received: weights={weights!r} ({len(weights)} entries). "
+            f"Pass {expected} relative speeds, such as {[1] * expected!r}."
+        )
+    if any(not math.isfinite(w) or w < 0 for w in weights):
+        raise ValueError(
+            f"`weights` must be finite and not negative. Received: weights={weights!r}. "
+            "Use the relative speed of each device, such as [2, 1]."
+        )
+    if not any(weights):
+        raise ValueError(
+            f"`weights` must not all be zero. Received: weights={weights!r}. "
+            "Use the relative speed of each device, such as [2, 1]."
+        )
+    return weights
+
+
+def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, weights=None):
+    """Returns the batch size of every replica for a global batch size.
+
+    Without `weights` each replica gets `global_batch_size / replicas`. With them,
+    each worker (or, on one machine, each replica) gets a share in proportion to its
+    weight, rounded by largest remainder; a worker's share is split evenly between
+    its replicas.
+
+    Example:
+
+    ```python
+    replica_batch_sizes(12, 1, 2, weights=[2, 1])  # (8, 4)
+    ```
+
+    Args:
+        global_batch_size: examples per step over all replicas.
+        num_workers: workers in the cluster.
+        replicas_per_worker: replicas on each worker.
+        weights: relative speeds, one per worker (one per replica when there is one
+            worker), or `None` for equal shares. Defaults to `None`.
+
+    Returns:
+        A tuple of per-replica batch sizes in global replica order.
+
+    Raises:
+        TypeError: for a batch size that is not an integer, or weights that are
+            not numbers.
+        ValueError: for a batch size the replicas cannot share, or bad weights.
+    """
+    replicas = num_workers * replicas_per_worker
+    batch = global_batch_size
+    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
+        raise TypeError(
+            f"`global_batch_size` must be an integer. Received: global_batch_size={batch!r}"
+        )
+    batch = int(batch)
+    if batch < replicas:
+        raise ValueError(
+            f"`global_batch_size` must be at least the number of replicas ({replicas}), so "
+            f"that each replica gets an example per step. Received: global_batch_size={batch}. "
+            f"Use global_batch_size={replicas} or more."
+        )
+    if weights is None:
+        if batch % replicas:
+            lower = batch // replicas * replicas
+            raise ValueError(
+                f"`global_batch_size` must be divisible by the number of replicas "
+                f"({replicas}). Received: global_batch_size={batch}. Use {lower} or "
+                f"{lower + replicas}, or pass weights={[1] * (num_workers if num_workers > 1 else replicas)!r} "
+                "to split it into unequal batches."
+            )
+        return (batch // replicas,) * replicas
+    weights = _check_weights(weights, num_workers, replicas_per_worker)
+    if num_workers > 1:
+        workers = _largest_remainder(batch, weights)
+        sizes = []
+        for share, weight in zip(workers, weights):
+            sizes += _largest_remainder(share, [1] * replicas_per_worker) if weight else (
+                [0] * replicas_per_worker)
+        positive = [w > 0 for w in weights for _ in range(replicas_per_worker)]
+    else:
+        sizes = _largest_remainder(batch, weights)
+        positive = [w > 0 for w in weights]
+    if any(p and not s for p, s in zip(positive, sizes)):
+        larger = batch + 1
+        while any(p and not s for p, s in zip(
+                positive, replica_batch_sizes(larger, num_workers, replicas_per_worker,
+                                              weights))):
+            larger += 1
+        raise ValueError(
+            f"`global_batch_size` is too small for these weights: a replica with a "
+            f"positive weight would get no example per step ({sizes}). Received: "
+            f"global_batch_size={batch}, weights={weights!r}. Use global_batch_size={larger} "
+            "or more."
+        )
+    return tuple(sizes)
+
+
+def smooth_pattern(shares):
+    """Orders `sum(shares)` slots so each owner's slots are spread evenly.
+
+    Slot `p` goes to the owner furthest behind its share; ties go to the lower
+    index. Equal shares give plain round robin (`0, 1, ..., n-1, 0, 1, ...`), and
+    every prefix is as close to the proportions as whole slots allow, so a short
+    last block is shared fairly too.
+
+    Example:
+
+    ```python
+    smooth_pattern([2, 1])  # (0, 1, 0)
+    ```
+    """
+    period = sum(shares)
+    taken = [0] * len(shares)
+    slots = []
+    for p in range(period):
+        owner = max(range(len(shares)),
+                    key=lambda o: (shares[o] * (p + 1) - taken[o] * period, -o))
+        taken[owner] += 1
+        slots.append(owner)
+    return tuple(slots)
+
+
+def assign_files(counts, worker_sizes):
+    """Gives whole files to workers so that examples match their batch sizes.
+
+    Largest file first, each to the worker that would then have the fewest steps'
+    worth of examples (ties: lower worker index); a worker with batch size 0 gets
+    none. Deterministic, so every worker computes the same assignment.
+
+    Args:
+        counts: examples in each file.
+        worker_sizes: examples per step on each worker.
+
+    Returns:
+        A tuple, per worker, of the file indices it reads, in file order.
+    """
+    loads = [0] * len(worker_sizes)
+    owned = [[] for _ in worker_sizes]
+    for index in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
+        worker = min((w for w, size in enumerate(worker_sizes) if size),
+                     key=lambda w: (Fraction(loads[w] + counts[index], worker_sizes[w]), w))
+        loads[worker] += counts[index]
+        owned[worker].append(index)
+    return tuple(tuple(sorted(files)) for files in owned)
+
+
+def _empty_error(num_examples, batch):
+    return ValueError(
+        f"With drop_remainder=True, an epoch has no full step: {num_examples} examples "
+        f"do not fill one global batch of {batch}. Received: drop_remainder=True. "
+        "Pass drop_remainder=False or a smaller global_batch_size."
+    )
+
+
+def plan_data(num_examples, batch_sizes, num_workers, replicas_per_worker, *,
+              drop_remainder=False, reason="requested"):
+    """Plans `"data"` sharding: every worker reads all examples and keeps its own.
+
+    Args:
+        num_examples: examples in the source.
+        batch_sizes: per-replica batch sizes (`replica_batch_sizes`).
+        num_workers: workers in the cluster.
+        replicas_per_worker: replicas on each worker.
+        drop_remainder: leave out the last, short global batch. Defaults to `False`.
+        reason: why this policy, for the table. Defaults to `"requested"`.
+
+    Returns:
+        A `ShardingPlan`.
+    """
+    batch = sum(batch_sizes)
+    worker_sizes = worker_batch_sizes(batch_sizes, replicas_per_worker)
+    pattern = smooth_pattern(worker_sizes)
+    full, rest = divmod(num_examples, batch)
+    if drop_remainder:
+        if not full:
+            raise _empty_error(num_examples, batch)
+        rest = 0
+    steps = full + (1 if rest else 0)
+    worker_examples = tuple(
+        full * worker_sizes[w] + sum(1 for owner in pattern[:rest] if owner == w)
+        for w in range(num_workers))
+    return ShardingPlan(
+        policy=ShardPolicy.DATA.value, reason=reason, num_workers=num_workers,
+        replicas_per_worker=replicas_per_worker, global_batch_size=batch,
+        batch_sizes=tuple(batch_sizes), num_examples=num_examples, steps=steps,
+        full_steps=full, tail_totals=(rest,) if rest else (),
+        worker_examples=worker_examples, pattern=pattern,
+        dropped=num_examples - full * batch - rest)
+
+
+def plan_streams(worker_examples, batch_sizes, num_workers, replicas_per_worker, *,
+                 policy, drop_remainder=False, worker_files=None, reason="requested"):
+    """Plans `"file"` or `"off"` sharding: each worker reads its own stream.
+
+    Args:
+        worker_examples: examples in each worker's stream.
+        batch_sizes: per-replica batch sizes (`replica_batch_sizes`).
+        num_workers: workers in the cluster.
+        replicas_per_worker: replicas on each worker.
+        policy: `"file"` or `"off"`.
+        drop_remainder: stop when the first worker cannot fill a batch, so every
+            step is full. Defaults to `False`.
+        worker_files: the files of each worker, kept in the plan.
+        reason: why this policy, for the table. Defaults to `"requested"`.
+
+    Returns:
+        A `ShardingPlan`.
+
+    Raises:
+        ValueError: when a worker with batch size 0 has examples (nobody would
+            read them), or `drop_remainder=True` leaves no step.
+    """
+    worker_sizes = worker_batch_sizes(batch_sizes, replicas_per_worker)
+    for w, (count, wsize) in enumerate(zip(worker_examples, worker_sizes)):
+        if count and not wsize:
+            raise ValueError(
+                f"Worker {w} has weight 0 but its input has {count} examples, which no "
+                f"replica would read. Received: batch sizes {list(batch_sizes)}. Give it a "
+                "positive weight, or give it no examples."
+            )
+    active = [w for w in range(num_workers) if worker_sizes[w]]
+    full = min(worker_examples[w] // worker_sizes[w] for w in active)
+    if drop_remainder:
+        if not full:
+            raise _empty_error(sum(worker_examples), sum(batch_sizes))
+        steps = full
+    else:
+        steps = max(-(-worker_examples[w] // worker_sizes[w]) for w in active)
+    kept = [min(worker_examples[w], steps * worker_sizes[w]) for w in range(num_workers)]
+    tail = tuple(
+        sum(min(worker_sizes[w], max(0, kept[w] - s * worker_sizes[w]))
+            for w in range(num_workers))
+        for s in range(full, steps))
+    return ShardingPlan(
+        policy=str(ShardPolicy(policy)), reason=reason, num_workers=num_workers,
+        replicas_per_worker=replicas_per_worker, global_batch_size=sum(batch_sizes),
+        batch_sizes=tuple(batch_sizes), num_examples=sum(worker_examples), steps=steps,
+        full_steps=full, tail_totals=tail, worker_examples=tuple(kept),
+        worker_files=worker_files, dropped=sum(worker_examples) - sum(kept))

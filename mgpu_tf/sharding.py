@@ -1,0 +1,576 @@
+"""Dataset sharding: even, exactly once, and weighted for mixed hardware.
+
+`shard_dataset` turns a data set of single examples into what `model.fit` takes
+under a strategy, so that over one epoch all workers and replicas together see
+every example exactly once, in the same number of steps. What it adds over
+`tf.distribute`:
+
+- No autoshard guessing: the policy across workers (`"file"`, `"data"`, or
+  `"auto"`, which says which it chose) is applied here and TensorFlow's autoshard
+  is switched off, so its "AUTO sharding policy will apply DATA sharding policy"
+  warning never appears (tensorflow/tensorflow#49048, #45157, #66851).
+- An uneven last step neither hangs nor drops examples: replicas with nothing
+  left get empty batches, and the loss is still the mean over the real examples
+  of the step (`mgpu_tf.replica_weights`).
+- Weighted shards: `weights=[2, 1]` gives the first worker (or replica) twice the
+  examples per step, and the update still equals the single-device update on the
+  same global batch. Nothing in `tf.distribute` offers this.
+
+The layout itself is computed in `mgpu_tf.shard_plan`; `describe_sharding` prints it.
+"""
+
+import logging
+import numbers
+import os
+
+import tensorflow as tf
+
+from mgpu_tf import replica_weights
+from mgpu_tf import shard_plan as plan_lib
+from mgpu_tf import strategies as strategies_lib
+
+__all__ = ["shard_dataset", "describe_sharding"]
+
+logger = logging.getLogger("mgpu_tf")
+
+# Examples held by the shuffle buffer of a file source; the file order is shuffled too.
+_FILE_SHUFFLE_BUFFER = 10_000
+_FILE_READERS = 4
+_FILE_COUNTS = {}
+
+
+class _Request:
+    """A checked `shard_dataset` call: everything but the example counts."""
+
+    def __init__(self, source, strategy, global_batch_size, policy, weights, drop_remainder,
+                 shuffle_seed, parse):
+        self.kind, self.num_workers, self.replicas_per_worker = _topology(strategy)
+        self.strategy = strategy
+        self.batch_sizes = plan_lib.replica_batch_sizes(
+            global_batch_size, self.num_workers, self.replicas_per_worker, weights)
+        self.weighted = weights is not None
+        if not isinstance(drop_remainder, bool):
+            raise TypeError(
+                f"`drop_remainder` must be True or False. Received: drop_remainder={drop_remainder!r}"
+            )
+        if shuffle_seed is not None and (isinstance(shuffle_seed, bool) or not isinstance(
+                shuffle_seed, numbers.Integral)):
+            raise TypeError(
+                f"`shuffle_seed` must be an integer or None. Received: shuffle_seed={shuffle_seed!r}"
+            )
+        if parse is not None and not callable(parse):
+            raise TypeError(f"`parse` must be a function or None. Received: parse={parse!r}")
+        self.drop_remainder = drop_remainder
+        self.seed = None if shuffle_seed is None else int(shuffle_seed)
+        self.parse = parse
+        self.source, self.files = source, None
+        self.source_kind = _source_kind(source)
+        if self.source_kind == "files":
+            self.files = _expand_patterns([source] if isinstance(source, str) else list(source))
+        self.policy, self.reason = _choose_policy(policy, self)
+        if self.source_kind == "dataset":
+            _check_dataset(source)
+        spec = self.examples(self._probe_input()).element_spec
+        _check_spec(spec)
+        self.spec = spec
+        self.can_weigh = replica_weights.can_weigh(spec)
+        if self.weighted and not self.can_weigh:
+            raise ValueError(
+                "`weights` need examples of the form (x, y) or (x, y, sample_weight), to "
+                f"correct the loss through sample weights. Received examples: {spec}. "
+                "Return (x, y) tuples from the source (or from `parse`)."
+            )
+
+    @property
+    def num_replicas(self):
+        return self.num_workers * self.replicas_per_worker
+
+    def context(self, worker=0, workers=1):
+        return tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
+                                          num_replicas_in_sync=self.num_replicas)
+
+    def _probe_input(self):
+        if self.source_kind == "files":
+            return tf.data.TFRecordDataset(self.files[:1])
+        if self.source_kind == "function":
+            workers = self.num_workers if self.policy == plan_lib.ShardPolicy.OFF else 1
+            return _call_function(self.source, self.context(0, workers))
+        return self.source
+
+    def examples(self, raw):
+        """Applies `parse` to a data set of records."""
+        if self.parse is None:
+            return raw
+        return raw.map(self.parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _topology(strategy):
+    """Returns (kind, workers, replicas per worker) of a strategy."""
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(
+            "`strategy` must be a tf.distribute strategy, such as mgpu_tf.make_strategy() "
+            f"returns. Received: strategy={strategy!r}"
+        )
+    kind = strategies_lib.strategy_kind(strategy)
+    if kind in ("default", "one_device") or type(strategy).__name__ == "_DefaultDistributionStrategy":
+        return "default", 1, 1
+    if kind == "mirrored":
+        return kind, 1, strategy.num_replicas_in_sync
+    if kind == "multi_worker":
+        local = len(strategy.extended.worker_devices)
+        return kind, strategy.num_replicas_in_sync // local, local
+    raise ValueError(
+        "shard_dataset works with the default, one_device, mirrored and multi_worker "
+        f"strategies. Received: strategy={type(strategy).__name__}. Use "
+        "strategy.distribute_datasets_from_function() for this one."
+    )
+
+
+def _source_kind(source):
+    if isinstance(source, tf.distribute.DistributedDataset):
+        raise TypeError(
+            "`source` is already distributed. Received: source="
+            f"{type(source).__name__}. Pass the tf.data.Dataset of single examples instead."
+        )
+    if isinstance(source, tf.data.Dataset):
+        return "dataset"
+    if isinstance(source, str) or (isinstance(source, (list, tuple)) and source and all(
+            isinstance(p, (str, os.PathLike)) for p in source)):
+        return "files"
+    if callable(source):
+        return "function"
+    raise TypeError(
+        "`source` must be a tf.data.Dataset of single examples, a list of TFRecord file "
+        "patterns, or a function of tf.distribute.InputContext returning such a data set. "
+        f"Received: source={source!r}"
+    )
+
+
+def _expand_patterns(patterns):
+    files = []
+    for pattern in patterns:
+        pattern = os.fspath(pattern)
+        matches = sorted(tf.io.gfile.glob(pattern))
+        if not matches:
+            raise ValueError(
+                f"The file pattern {pattern!r} matches no file. Received: source={patterns!r}. "
+                "Check the path, or write the TFRecord files first."
+            )
+        files += [m for m in matches if m not in files]
+    return files
+
+
+def _choose_policy(policy, request):
+    choices = [p.value for p in plan_lib.ShardPolicy]
+    try:
+        policy = plan_lib.ShardPolicy(policy.lower() if isinstance(policy, str) else policy)
+    except ValueError:
+        raise ValueError(
+            f"`policy` must be one of {', '.join(choices)}. Received: policy={policy!r}"
+        ) from None
+    workers, kind = request.num_workers, request.source_kind
+    files = len(request.files or ())
+    if policy == plan_lib.ShardPolicy.AUTO:
+        if kind == "function":
+            chosen, why = plan_lib.ShardPolicy.OFF, "the input function shards by worker"
+        elif kind == "files" and files >= workers:
+            chosen, why = plan_lib.ShardPolicy.FILE, f"{files} files for {workers} worker(s)"
+        elif kind == "files":
+            chosen, why = plan_lib.ShardPolicy.DATA, f"{files} files < {workers} workers"
+        else:
+            chosen, why = plan_lib.ShardPolicy.DATA, "the source is a data set, not files"
+        logger.info("mgpu_tf: sharding policy 'auto' chose %r: %s.", chosen.value, why)
+        return chosen, f"auto: {why}"
+    if policy == plan_lib.ShardPolicy.FILE:
+        if kind != "files":
+            raise ValueError(
+                "`policy='file'` needs a list of TFRecord file patterns as `source`. "
+                f"Received: policy='file', source={type(request.source).__name__}. "
+                "Use policy='data' (or 'auto')."
+            )
+        if files < workers:
+            raise ValueError(
+                f"`policy='file'` needs at least as many files as workers ({workers}); the "
+                f"patterns match {files} file(s). Received: policy='file'. Use policy='data' "
+                "(or 'auto'), or write the data into more files."
+            )
+    if policy == plan_lib.ShardPolicy.OFF and workers > 1 and kind != "function":
+        raise ValueError(
+            f"`policy='off'` would give each of the {workers} workers the whole data set, so "
+            f"every example would be seen {workers} times per epoch. Received: policy='off'. "
+            "Use 'auto', 'data' or 'file', or pass a function of tf.distribute.InputContext "
+            "that shards by itself."
+        )
+    return policy, "requested"
+
+
+def _batch_op(dataset):
+    """Names the batching transformation a data set applies last, if any."""
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        name = type(node).__name__
+        if "Unbatch" in name:
+            continue
+        if "Batch" in name:
+            return name.strip("_")
+        try:
+            pending += list(node._inputs())
+        except (AttributeError, TypeError):
+            continue
+    return None
+
+
+def _check_dataset(dataset):
+    batched = _batch_op(dataset)
+    if batched:
+        raise ValueError(
+            f"`source` must be a data set of single examples, but it is already batched "
+            f"(it applies {batched}). Received: source={dataset!r}. Remove the .batch() "
+            "call: shard_dataset batches with global_batch_size."
+        )
+    cardinality = int(dataset.cardinality())
+    if cardinality == 0:
+        raise ValueError(
+            f"`source` is an empty data set. Received: source={dataset!r}. Pass a data set "
+            "with at least one example."
+        )
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise ValueError(
+            f"`source` repeats forever, so an epoch has no end. Received: source={dataset!r}. "
+            "Remove the .repeat() call: fit repeats the data set every epoch."
+        )
+
+
+def _check_spec(spec):
+    for leaf in tf.nest.flatten(spec):
+        if not isinstance(leaf, tf.TensorSpec):
+            raise TypeError(
+                "shard_dataset needs examples made of dense tensors. Received an example "
+                f"with {leaf}. Convert ragged or sparse parts to dense tensors in `parse`."
+            )
+
+
+def _call_function(function, context):
+    dataset = function(context)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(
+            "The `source` function must return a tf.data.Dataset of single examples. "
+            f"Received: {type(dataset).__name__} from source={function!r}"
+        )
+    _check_dataset(dataset)
+    return dataset
+
+
+# ------------------------------------------------------------------ counting
+
+
+def _count(dataset):
+    cardinality = int(dataset.cardinality())
+    if cardinality >= 0:
+        return cardinality
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def _count_file(path):
+    stat = tf.io.gfile.stat(path)
+    key = (path, stat.length, stat.mtime_nsec)
+    if key not in _FILE_COUNTS:
+        _FILE_COUNTS[key] = _count(tf.data.TFRecordDataset(path))
+    return _FILE_COUNTS[key]
+
+
+def _empty_source(request):
+    return ValueError(
+        f"`source` holds no examples. Received: source={request.source!r}. Pass a source "
+        "with at least one example."
+    )
+
+
+def _make_plan(request):
+    """Counts the examples (reading them only when their number is unknown) and plans."""
+    common = dict(batch_sizes=request.batch_sizes, num_workers=request.num_workers,
+                  replicas_per_worker=request.replicas_per_worker,
+                  drop_remainder=request.drop_remainder, reason=request.reason)
+    if request.source_kind == "files":
+        counts = [_count_file(path) for path in request.files]
+        if not sum(counts):
+            raise _empty_source(request)
+        if request.policy == plan_lib.ShardPolicy.DATA:
+            return plan_lib.plan_data(sum(counts), **common)
+        if request.policy == plan_lib.ShardPolicy.OFF:
+            return plan_lib.plan_streams([sum(counts)], policy="off", **common)
+        owned = plan_lib.assign_files(counts, plan_lib.worker_batch_sizes(
+            request.batch_sizes, request.replicas_per_worker))
+        files = tuple(tuple(request.files[i] for i in own) for own in owned)
+        return plan_lib.plan_streams([sum(counts[i] for i in own) for own in owned],
+                                     policy="file", worker_files=files, **common)
+    if request.source_kind == "function" and request.policy == plan_lib.ShardPolicy.OFF:
+        counts = [_count(request.examples(_call_function(
+            request.source, request.context(w, request.num_workers))))
+            for w in range(request.num_workers)]
+        if not sum(counts):
+            raise _empty_source(request)
+        return plan_lib.plan_streams(counts, policy="off", **common)
+    count = _count(request.examples(_probe_all(request)))
+    if not count:
+        raise _empty_source(request)
+    if request.policy == plan_lib.ShardPolicy.OFF:
+        return plan_lib.plan_streams([count], policy="off", **common)
+    return plan_lib.plan_data(count, **common)
+
+
+def _probe_all(request):
+    if request.source_kind == "function":
+        return _call_function(request.source, request.context())
+    return request.source
+
+
+# ----------------------------------------------------------------- pipelines
+
+
+def _shuffle(dataset, request, size):
+    if request.seed is None:
+        return dataset
+    return dataset.shuffle(max(1, size), seed=request.seed, reshuffle_each_iteration=True)
+
+
+def _read_files(request, files):
+    names = tf.data.Dataset.from_tensor_slices(list(files))
+    names = _shuffle(names, request, len(files))
+    records = names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), _FILE_READERS),
+                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return request.examples(records)
+
+
+def _global_examples(request, plan):
+    """All examples, in an order that is the same on every worker."""
+    if request.source_kind == "files":
+        examples = _read_files(request, request.files)
+        return _shuffle(examples, request, min(plan.num_examples, _FILE_SHUFFLE_BUFFER))
+    examples = request.examples(_probe_all(request))
+    return _shuffle(examples, request, plan.num_examples)
+
+
+def _worker_examples(request, plan, worker):
+    """The stream of one worker under the `"file"` and `"off"` policies."""
+    if plan.worker_files is not None:
+        examples = _read_files(request, plan.worker_files[worker])
+        buffer = min(plan.worker_examples[worker], _FILE_SHUFFLE_BUFFER)
+    elif request.source_kind == "function":
+        examples = request.examples(_call_function(
+            request.source, request.context(worker, plan.num_workers)))
+        buffer = plan.worker_examples[worker]
+    else:
+        return _global_examples(request, plan)
+    return _shuffle(examples, request, buffer)
+
+
+def _empty_batch(spec):
+    """A batch of no examples, for a data set of examples of `spec`."""
+    return tf.nest.map_structure(
+        lambda s: tf.zeros([0] + [d if d is not None else 0 for d in s.shape], s.dtype), spec)
+
+
+def _worker_batches(request, plan, worker):
+    """Exactly `plan.steps` batches: what one worker's replicas share in each step."""
+    size = plan.worker_batch_sizes[worker]
+    if plan.policy == plan_lib.ShardPolicy.DATA:
+        blocks = _global_examples(request, plan).batch(
+            plan.global_batch_size, drop_remainder=request.drop_remainder)
+        if plan.num_workers == 1:
+            return blocks
+        mine = tf.constant([p for p, owner in enumerate(plan.pattern) if owner == worker],
+                           tf.int64)
+
+        def keep(block):
+            length = tf.shape(tf.nest.flatten(block)[0], out_type=tf.int64)[0]
+            rows = mine[: tf.reduce_sum(tf.cast(mine < length, tf.int32))]
+            return tf.nest.map_structure(lambda t: tf.gather(t, rows), block)
+
+        return blocks.enumerate().map(lambda _, block: keep(block),
+                                      num_parallel_calls=tf.data.AUTOTUNE)
+    own = min(plan.steps, -(-plan.worker_examples[worker] // size) if size else 0)
+    empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec)).repeat(plan.steps - own)
+    if not own:
+        return empty
+    batches = _worker_examples(request, plan, worker).batch(
+        size, drop_remainder=request.drop_remainder).take(own)
+    return batches.concatenate(empty) if plan.steps > own else batches
+
+
+def _piece(request, plan, worker, replica, step, batch):
+    """One replica's part of a worker batch, with the loss-correction weights."""
+    local = plan.batch_sizes[worker * plan.replicas_per_worker:
+                             (worker + 1) * plan.replicas_per_worker]
+    if plan.replicas_per_worker > 1:
+        length = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+        total, before = sum(local), sum(local[:replica])
+        start = length * before // total
+        end = length * (before + local[replica]) // total
+        batch = tf.nest.map_structure(lambda t: t[start:end], batch)
+    if plan.uneven and plan.num_replicas > 1 and request.can_weigh:
+        tail = tf.constant(plan.tail_totals or (plan.global_batch_size,), tf.int64)
+        index = tf.clip_by_value(step - plan.full_steps, 0, len(tail) - 1)
+        step_total = tf.where(step < plan.full_steps,
+                              tf.constant(plan.global_batch_size, tf.int64), tail[index])
+        weights = replica_weights.correction_weights(batch, step_total, plan.num_replicas)
+        batch = replica_weights.attach_weights(batch, weights)
+    return batch
+
+
+def _finish(dataset, steps=None):
+    if steps is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def _replica_dataset(request, plan, worker, replica):
+    batches = _worker_batches(request, plan, worker)
+    if plan.replicas_per_worker > 1 or plan.uneven:
+        batches = batches.enumerate().map(
+            lambda step, batch: _piece(request, plan, worker, replica, step, batch),
+            num_parallel_calls=tf.data.AUTOTUNE)
+    return _finish(batches, plan.steps)
+
+
+def _worker_dataset(request, plan, worker):
+    """All local replicas' batches, in turn, for one multi-worker input pipeline."""
+    if plan.replicas_per_worker == 1:
+        return _replica_dataset(request, plan, worker, 0)
+
+    def pieces(step, batch):
+        parts = [tf.data.Dataset.from_tensors(_piece(request, plan, worker, r, step, batch))
+                 for r in range(plan.replicas_per_worker)]
+        out = parts[0]
+        for part in parts[1:]:
+            out = out.concatenate(part)
+        return out
+
+    # The cardinality stays unknown: TensorFlow would count batches, not steps.
+    return _finish(_worker_batches(request, plan, worker).enumerate().flat_map(pieces))
+
+
+def _distribute(request, plan):
+    if plan.uneven and plan.num_replicas > 1 and not request.can_weigh:
+        logger.warning(
+            "mgpu_tf: examples are not (x, y) tuples, so replicas' unequal batches in the "
+            "last step(s) are not reweighted; their loss is slightly biased.")
+    strategy = request.strategy
+    if request.kind == "default":
+        return _replica_dataset(request, plan, 0, 0)
+    if request.kind == "mirrored":
+        return strategy.distribute_datasets_from_function(
+            lambda context: _replica_dataset(request, plan, 0, context.input_pipeline_id),
+            options=tf.distribute.InputOptions(
+                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA))
+    return strategy.distribute_datasets_from_function(
+        lambda context: _worker_dataset(request, plan, context.input_pipeline_id))
+
+
+# -------------------------------------------------------------------- public
+
+
+def describe_sharding(source, strategy, global_batch_size, *, policy="auto", weights=None,
+                      drop_remainder=False, shuffle_seed=None, parse=None, print_table=True):
+    """Prints and returns what each worker and replica gets per epoch.
+
+    Takes the arguments of `shard_dataset` and builds no pipeline; it counts the
+    examples, reading them only when their number is not known (files are read
+    once per process and their counts kept).
+
+    Example:
+
+    ```python
+    plan = mgpu_tf.describe_sharding(dataset, strategy, 12)
+    # policy=data (auto: ...); 1 worker(s) x 4 replica(s); global batch 12; ...
+    # worker  replica  batch  examples  batches  last batch  empty steps
+    #      0        0      3       249       83           3            1
+    plan.steps  # 84
+    ```
+
+    Args:
+        source, strategy, global_batch_size, policy, weights, drop_remainder,
+            shuffle_seed, parse: as for `shard_dataset`.
+        print_table: print the table. Defaults to `True`.
+
+    Returns:
+        A `mgpu_tf.shard_plan.ShardingPlan`: per-replica `shares` (examples,
+        batches, last-batch size, empty steps), `steps`, `policy` and more.
+
+    Raises:
+        TypeError, ValueError: as `shard_dataset`.
+    """
+    request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
+                       shuffle_seed, parse)
+    plan = _make_plan(request)
+    if print_table:
+        print(plan.table())
+    return plan
+
+
+def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights=None,
+                  drop_remainder=False, shuffle_seed=None, parse=None):
+    """Shards a data set over a strategy's workers and replicas, each example once.
+
+    Returns what `model.fit` takes under `strategy`: a `tf.data.Dataset` of batches
+    for the default and one_device strategies, a `tf.distribute.DistributedDataset`
+    (from `distribute_datasets_from_function`) for mirrored and multi_worker. Every
+    replica gets a batch in every step; when the examples run out unevenly some
+    batches are short or empty, and sample weights keep the loss the mean over the
+    step's real examples (see `mgpu_tf.replica_weights`). Everything is checked
+    before any example is read; the examples are counted (read only when their
+    number is unknown) to plan the epoch.
+
+    Example:
+
+    ```python
+    import mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("mirrored")
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    with strategy.scope():
+        model = build_and_compile_model()
+    model.fit(mgpu_tf.shard_dataset(examples, strategy, 64, weights=[2, 1]), epochs=3)
+    ```
+
+    Args:
+        source: a `tf.data.Dataset` of single (unbatched) examples; a list of
+            TFRecord file patterns (one string is one pattern); or a function of a
+            `tf.distribute.InputContext` returning such a data set.
+        strategy: the strategy `model` was built under.
+        global_batch_size: examples per step over all replicas.
+        policy: how to divide examples between workers: `"file"` (whole files per
+            worker), `"data"` (every worker reads all and keeps every n-th
+            example), `"off"` (no division: one worker, or a function source that
+            divides by itself) or `"auto"` (`"off"` for a function; `"file"` when
+            there are at least as many files as workers; else `"data"`; logged).
+            Defaults to `"auto"`.
+        weights: relative speeds, one per worker, or one per replica when there is
+            one worker; a replica's batch is its share of `global_batch_size`
+            (largest-remainder rounding). Examples must be `(x, y)` or
+            `(x, y, sample_weight)`. Defaults to `None` (equal batches).
+        drop_remainder: leave out the examples that do not fill a whole step,
+            so every batch is full. Defaults to `False`.
+        shuffle_seed: shuffle with this seed every epoch: the same orders in every
+            run, the same order on every worker where `"data"` needs it. File
+            sources shuffle the file order and a buffer of 10,000 examples.
+            Defaults to `None` (source order).
+        parse: a function applied to each example before batching, such as one
+            decoding a TFRecord record into `(x, y)`. Defaults to `None`.
+
+    Returns:
+        A `tf.data.Dataset` or a `tf.distribute.DistributedDataset`.
+
+    Raises:
+        TypeError: for arguments of the wrong type, a source that is already
+            distributed, or examples that are not dense tensors.
+        ValueError: for bad weights or policy, a global batch the replicas cannot
+            share, fewer files than workers with `policy="file"`, a batched,
+            infinite or empty source, or a file pattern that matches nothing.
+    """
+    request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
+                       shuffle_seed, parse)
+    return _distribute(request, _make_plan(request))
