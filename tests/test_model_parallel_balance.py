@@ -1,0 +1,101 @@
+"""Balancing: the partitioners minimise the heaviest stage, on valid cuts only."""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+
+import mgpu_tf
+from mgpu_tf.model_parallel import balance, partition
+from model_parallel_models import mlp, residual
+
+DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+
+
+def _brute_force_heaviest(weights, stages):
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, len(weights)), stages - 1):
+        bounds = (0,) + cuts + (len(weights),)
+        best = min(best, max(sum(weights[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_partition_minimises_the_heaviest_stage(seed):
+    rng = np.random.default_rng(seed)
+    weights = [int(w) for w in rng.integers(0, 100, size=rng.integers(2, 9))]
+    stages = int(rng.integers(1, len(weights) + 1))
+    counts = balance.partition(weights, stages)
+    assert len(counts) == stages and min(counts) >= 1 and sum(counts) == len(weights)
+    bounds = np.cumsum([0] + counts)
+    heaviest = max(sum(weights[a:b]) for a, b in zip(bounds, bounds[1:]))
+    assert heaviest == _brute_force_heaviest(weights, stages)
+
+
+def test_uniform_balances_layer_counts():
+    model = mgpu_tf.ModelParallel(mlp((4,) * 6), DEVICES[:3], balance="uniform")
+    assert [len(s.layers) for s in model.plan] == [2, 2, 2]
+
+
+def test_params_balances_parameter_bytes():
+    # dense_0: 8*256+256, dense_1: 256*4+4, then three 4->4 layers: one heavy layer.
+    model = mgpu_tf.ModelParallel(mlp((256, 4, 4, 4, 4)), DEVICES[:2], balance="params")
+    assert model.plan[0].layers == ("dense_0",)
+    assert model.plan[0].param_bytes == (8 * 256 + 256) * 4
+    assert sum(s.param_bytes for s in model.plan) == sum(
+        w.numpy().nbytes for w in model.weights)
+
+
+def test_time_balances_measured_time_and_reports_it():
+    model = mgpu_tf.ModelParallel(mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
+                                  balance="time", sample=np.ones((64, 1024), "float32"))
+    uniform = mgpu_tf.ModelParallel(mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
+                                    balance="uniform")
+    assert [len(s.layers) for s in uniform.plan] == [3, 3]
+    # The two 1024-wide layers carry nearly all the time: they get split apart.
+    assert model.plan[0].layers == ("dense_0",)
+    assert all(s.seconds > 0 for s in model.plan)
+    assert model.plan[0].seconds > model.plan[1].seconds * 0.5
+
+
+def test_time_without_sample_uses_zeros_of_the_input_shape():
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance="time")
+    assert all(s.seconds is not None for s in model.plan)
+
+
+def test_explicit_balance_is_used_as_given():
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=[1, 3])
+    assert [s.layers for s in model.plan] == [("dense_0",), ("dense_1", "dense_2", "dense_3")]
+    assert [s.device for s in model.plan] == ["/device:CPU:0", "/device:CPU:1"]
+    assert all(s.seconds is None for s in model.plan)
+
+
+def test_automatic_balance_cuts_only_where_one_tensor_crosses():
+    graph = partition.analyse(residual())
+    # stem | block_a, block_b, add (a residual block) | head
+    assert [u.name for u in graph.units] == ["stem", "block_a", "block_b", "add", "head"]
+    assert graph.atoms() == [1, 3, 1]
+    assert graph.crossing[1] == ("stem", "block_a")
+    for name in ("uniform", "params"):
+        model = mgpu_tf.ModelParallel(residual(), DEVICES[:3], balance=name)
+        assert [s.layers for s in model.plan] == [
+            ("stem",), ("block_a", "block_b", "add"), ("head",)]
+
+
+def test_nested_model_counts_as_one_layer():
+    keras.utils.set_random_seed(0)
+    block = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(8)],
+                             name="block")
+    x = keras.Input((8,))
+    model = keras.Model(x, keras.layers.Dense(1, name="out")(block(x)))
+    wrapped = mgpu_tf.ModelParallel(model, DEVICES[:2])
+    assert [s.layers for s in wrapped.plan] == [("block",), ("out",)]
+    for variable in block.weights:
+        assert variable.value.device.endswith("CPU:0")
+
+
+def test_plan_prints_one_line_per_stage():
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance="uniform")
+    text = [str(s) for s in model.plan]
+    assert text[0].startswith("stage 0 on /device:CPU:0: 2 layers (dense_0 .. dense_1)")
