@@ -16,13 +16,27 @@ Two places in `keras/src/backend/tensorflow/trainer.py` fail:
 
 Everything else (one machine, other strategies, `predict`'s concatenation)
 goes on to the original Keras code.
+
+TensorFlow's `MirroredStrategy` starts the collective keys of every instance at
+the same number, and the runtime remembers each key's group size for the life of
+the process: a second mirrored strategy over another number of devices fails at
+its first all-reduce ("... is joining a group with size 4, but that group has
+size 2"). `distinct_collective_keys` gives each strategy its own key range, as
+TensorFlow's own tests do (tensorflow/python/distribute/strategy_combinations.py).
 """
 
+import contextlib
 import functools
+import itertools
 import logging
 import re
 
-__all__ = ["KERAS_20585_VERSIONS", "apply_multi_worker_fixes", "multi_worker_fixes_apply"]
+__all__ = [
+    "KERAS_20585_VERSIONS",
+    "apply_multi_worker_fixes",
+    "distinct_collective_keys",
+    "multi_worker_fixes_apply",
+]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -150,3 +164,29 @@ def _mean_over_replicas(original, trainer):
 
     setattr(reduce_per_replica, _MARK, True)
     return reduce_per_replica
+
+
+_KEY_BLOCKS = itertools.count(1)
+_KEY_BLOCK_SIZE = 1_000_000
+
+
+@contextlib.contextmanager
+def distinct_collective_keys():
+    """Makes the MirroredStrategy built inside the block use its own collective keys.
+
+    `MirroredStrategy.__init__` reads the class attribute `_collective_key_base`
+    (present from TensorFlow 2.4 on); it is moved to a fresh block for the
+    construction and put back after. On a TensorFlow without it, nothing changes.
+    """
+    import tensorflow as tf
+
+    cls = tf.distribute.MirroredStrategy
+    base = getattr(cls, "_collective_key_base", None)
+    if not isinstance(base, int):
+        yield
+        return
+    cls._collective_key_base = base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS)
+    try:
+        yield
+    finally:
+        cls._collective_key_base = base

@@ -51,7 +51,8 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
             Defaults to `1024`.
 
     Returns:
-        The list of logical devices of that type.
+        The names of the logical devices of that type, such as `"/device:CPU:1"`
+        (read from the configuration, so the runtime is still not started).
 
     Raises:
         ValueError: for a bad count or device type, or no such physical device.
@@ -85,7 +86,7 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
     except RuntimeError as error:
         current = tf.config.list_logical_devices(device_type)
         if len(current) == count:
-            return current
+            return [device.name for device in current]
         raise DevicesAlreadyInitializedError(
             f"simulate_devices({count}) must be called before TensorFlow starts its "
             f"runtime; it has already started with {len(current)} logical "
@@ -93,7 +94,7 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
             "the program, before creating tensors, models or strategies (or pass "
             "--simulate_devices on the command line)."
         ) from error
-    return tf.config.list_logical_devices(device_type)
+    return planned_logical_devices(device_type)
 
 
 def physical_devices(device_type):

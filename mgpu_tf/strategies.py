@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from mgpu_tf import cluster as cluster_lib
 from mgpu_tf import devices as devices_lib
+from mgpu_tf import failures
 
 __all__ = [
     "StrategyKind",
@@ -57,7 +58,8 @@ OPTIONS = {
     "reduce_to_one (one machine); auto, ring, nccl (several)",
     "num_packs": "how many packs gradients are grouped into (nccl, hierarchical_copy)",
     "bytes_per_pack": "gradient bytes per all-reduce pack across workers (0: automatic)",
-    "timeout_seconds": "seconds a collective waits for a peer before failing",
+    "timeout_seconds": "seconds a collective waits for a peer, and a silent worker counts "
+    "as lost, before failing (default: collectives wait, workers lost after 10 s)",
     "cluster": "a TF_CONFIG dictionary or JSON string",
     "worker_hosts": "'host:port' of every worker, instead of cluster",
     "task_index": "this process' index in worker_hosts",
@@ -321,13 +323,16 @@ def _cross_device_ops(options):
 
 
 def _build_mirrored(options):
+    from mgpu_tf import compat
+
     if "num_gpus" in options:
         devices = devices_lib.local_devices("GPU")[: options["num_gpus"]] or None
     else:
         devices = options.get("devices", devices_lib.local_devices())
-    return tf.distribute.MirroredStrategy(
-        devices=devices, cross_device_ops=_cross_device_ops(options)
-    )
+    with compat.distinct_collective_keys():
+        return tf.distribute.MirroredStrategy(
+            devices=devices, cross_device_ops=_cross_device_ops(options)
+        )
 
 
 def _build_multi_worker(options):
@@ -345,6 +350,9 @@ def _build_multi_worker(options):
     )
     config = options.get("cluster") or cluster_lib.detect_cluster()
     resolver = config.cluster_resolver() if config else None
+    if config is not None and config.num_workers > 1:
+        failures.configure_failure_detection(
+            config, options.get("timeout_seconds", failures.DEFAULT_HEARTBEAT_SECONDS))
     compat.apply_multi_worker_fixes()
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication
@@ -384,7 +392,7 @@ def auto_choice(**options):
         return "multi_worker", "a cluster was given"
     config = cluster_lib.detect_cluster()
     if config is not None and config.num_workers > 1:
-        return "multi_worker", f"TF_CONFIG names {config.num_workers} workers"
+        return "multi_worker", f"{config.source} gives {config.num_workers} workers"
     devices = options.get("devices")
     if devices is not None:
         count = devices if isinstance(devices, int) else len(devices)

@@ -181,3 +181,12 @@ def test_prepare_model_is_a_no_op_for_data_parallel_strategies():
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     assert mgpu_tf.prepare_model(model, strategy) is model
+
+
+def test_mirrored_strategies_of_different_sizes_all_reduce_in_one_process():
+    # Without distinct collective keys the second strategy fails at its first
+    # all-reduce: TensorFlow remembers the first one's group size.
+    for count in (2, 4, 3):
+        strategy = mgpu_tf.make_strategy("mirrored", devices=count)
+        values = strategy.run(lambda: tf.constant(1.0))
+        assert float(strategy.reduce("SUM", values, axis=None)) == count

@@ -1,0 +1,151 @@
+"""Lost workers: detected within a bounded time, and reported by name.
+
+TensorFlow's multi-worker runtime notices a dead peer through its coordination
+service's heartbeats, then aborts the collectives of every survivor with a long
+gRPC message (tensorflow/tensorflow#35878, #37108 and #58434 describe the hangs
+of older releases). This module sets how long that takes and turns the message
+into a `WorkerLostError` that says which worker was lost and what to do.
+"""
+
+import contextlib
+import logging
+import re
+
+import tensorflow as tf
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_SECONDS",
+    "WorkerLostError",
+    "configure_failure_detection",
+    "lost_task",
+    "worker_failures",
+]
+
+logger = logging.getLogger("mgpu_tf")
+
+# TensorFlow's own heartbeat timeout, used when `timeout_seconds` is not given.
+DEFAULT_HEARTBEAT_SECONDS = 10
+
+_TASK = re.compile(r"/job:(chief|worker)(?:/replica:\d+)?/task:(\d+)")
+_LOST_MARKERS = ("stopped sending heartbeats", "unhealthy", "Connection reset by peer",
+                 "Socket closed", "failed to connect", "Connection refused",
+                 "has been disconnected", "DEADLINE_EXCEEDED", "Deadline Exceeded")
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of a multi-worker job stopped; the survivors cannot go on.
+
+    Attributes:
+        task_type: the lost task's role (`"worker"` or `"chief"`), or `None`.
+        task_index: its index, or `None` when TensorFlow did not say.
+    """
+
+    def __init__(self, message, task_type=None, task_index=None):
+        super().__init__(message)
+        self.task_type = task_type
+        self.task_index = task_index
+
+
+def configure_failure_detection(config, timeout_seconds):
+    """Sets the heartbeat and shutdown timeouts of TensorFlow's coordination service.
+
+    Must run before the multi-worker strategy is made (which otherwise sets up the
+    service with TensorFlow's defaults). A worker that stops sending heartbeats for
+    `timeout_seconds` makes every survivor's collectives fail.
+
+    Args:
+        config: the `mgpu_tf.cluster.ClusterConfig` of this process.
+        timeout_seconds: seconds without a heartbeat before a worker counts as lost.
+
+    Returns:
+        True when the settings were applied; False when this TensorFlow has no such
+        setting (the strategy then keeps TensorFlow's defaults).
+    """
+    try:
+        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+        from tensorflow.python.eager import context
+    except ImportError:
+        logger.info("mgpu_tf: this TensorFlow cannot set heartbeat timeouts; keeping its own.")
+        return False
+    if context.context().coordination_service is not None:
+        return False
+    jobs = [coordination_config_pb2.CoordinatedJob(name=role, num_tasks=len(config.cluster[role]))
+            for role in ("chief", "worker") if role in config.cluster]
+    leader_role = "chief" if "chief" in config.cluster else "worker"
+    milliseconds = int(timeout_seconds * 1000)
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=f"/job:{leader_role}/replica:0/task:0",
+        heartbeat_timeout_in_ms=milliseconds,
+        shutdown_barrier_timeout_in_ms=milliseconds,
+        coordinated_jobs=jobs,
+    )
+    return True
+
+
+def lost_task(error):
+    """Returns `(task_type, task_index)` of the worker an error says was lost, or None.
+
+    Args:
+        error: an exception raised by a collective operation.
+    """
+    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                              tf.errors.DeadlineExceededError, tf.errors.InternalError,
+                              tf.errors.CancelledError, tf.errors.UnknownError)):
+        return None
+    text = str(error)
+    if not any(marker in text for marker in _LOST_MARKERS):
+        return None
+    # The lost task is the one named after the marker ("unhealthy ...: /job:worker/task:1"
+    # or "remote target /job:worker/replica:0/task:0"); the reporter comes before it.
+    for marker in ("stopped sending heartbeats", "remote target"):
+        at = text.find(marker)
+        if at >= 0:
+            match = _TASK.search(text, at)
+            if match:
+                return match.group(1), int(match.group(2))
+    match = _TASK.search(text)
+    return (match.group(1), int(match.group(2))) if match else (None, None)
+
+
+@contextlib.contextmanager
+def worker_failures(config=None):
+    """Turns TensorFlow's lost-peer errors inside the block into `WorkerLostError`.
+
+    Example:
+
+    ```python
+    with mgpu_tf.failures.worker_failures():
+        model.fit(dataset, epochs=10)
+    ```
+
+    Args:
+        config: this process' `ClusterConfig`, used to name the lost worker's
+            address. Defaults to the detected one.
+
+    Raises:
+        WorkerLostError: naming the lost worker, with the original error chained.
+    """
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - re-raised unchanged unless it is ours
+        found = lost_task(error)
+        if found is None:
+            raise
+        task_type, task_index = found
+        if config is None:
+            from mgpu_tf import cluster
+
+            config = cluster.detect_cluster()
+        who = "a worker"
+        if task_type is not None:
+            who = f"{task_type} {task_index}"
+            if config is not None and task_index < len(config.cluster.get(task_type, ())):
+                who += f" ({config.cluster[task_type][task_index]})"
+        raise WorkerLostError(
+            f"{who} was lost: it stopped answering, so this worker's collectives were "
+            "aborted. A multi-worker job cannot continue with fewer workers. Restart the "
+            "group (mgpu-tf launch --max_restarts N) and resume from a backup "
+            "(mgpu_tf.callbacks.BackupAndRestore).",
+            task_type, task_index,
+        ) from error
