@@ -185,8 +185,13 @@ def test_prepare_model_is_a_no_op_for_data_parallel_strategies():
 
 def test_mirrored_strategies_of_different_sizes_all_reduce_in_one_process():
     # Without distinct collective keys the second strategy fails at its first
-    # all-reduce: TensorFlow remembers the first one's group size.
+    # in-graph all-reduce: TensorFlow remembers the first one's group size.
     for count in (2, 4, 3):
         strategy = mgpu_tf.make_strategy("mirrored", devices=count)
-        values = strategy.run(lambda: tf.constant(1.0))
-        assert float(strategy.reduce("SUM", values, axis=None)) == count
+
+        @tf.function
+        def step():
+            return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+                "SUM", tf.constant(1.0)))
+
+        assert float(strategy.experimental_local_results(step())[0]) == count
