@@ -1,14 +1,43 @@
-"""The cluster a process belongs to: TF_CONFIG, parsed, validated and built.
+"""The cluster a process belongs to: TF_CONFIG, parsed, validated, built or detected.
 
 TensorFlow reads `TF_CONFIG` late (when a strategy starts its gRPC server) and
 reports a bad one with a stack trace, or by hanging. Here it is checked up front,
 with errors that quote the offending part, and it can be built from a host list.
+TensorFlow's own resolvers for Kubernetes and SLURM need the Kubernetes API or
+SLURM's commands at run time; `detect_cluster` builds the same cluster from the
+variables the pod or `srun` task already has, and says where it came from.
 This is the only module of mgpu_tf that reads the environment.
+
+Variables read, in this order (the first system found wins):
+
+- `TF_CONFIG`: the cluster as TensorFlow defines it.
+- Kubernetes Indexed Job: `JOB_COMPLETION_INDEX` (set by Kubernetes) with
+  `MGPU_TF_JOB_NAME` (this pod's Job), `MGPU_TF_JOBS` (`"name:count,..."`, every
+  Job of the cluster in order), `MGPU_TF_SERVICE_NAME` (the headless Service, the
+  pods' subdomain) and `MGPU_TF_PORT` (default 2222), all set by the manifests of
+  `mgpu_tf.kubernetes`. Worker `i` of Job `name` is `name-i.service:port`.
+- SLURM (what `srun` sets): `SLURM_PROCID`, `SLURM_STEP_NUM_TASKS` or
+  `SLURM_NTASKS`, `SLURM_STEP_NODELIST` or `SLURM_JOB_NODELIST`,
+  `SLURM_STEP_TASKS_PER_NODE` or `SLURM_TASKS_PER_NODE`, `SLURM_NODEID`,
+  `SLURM_LOCALID` and `SLURM_JOB_ID`. Task `l` of node `n` listens on
+  `node:base+l`; the base is `MGPU_TF_PORT`, else derived from the job id.
+
+And, for every source:
+
+- `MGPU_TF_HOST_OVERRIDE`: `"name=host[:port],..."` replaces host names of the
+  detected cluster (for instance the pods' names by `127.0.0.1:port`, to run a
+  manifest's workers on one machine).
+- `MGPU_TF_SHARD_WEIGHTS`: `"w0,w1,..."`, the relative speed of each worker
+  (chief first), read by `shard_weights()` for weighted data shards.
 """
 
 import dataclasses
 import json
+import math
 import os
+import re
+
+from mgpu_tf import hostlist
 
 __all__ = [
     "ROLES",
@@ -18,8 +47,16 @@ __all__ = [
     "cluster_from_hosts",
     "parse_address",
     "detect_cluster",
+    "detect_source",
+    "shard_weights",
     "environ_value",
+    "check_dns_label",
+    "DEFAULT_PORT",
+    "SOURCES",
 ]
+
+DEFAULT_PORT = 2222
+SOURCES = ("TF_CONFIG", "kubernetes", "slurm", "single_machine")
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 _TRAINING_ROLES = ("chief", "worker")
@@ -37,8 +74,8 @@ class ClusterConfig:
         cluster: role name to list of `"host:port"` addresses.
         task_type: this process' role.
         task_index: this process' index within its role.
-        source: where it came from: `"TF_CONFIG"`, `"worker_hosts"` or
-            `"single_machine"`.
+        source: where it came from: `"TF_CONFIG"`, `"kubernetes"`, `"slurm"`,
+            `"worker_hosts"` or `"cluster"` (given to `make_strategy`).
     """
 
     cluster: dict
@@ -281,7 +318,20 @@ def environ_value(name, default=None):
 def detect_cluster(environ=None):
     """Finds the cluster this process belongs to, or `None` on a single machine.
 
-    Reads `TF_CONFIG`. An empty or absent TF_CONFIG means a single machine.
+    Looks, in this order, at `TF_CONFIG`, a Kubernetes Indexed Job made by
+    `mgpu_tf.kubernetes` and a SLURM step started by `srun` (see the module
+    docstring for the variables); the result's `source` says which it found.
+    A Kubernetes Job or SLURM step of one task is a single machine (`None`), as
+    is an empty or absent TF_CONFIG. `MGPU_TF_HOST_OVERRIDE` then renames hosts.
+
+    Example:
+
+    ```python
+    config = detect_cluster({"SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+                             "SLURM_STEP_NODELIST": "gpu[1-2]", "SLURM_NODEID": "1",
+                             "SLURM_LOCALID": "0", "MGPU_TF_PORT": "2222"})
+    config.source, config.address  # ('slurm', 'gpu2:2222')
+    ```
 
     Args:
         environ: a mapping to read instead of `os.environ` (for tests).
@@ -290,10 +340,252 @@ def detect_cluster(environ=None):
         A `ClusterConfig`, or `None`.
 
     Raises:
-        ClusterConfigError: when TF_CONFIG is set but invalid.
+        ClusterConfigError: when a system's variables are present but do not
+            describe a cluster (the message names the variable).
     """
     environ = os.environ if environ is None else environ
-    text = environ.get("TF_CONFIG", "").strip()
+    source = detect_source(environ)
+    if source == "TF_CONFIG":
+        config = parse_tf_config(environ["TF_CONFIG"].strip())
+    elif source == "kubernetes":
+        config = _from_kubernetes(environ)
+    elif source == "slurm":
+        config = _from_slurm(environ)
+    else:
+        config = None
+    if config is None or config.num_workers == 1 and source != "TF_CONFIG":
+        return None
+    return _override_hosts(config, environ.get("MGPU_TF_HOST_OVERRIDE", ""))
+
+
+def detect_source(environ=None):
+    """Names the system whose variables this process has, without validating them.
+
+    Returns:
+        One of `SOURCES`: `"TF_CONFIG"`, `"kubernetes"`, `"slurm"` or
+        `"single_machine"`.
+    """
+    environ = os.environ if environ is None else environ
+    if environ.get("TF_CONFIG", "").strip():
+        return "TF_CONFIG"
+    if "MGPU_TF_JOB_NAME" in environ:
+        return "kubernetes"
+    if "SLURM_PROCID" in environ and ("SLURM_STEP_NODELIST" in environ
+                                      or "SLURM_JOB_NODELIST" in environ):
+        return "slurm"
+    return "single_machine"
+
+
+def _integer(environ, name, *, lowest=0, default=None, hint=""):
+    text = environ.get(name)
+    if text is None:
+        if default is not None:
+            return default
+        raise ClusterConfigError(f"{name} must be set{hint}. Received: {name} unset.")
+    text = text.strip()
+    if not text.lstrip("-").isdigit() or int(text) < lowest:
+        raise ClusterConfigError(
+            f"{name} must be an integer of at least {lowest}. Received: {name}={text!r}")
+    return int(text)
+
+
+def _port(environ, default):
+    port = _integer(environ, "MGPU_TF_PORT", lowest=0, default=default)
+    if not 1 <= port <= 65535:
+        raise ClusterConfigError(
+            f"MGPU_TF_PORT must be between 1 and 65535. Received: MGPU_TF_PORT={port}")
+    return port
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def check_dns_label(name, *, what="name"):
+    """Checks a Kubernetes object name that must be a DNS label (RFC 1123).
+
+    Raises:
+        ClusterConfigError: for anything but 1-63 lowercase letters, digits and
+            '-', starting and ending with a letter or digit.
+    """
+    if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name):
+        raise ClusterConfigError(
+            f"{what} must be a DNS label: 1-63 lowercase letters, digits or '-', "
+            f"starting and ending with a letter or digit. Received: {what}={name!r}")
+    return name
+
+
+def _kubernetes_jobs(text):
+    jobs = []
+    for item in (text or "").split(","):
+        name, _, count = item.strip().rpartition(":")
+        if not name or not count.isdigit() or int(count) < 1:
+            raise ClusterConfigError(
+                "MGPU_TF_JOBS must list the cluster's Jobs as 'name:count,...' with counts "
+                f"of at least 1. Received: MGPU_TF_JOBS={text!r}")
+        jobs.append((check_dns_label(name, what="a Job name in MGPU_TF_JOBS"), int(count)))
+    return jobs
+
+
+def _from_kubernetes(environ):
+    job = check_dns_label(environ["MGPU_TF_JOB_NAME"].strip(), what="MGPU_TF_JOB_NAME")
+    index = _integer(environ, "JOB_COMPLETION_INDEX",
+                     hint=" by Kubernetes; the Job needs completionMode: Indexed")
+    service = check_dns_label(environ.get("MGPU_TF_SERVICE_NAME", "").strip(),
+                              what="MGPU_TF_SERVICE_NAME")
+    jobs = _kubernetes_jobs(environ.get("MGPU_TF_JOBS", f"{job}:1"))
+    port = _port(environ, DEFAULT_PORT)
+    names = [name for name, _ in jobs]
+    if job not in names:
+        raise ClusterConfigError(
+            f"MGPU_TF_JOB_NAME must be one of the Jobs in MGPU_TF_JOBS ({', '.join(names)}). "
+            f"Received: MGPU_TF_JOB_NAME={job!r}")
+    count = dict(jobs)[job]
+    if index >= count:
+        raise ClusterConfigError(
+            f"JOB_COMPLETION_INDEX must be in 0..{count - 1} for Job {job!r} of {count} "
+            f"pods (MGPU_TF_JOBS). Received: JOB_COMPLETION_INDEX={index}")
+    hosts = [f"{name}-{i}.{service}:{port}" for name, n in jobs for i in range(n)]
+    offset = sum(n for name, n in jobs[:names.index(job)])
+    return parse_tf_config(
+        {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": offset + index}},
+        source="kubernetes")
+
+
+def _slurm_base_port(environ):
+    # Jobs sharing a node get different ports: 16 per job, below Linux's ephemeral range.
+    job_id = _integer(environ, "SLURM_JOB_ID", default=0)
+    return _port(environ, 10000 + (job_id % 1400) * 16)
+
+
+def _from_slurm(environ):
+    def first(*names):
+        return next((n for n in names if n in environ), names[-1])
+
+    nodes_name = first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
+    tasks_name = first("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+    per_node_name = first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+    try:
+        nodes = hostlist.expand_hostlist(environ[nodes_name])
+        per_node = (hostlist.expand_tasks_per_node(environ[per_node_name])
+                    if per_node_name in environ else None)
+    except hostlist.HostlistError as error:
+        raise ClusterConfigError(f"{error} (from {nodes_name} / {per_node_name})") from None
+    ntasks = _integer(environ, tasks_name, lowest=1, hint=" by srun")
+    rank = _integer(environ, "SLURM_PROCID", hint=" by srun")
+    if per_node is None:
+        if ntasks % len(nodes):
+            raise ClusterConfigError(
+                f"{per_node_name} must be set when {tasks_name}={ntasks} tasks do not "
+                f"spread evenly over {len(nodes)} nodes ({environ[nodes_name]}).")
+        per_node = [ntasks // len(nodes)] * len(nodes)
+    if len(per_node) != len(nodes) or sum(per_node) != ntasks:
+        raise ClusterConfigError(
+            f"{per_node_name} must give one count per node of {nodes_name} summing to "
+            f"{tasks_name}. Received: {per_node_name}={environ.get(per_node_name)!r}, "
+            f"{nodes_name}={environ[nodes_name]!r}, {tasks_name}={ntasks}")
+    if rank >= ntasks:
+        raise ClusterConfigError(
+            f"SLURM_PROCID must be in 0..{ntasks - 1} for {ntasks} tasks. "
+            f"Received: SLURM_PROCID={rank}")
+    node = _integer(environ, "SLURM_NODEID", default=0 if len(nodes) == 1 else None,
+                    hint=" by srun")
+    local = _integer(environ, "SLURM_LOCALID", default=0 if ntasks == len(nodes) else None,
+                     hint=" by srun")
+    if node >= len(nodes) or local >= per_node[node]:
+        raise ClusterConfigError(
+            f"SLURM_NODEID and SLURM_LOCALID must name a task of the step ({per_node} tasks "
+            f"on {nodes}). Received: SLURM_NODEID={node}, SLURM_LOCALID={local}")
+    base = _slurm_base_port(environ)
+    if base + max(per_node) - 1 > 65535:
+        raise ClusterConfigError(
+            f"MGPU_TF_PORT leaves no room for {max(per_node)} tasks per node below 65536. "
+            f"Received: MGPU_TF_PORT={base}. Use a port below {65537 - max(per_node)}.")
+    # Workers are ordered by node, then local id: the same on every task, whatever
+    # srun's --distribution did to SLURM_PROCID.
+    hosts = [f"{host}:{base + i}" for host, n in zip(nodes, per_node) for i in range(n)]
+    return parse_tf_config(
+        {"cluster": {"worker": hosts},
+         "task": {"type": "worker", "index": sum(per_node[:node]) + local}},
+        source="slurm")
+
+
+def _override_hosts(config, text):
+    if not text.strip():
+        return config
+    mapping = {}
+    for item in text.split(","):
+        name, sep, target = (part.strip() for part in item.partition("="))
+        if not sep or not name or not target:
+            raise ClusterConfigError(
+                "MGPU_TF_HOST_OVERRIDE must be 'name=host[:port],...'. "
+                f"Received: MGPU_TF_HOST_OVERRIDE={text!r}")
+        has_port = ":" in target and not target.endswith("]")
+        if has_port:
+            parse_address(target, where=f"MGPU_TF_HOST_OVERRIDE[{name!r}]")
+        mapping[name] = (target, has_port)
+    used = set()
+
+    def rename(address):
+        host, port = parse_address(address)
+        if host not in mapping:
+            return address
+        used.add(host)
+        target, has_port = mapping[host]
+        return target if has_port else f"{target}:{port}"  # a host alone keeps the port
+
+    cluster = {role: [rename(a) for a in hosts] for role, hosts in config.cluster.items()}
+    unknown = sorted(set(mapping) - used)
+    if unknown:
+        known = sorted({parse_address(a)[0] for hosts in config.cluster.values() for a in hosts})
+        raise ClusterConfigError(
+            f"MGPU_TF_HOST_OVERRIDE names hosts that are not in the cluster: {unknown}. "
+            f"Hosts of the cluster: {known}.")
+    return parse_tf_config(
+        {"cluster": cluster, "task": {"type": config.task_type, "index": config.task_index}},
+        source=config.source)
+
+
+def shard_weights(environ=None):
+    """Returns the workers' relative speeds from `MGPU_TF_SHARD_WEIGHTS`, or `None`.
+
+    Manifests made for node pools of different GPUs set `MGPU_TF_SHARD_WEIGHTS`
+    to one weight per worker (in the cluster's order, chief first); pass the
+    result as `weights=` to `mgpu_tf.shard_dataset`, which gives each worker a
+    share of every global batch in proportion to its weight. On a single
+    machine the list is checked for numbers only (one per replica there).
+
+    Example:
+
+    ```python
+    shard_weights({"MGPU_TF_SHARD_WEIGHTS": "2,2,1"})  # [2.0, 2.0, 1.0]
+    ```
+
+    Args:
+        environ: a mapping to read instead of `os.environ` (for tests).
+
+    Returns:
+        A list of floats, or `None` when the variable is unset or empty.
+
+    Raises:
+        ClusterConfigError: for a value that is not a number, a negative or
+            all-zero list, or a length other than the detected cluster's workers.
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get("MGPU_TF_SHARD_WEIGHTS", "").strip()
     if not text:
         return None
-    return parse_tf_config(text)
+    try:
+        weights = [float(w) for w in text.split(",")]
+    except ValueError:
+        weights = None
+    if weights is None or not all(math.isfinite(w) and w >= 0 for w in weights) or not any(
+            weights):
+        raise ClusterConfigError(
+            "MGPU_TF_SHARD_WEIGHTS must be comma-separated numbers, not negative and not all "
+            f"zero. Received: MGPU_TF_SHARD_WEIGHTS={text!r}")
+    config = detect_cluster(environ)
+    if config is not None and len(weights) != config.num_workers:
+        raise ClusterConfigError(
+            f"MGPU_TF_SHARD_WEIGHTS must give one weight per worker ({config.num_workers}, "
+            f"from {config.source}). Received: MGPU_TF_SHARD_WEIGHTS={text!r}")
+    return weights
