@@ -1,0 +1,56 @@
+"""`mgpu-tf k8s`: print the Kubernetes manifests that run a command on N GPU workers."""
+
+import argparse
+import sys
+
+from mgpu_tf import cluster, kubernetes
+
+__all__ = ["add_parser", "k8s_command"]
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "k8s",
+        help="print Kubernetes manifests (Indexed Job or Kubeflow TFJob) for N GPU workers",
+        description="Print the manifests that run COMMAND as a multi-worker job on "
+        "Kubernetes: a headless Service and an Indexed Job (default), or a Kubeflow TFJob. "
+        "Example: mgpu-tf k8s --workers 4 --gpus-per-worker 2 --image IMAGE -- "
+        "python -m mgpu_tf.train --strategy=multi_worker | kubectl apply -f -",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--workers", type=int, default=None,
+                        help="number of workers (default: the node pools' total)")
+    parser.add_argument("--gpus-per-worker", type=int, default=1,
+                        help="nvidia.com/gpu limit of each worker pod (default 1; 0: none)")
+    parser.add_argument("--image", required=True, help="container image of the workers")
+    parser.add_argument("--format", choices=kubernetes.FORMATS, default="indexed-job",
+                        help="indexed-job (plain Kubernetes, default) or tfjob "
+                        "(Kubeflow training operator)")
+    parser.add_argument("--name", default="mgpu-tf",
+                        help="job name, a DNS label; also the Service name (default mgpu-tf)")
+    parser.add_argument("--namespace", default=None, help="namespace of the objects")
+    parser.add_argument("--port", type=int, default=cluster.DEFAULT_PORT,
+                        help="gRPC port of the workers (default 2222)")
+    parser.add_argument("--node-pool", action="append", default=[], dest="node_pools",
+                        metavar="NAME:WORKERS[:SPEED[:SELECTOR]]",
+                        help="a pool of nodes with one GPU type (repeat for each); SPEED "
+                        "becomes its shard weight; SELECTOR is KEY=VALUE or a VALUE of "
+                        "nvidia.com/gpu.product")
+    parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
+                        help="the command each worker's container runs")
+    parser.set_defaults(run=k8s_command)
+    return parser
+
+
+def k8s_command(args):
+    try:
+        pools = [kubernetes.parse_node_pool(text) for text in args.node_pools]
+        documents = kubernetes.make_manifests(
+            args.name, args.cmd, image=args.image, workers=args.workers,
+            gpus_per_worker=args.gpus_per_worker, format=args.format, pools=pools,
+            port=args.port, namespace=args.namespace)
+    except kubernetes.ManifestError as error:
+        print(f"mgpu-tf k8s: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write(kubernetes.to_yaml(documents))
+    return 0

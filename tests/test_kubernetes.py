@@ -1,0 +1,222 @@
+"""`mgpu-tf k8s`: manifests valid against the Kubernetes schemas, and pods that train.
+
+The schemas come with kubernetes-validate (offline). The workers' test runs the
+container's command twice, each time with exactly the environment the manifest
+gives that pod, the pods' names mapped to loopback by MGPU_TF_HOST_OVERRIDE.
+"""
+
+import json
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from deploy_workers import run_with_environments
+from mgpu_tf import cluster, kubernetes, launcher
+from mgpu_tf.cli import main as cli_main
+
+# The oldest and newest Kubernetes releases whose schemas kubernetes-validate ships.
+_VERSIONS = ("1.25", kubernetes_validate.latest_version())
+_TRAIN = ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"]
+
+
+def _k8s(capsys, *args):
+    code = cli_main(["k8s", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _manifests(capsys, *args, command=_TRAIN):
+    code, out, err = _k8s(capsys, *args, "--", *command)
+    assert code == 0, err
+    return list(yaml.safe_load_all(out))
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    for name in ("TF_CONFIG", "JOB_COMPLETION_INDEX", "MGPU_TF_JOB_NAME", "SLURM_PROCID",
+                 "MGPU_TF_HOST_OVERRIDE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _validate(document):
+    for version in _VERSIONS:
+        try:
+            kubernetes_validate.validate(document, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{document['kind']} is not valid Kubernetes {version}: "
+                        f"{error.message} at {list(error.path)}")
+
+
+# ------------------------------------------------------------------ Indexed Job
+
+
+def test_indexed_job_manifests_are_valid_kubernetes(capsys):
+    documents = _manifests(capsys, "--workers", "3", "--gpus-per-worker", "2",
+                           "--image", "registry.example.com/mnist:1", "--name", "mnist",
+                           "--namespace", "ml")
+    assert [d["kind"] for d in documents] == ["Service", "Job"]
+    for document in documents:
+        _validate(document)
+
+
+def test_indexed_job_has_a_headless_service_and_stable_pod_names(capsys):
+    service, job = _manifests(capsys, "--workers", "3", "--gpus-per-worker", "2",
+                              "--image", "img:1", "--name", "mnist")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"][
+        "labels"].items()
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == (
+        "Indexed", 3, 3)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == service["metadata"]["name"] == "mnist"
+    container = pod["containers"][0]
+    assert container["command"] == _TRAIN
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    # Kubernetes names pod i of an Indexed Job `<job>-<i>`; with the subdomain that is
+    # `<job>-<i>.<service>`. Every pod must find the same cluster, and itself in it.
+    expected = ["mnist-0.mnist:2222", "mnist-1.mnist:2222", "mnist-2.mnist:2222"]
+    for i in range(3):
+        config = cluster.detect_cluster(kubernetes.pod_environment([service, job], "mnist", i))
+        assert config.cluster == {"worker": expected}
+        assert config.address == f"{job['metadata']['name']}-{i}.{pod['subdomain']}:2222"
+        assert config.source == "kubernetes"
+
+
+def test_zero_gpus_leaves_out_the_gpu_limit(capsys):
+    _, job = _manifests(capsys, "--workers", "2", "--gpus-per-worker", "0", "--image", "i")
+    assert "resources" not in job["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_node_pools_become_jobs_with_selectors_and_shard_weights(capsys):
+    documents = _manifests(
+        capsys, "--image", "img:1", "--name", "mix",
+        "--node-pool", "a100:2:3:NVIDIA-A100-SXM4-80GB",
+        "--node-pool", "t4:1:1:cloud.google.com/gke-accelerator=nvidia-tesla-t4")
+    for document in documents:
+        _validate(document)
+    service, a100, t4 = documents
+    assert [a100["metadata"]["name"], t4["metadata"]["name"]] == ["mix-a100", "mix-t4"]
+    assert a100["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert t4["spec"]["template"]["spec"]["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-t4"}
+    pods = [kubernetes.pod_environment(documents, "mix-a100", 0),
+            kubernetes.pod_environment(documents, "mix-a100", 1),
+            kubernetes.pod_environment(documents, "mix-t4", 0)]
+    configs = [cluster.detect_cluster(env) for env in pods]
+    assert [c.task_index for c in configs] == [0, 1, 2]
+    assert configs[2].cluster["worker"] == ["mix-a100-0.mix:2222", "mix-a100-1.mix:2222",
+                                            "mix-t4-0.mix:2222"]
+    assert all(cluster.shard_weights(env) == [3.0, 3.0, 1.0] for env in pods)
+
+
+# ------------------------------------------------------------------ TFJob
+
+
+def test_tfjob_manifest(capsys):
+    (tfjob,) = _manifests(capsys, "--format", "tfjob", "--workers", "4",
+                          "--gpus-per-worker", "1", "--image", "img:1", "--name", "mnist")
+    assert (tfjob["apiVersion"], tfjob["kind"]) == ("kubeflow.org/v1", "TFJob")
+    assert list(tfjob["spec"]["tfReplicaSpecs"]) == ["Worker"]
+    worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 4
+    assert worker["restartPolicy"] in ("Always", "OnFailure", "Never", "ExitCode")
+    container = worker["template"]["spec"]["containers"][0]
+    assert container["name"] == "tensorflow"  # the name the training operator looks for
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    # The CRD embeds a core PodTemplateSpec: validate it as one.
+    _validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
+               "template": worker["template"]})
+
+
+def test_the_tf_config_the_training_operator_writes_is_detected():
+    # What kubeflow/training-operator sets in pod mnist-worker-1 of namespace ml.
+    hosts = [f"mnist-worker-{i}.ml.svc:2222" for i in range(4)]
+    environ = {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
+                                        "task": {"type": "worker", "index": 1},
+                                        "environment": "cloud"})}
+    config = cluster.detect_cluster(environ)
+    assert (config.source, config.num_workers, config.is_chief) == ("TF_CONFIG", 4, False)
+
+
+# ------------------------------------------------------------------ YAML
+
+
+def test_yaml_reads_back_to_the_same_objects():
+    documents = [{"a": ["2222", "yes", "-m", "x: y", "", "null", 1, 2.5, True, None],
+                  "b": {"nvidia.com/gpu": 1, "on": {}, "c": []}}, {"d": [{"e": [1, [2]]}]}]
+    assert list(yaml.safe_load_all(kubernetes.to_yaml(documents))) == documents
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--workers", "0", "--image", "i"], r"`workers` must be an integer of at least 1. "
+                                          r"Received: workers=0"),
+    (["--image", "i"], "`workers` must be an integer of at least 1. Received: workers=None"),
+    (["--workers", "2", "--image", "i", "--name", "My_Job"],
+     r"`name` must be a DNS label: 1-63 lowercase letters, digits or '-'.*"
+     r"Received: `name`='My_Job'"),
+    (["--workers", "2", "--image", "i", "--name", "a" * 62],
+     "a pod's host name .* must be a DNS label"),
+    (["--workers", "2", "--image", "i", "--namespace=-ml"], "`namespace` must be a DNS label"),
+    (["--workers", "2", "--image", "i", "--port", "70000"],
+     "`port` must be between 1 and 65535. Received: port=70000"),
+    (["--workers", "2", "--image", "i", "--gpus-per-worker", "-1"],
+     "`gpus_per_worker` must be an integer of at least 0"),
+    (["--workers", "2", "--image", "my image"], "`image` must name a container image"),
+    (["--image", "i", "--format", "tfjob", "--node-pool", "a:1"],
+     "Node pools need format='indexed-job'"),
+    (["--image", "i", "--workers", "3", "--node-pool", "a:1", "--node-pool", "b:1"],
+     r"`workers` must equal the node pools' total \(2\)"),
+    (["--image", "i", "--node-pool", "a100"], "A node pool is NAME:WORKERS"),
+    (["--image", "i", "--node-pool", "a100:2:fast"], "A node pool's SPEED must be a number"),
+    (["--image", "i", "--node-pool", "a100:2:0"], "A node pool's speed must be a positive"),
+    (["--image", "i", "--node-pool", "a100:0"], "`workers of pool 'a100'` must be an integer "
+                                                "of at least 1"),
+    (["--image", "i", "--node-pool", "A100:1"], "a node pool's name must be a DNS label"),
+    (["--image", "i", "--node-pool", "a:1:1:NVIDIA A100"], "A node selector must be"),
+    (["--image", "i", "--node-pool", "a:1", "--node-pool", "a:1"],
+     "Node pool names must differ"),
+])
+def test_bad_requests_fail_with_the_argument_named(capsys, args, match):
+    code, out, err = _k8s(capsys, *args, "--", "python", "train.py")
+    assert code == 2 and out == ""
+    assert re.search(match, err), err
+
+
+def test_a_missing_command_is_named(capsys):
+    code, out, err = _k8s(capsys, "--workers", "2", "--image", "i")
+    assert code == 2 and "`command` must be a non-empty list" in err
+
+
+# ------------------------------------------------------------------ real workers
+
+_DONE = re.compile(r"^done: strategy=multi_worker replicas=2 examples_per_sec=[\d.]+ "
+                   r"loss=([\d.]+) accuracy=([\d.]+)$", re.MULTILINE)
+
+
+@pytest.mark.multiworker
+def test_two_pods_of_the_manifest_train_to_the_end(capsys):
+    documents = _manifests(capsys, "--workers", "2", "--gpus-per-worker", "0",
+                           "--image", "img:1", "--name", "mnist",
+                           command=[*_TRAIN, "--epochs=2"])
+    job = documents[1]
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[0] == "python"
+    ports = launcher.free_ports(2)
+    override = ",".join(f"mnist-{i}.mnist=127.0.0.1:{port}" for i, port in enumerate(ports))
+    environments = [dict(kubernetes.pod_environment(documents, "mnist", i),
+                         MGPU_TF_HOST_OVERRIDE=override) for i in range(2)]
+    results = run_with_environments(command[1:], environments)
+    finals = []
+    for code, output in results:
+        assert code == 0, output[-3000:]
+        match = _DONE.search(output)
+        assert match, output[-3000:]
+        finals.append(match.groups())
+    assert finals[0] == finals[1], "the two pods disagree on the final loss and accuracy"
