@@ -136,7 +136,7 @@ def measure_times(graph, sample, *, repeats=5):
     from mgpu_tf.model_parallel import partition as partition_lib
 
     atoms = graph.atoms()
-    models = partition_lib.stage_models(graph, atoms)
+    models = partition_lib.segment_models(graph, atoms)
     seconds = []
     x = tf.convert_to_tensor(sample)
     for atom, size in zip(models, atoms):

@@ -12,7 +12,7 @@ import dataclasses
 import keras
 import numpy as np
 
-__all__ = ["Unit", "Graph", "analyse", "check_cuts", "stage_models"]
+__all__ = ["Unit", "Graph", "analyse", "check_cuts", "segment_models", "stage_atoms"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,22 +156,45 @@ def check_cuts(graph, counts):
             )
 
 
-def stage_models(graph, counts):
-    """Builds one Keras model per stage; they share the layers (and weights) of the model.
+def segment_models(graph, counts):
+    """Builds one Keras model per run of units; they share the model's layers and weights.
 
     Args:
         graph: what `analyse` returned.
-        counts: number of units in each stage; the cuts must be valid.
+        counts: number of units in each run; the cuts between runs must be valid.
 
     Returns:
-        A list of functional models, stage `k` mapping the tensor entering it to the
-        tensor leaving it.
+        A list of functional models, model `i` mapping the tensor entering run `i` to
+        the tensor leaving it.
     """
     check_cuts(graph, counts)
     models, start, entering = [], 0, graph.input
-    for stage, count in enumerate(counts):
+    for index, count in enumerate(counts):
         end = start + count
         leaving = graph.output if end == len(graph.units) else graph.tensors[end - 1]
-        models.append(keras.Model(entering, leaving, name=f"stage_{stage}"))
+        models.append(keras.Model(entering, leaving, name=f"{graph.units[start].name}_segment"))
         start, entering = end, leaving
     return models
+
+
+def stage_atoms(graph, counts):
+    """Returns, for each stage of `counts` units, the models of its atoms in order.
+
+    A stage runs atom by atom so that its backward pass can be ordered atom by atom
+    (see `mgpu_tf.model_parallel.pipeline`).
+
+    Raises:
+        ValueError: when a cut of `counts` is crossed by more than one tensor.
+    """
+    check_cuts(graph, counts)
+    sizes = graph.atoms()
+    atoms = segment_models(graph, sizes)
+    stages, index = [], 0
+    for count in counts:
+        stage, covered = [], 0
+        while covered < count:
+            stage.append(atoms[index])
+            covered += sizes[index]
+            index += 1
+        stages.append(stage)
+    return stages

@@ -4,14 +4,16 @@ Under `tf.GradientTape`, TensorFlow 2 does not put a gradient op on the device o
 its forward op (tensorflow/tensorflow#33688): in a traced train step every gradient
 of a `tf.device`-scoped stage gets no device and lands on the default one. So the
 whole pipeline is one `tf.custom_gradient`: its forward runs each (stage,
-micro-batch) under the stage's device with a tape of its own, and its gradient
-runs each of those tapes' backward pass, and sums each variable's gradients over
-the micro-batches, under the same device.
+micro-batch) under the stage's device with tapes of its own, and its gradient
+runs those tapes' backward passes, and sums each variable's gradients over the
+micro-batches, under the same device.
 
-Each device works on one micro-batch at a time, as a GPU stream would: the
-forward of micro-batch `m + 1` on stage `k` waits for that of `m`, and stage `k`
-starts its backward passes when its last forward is done (fill, then drain). The
-stages themselves overlap, since only data links them.
+Each device does one thing at a time, as a GPU stream does: the forward of
+micro-batch `m + 1` on stage `k` waits for that of `m`; stage `k` starts its
+backward passes when its last forward is done (fill, then drain); and within a
+backward pass, atom by atom from the top, the gradient for the atom's input
+(which the stage below waits for) comes first, then its weights' gradients.
+Only data links the stages, so they overlap.
 """
 
 import tensorflow as tf
@@ -25,11 +27,11 @@ def run_pipeline(stages, devices, x, microbatches, training):
     """Runs `x` through `stages`, stage `k` on `devices[k]`, in micro-batches.
 
     Args:
-        stages: callables (Keras models), one per stage.
+        stages: for each stage, the callables (Keras models) of its atoms, in order.
         devices: one device name per stage.
         x: the batch.
         microbatches: how many micro-batches to split it into.
-        training: passed to each stage; with `True` the gradient is placed too.
+        training: passed to each atom; with `True` the gradient is placed too.
 
     Returns:
         The output of the last stage for the whole batch.
@@ -57,19 +59,23 @@ def _forward(stages, devices, x, microbatches, training, tapes):
     last_forward = [None] * len(stages)
     outputs = []
     for m, h in enumerate(pieces):
-        for k, (stage, device) in enumerate(zip(stages, devices)):
+        for k, (atoms, device) in enumerate(zip(stages, devices)):
             after = [last_forward[k]] if last_forward[k] is not None else []
             with tf.device(device), tf.control_dependencies(after):
-                if tapes is None:
-                    out = stage(h, training=training)
-                else:
-                    with tf.GradientTape() as tape:
-                        if h.dtype.is_floating:
-                            tape.watch(h)
-                        out = stage(h, training=training)
-                    tapes[k, m] = (tape, h, out)
-            last_forward[k] = out
-            h = out
+                records = []
+                for atom in atoms:
+                    if tapes is None:
+                        out = atom(h, training=training)
+                    else:
+                        with tf.GradientTape(persistent=True) as tape:
+                            if h.dtype.is_floating:
+                                tape.watch(h)
+                            out = atom(h, training=training)
+                        records.append((tape, h, out))
+                    h = out
+            if tapes is not None:
+                tapes[k, m] = records
+            last_forward[k] = h
         outputs.append(h)
     with tf.device(devices[-1]):
         return microbatch.join(outputs)
@@ -87,33 +93,31 @@ def _add(grads):
     return tf.add_n(grads)
 
 
+def _dense(grads):
+    return [g for g in grads if g is not None and not isinstance(g, tf.IndexedSlices)]
+
+
 def _backward(devices, dy, microbatches, tapes, variables):
-    stages = len(devices)
     with tf.device(devices[-1]):
-        dys = microbatch.split(dy, microbatches)
+        upstream = microbatch.split(dy, microbatches)  # per micro-batch: gradient coming in
     collected = [[] for _ in variables]  # per variable: (stage, gradient) pairs
-    upstream = {}  # micro-batch -> gradient flowing into the stage being done
-    for m in range(microbatches):
-        upstream[m] = dys[m]
-    for k in reversed(range(stages)):
-        # Fill, then drain: stage k's backward starts after its last forward.
-        previous = [tapes[k, microbatches - 1][2]]
+    for k in reversed(range(len(devices))):
+        previous = [tapes[k, microbatches - 1][-1][2]]  # the stage's last forward output
         with tf.device(devices[k]):
             for m in reversed(range(microbatches)):
-                tape, h, out = tapes[k, m]
-                sources = ([h] if h.dtype.is_floating else []) + variables
-                with tf.control_dependencies(previous):
-                    grads = tape.gradient(out, sources, output_gradients=upstream[m])
-                if h.dtype.is_floating:
-                    upstream[m], grads = grads[0], grads[1:]
-                else:
-                    upstream[m] = None
-                for i, grad in enumerate(grads):
-                    if grad is not None:
-                        collected[i].append((k, grad))
-                previous = [g for g in [upstream[m]] + grads
-                            if g is not None and not isinstance(g, tf.IndexedSlices)]
-                previous = previous or [out]
+                for tape, h, out in reversed(tapes[k, m]):
+                    incoming, dx = upstream[m], None
+                    if h.dtype.is_floating:
+                        with tf.control_dependencies(previous):
+                            dx = tape.gradient(out, h, output_gradients=incoming)
+                        previous = _dense([dx]) or previous
+                    with tf.control_dependencies(previous):
+                        grads = tape.gradient(out, variables, output_gradients=incoming)
+                    for i, grad in enumerate(grads):
+                        if grad is not None:
+                            collected[i].append((k, grad))
+                    previous = _dense(grads) or previous
+                    upstream[m] = dx
     variable_grads = []
     for pairs in collected:
         if not pairs:
@@ -121,7 +125,8 @@ def _backward(devices, dy, microbatches, tapes, variables):
             continue
         with tf.device(devices[pairs[0][0]]):
             variable_grads.append(_add([g for _, g in pairs]))
-    with tf.device(devices[0]):
-        dx = microbatch.join([upstream[m] for m in range(microbatches)]) \
-            if upstream[0] is not None else None
+    dx = None
+    if all(g is not None for g in upstream):
+        with tf.device(devices[0]):
+            dx = microbatch.join(upstream)
     return dx, variable_grads

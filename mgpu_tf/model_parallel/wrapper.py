@@ -173,11 +173,11 @@ class ModelParallel(keras.Model):
                 graph, stages, _sample(model, sample))
         else:
             counts = balance
-        stage_models = partition.stage_models(graph, counts)
+        atoms = partition.stage_atoms(graph, counts)
         super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
         self.supports_jit = False  # one XLA cluster cannot span devices
         self._model = model
-        self._stages = stage_models
+        self._stages = atoms
         self._devices = tuple(devices)
         self._microbatches = microbatches
         self._plan = _plan(graph, counts, devices, seconds)

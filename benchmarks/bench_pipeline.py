@@ -1,0 +1,139 @@
+"""Model-parallel figures: pipeline speed-up, stage balance, per-device variable memory.
+
+Run from the repository root:
+
+    python benchmarks/bench_pipeline.py
+
+The CPU is split into 4 logical devices, each op runs on one thread
+(intra-op 1) and two ops may run at once (inter-op 2), so each of the two
+pipeline stages gets one core. Every comparison runs side by side in this one
+process, interleaved over rounds, and the fastest round counts; quote the ratios.
+"""
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+# Threading, like the device split, must be set before TensorFlow's runtime starts.
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(4)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mgpu_tf  # noqa: E402
+
+mgpu_tf.simulate_devices(4)
+
+from mgpu_tf.model_parallel import balance as balance_lib  # noqa: E402
+from mgpu_tf.model_parallel import partition  # noqa: E402
+from mgpu_tf.model_parallel import placement  # noqa: E402
+
+
+def _dense_stack(inputs, widths, seed=0):
+    keras.utils.set_random_seed(seed)
+    layers = [keras.Input((inputs,))]
+    layers += [keras.layers.Dense(w, activation="relu", name=f"dense_{i}")
+               for i, w in enumerate(widths)]
+    return keras.Sequential(layers)
+
+
+def speed_up(args):
+    """Train-step time of naive model parallelism (M=1) over GPipe with M micro-batches."""
+    widths = [args.width] * 8
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(args.batch, args.width)).astype("float32")
+    y = rng.normal(size=(args.batch, args.width)).astype("float32")
+    models = {}
+    for m in args.microbatches:
+        model = mgpu_tf.ModelParallel(_dense_stack(args.width, widths), ["CPU:0", "CPU:1"],
+                                      balance="uniform", microbatches=m)
+        model.compile(optimizer=keras.optimizers.SGD(1e-4), loss="mse")
+        for _ in range(2):
+            model.train_on_batch(x, y)
+        models[m] = model
+    best = {m: float("inf") for m in models}
+    for _ in range(args.rounds):
+        for m, model in models.items():
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                model.train_on_batch(x, y)
+            best[m] = min(best[m], (time.perf_counter() - start) / args.steps)
+    stages = 2
+    print(f"\nPipeline speed-up: 2 stages x 4 Dense({args.width}), batch {args.batch}, "
+          f"best of {args.rounds} rounds of {args.steps} steps")
+    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12}")
+    for m in models:
+        bound = m * stages / (m + stages - 1)
+        print(f"{m:>3} {best[m] * 1e3:>9.1f} {best[1] / best[m]:>9.2f} {bound:>12.2f}")
+
+
+def _ratio(per_stage):
+    return max(per_stage) / (sum(per_stage) / len(per_stage))
+
+
+def balance_ratios(args):
+    """Heaviest over mean stage for each partitioner, by bytes and by measured time."""
+    widths = [512, 512, 512, 128, 128, 128, 128, 128, 128, 128, 128, 128]
+    model = _dense_stack(512, widths)
+    graph = partition.analyse(model)
+    sample = np.ones((args.batch, 512), "float32")
+    seconds = balance_lib.measure_times(graph, sample)
+    param_bytes = [u.param_bytes for u in graph.units]
+    counts = {
+        "uniform": balance_lib.balance_by_uniform(graph, 2),
+        "params": balance_lib.balance_by_params(graph, 2),
+        "time": balance_lib.balance_by_time(graph, 2, sample)[0],
+    }
+    print(f"\nBalance: 12 Dense layers (three 512-wide, nine 128-wide), 2 stages, "
+          f"heaviest stage / mean stage")
+    print(f"{'balance':>8} {'layers':>8} {'by bytes':>9} {'by time':>8}")
+    for name, stage_counts in counts.items():
+        bounds = np.cumsum([0] + stage_counts)
+        by_bytes = [sum(param_bytes[a:b]) for a, b in zip(bounds, bounds[1:])]
+        by_time = [sum(seconds[a:b]) for a, b in zip(bounds, bounds[1:])]
+        print(f"{name:>8} {'/'.join(map(str, stage_counts)):>8} {_ratio(by_bytes):>9.2f} "
+              f"{_ratio(by_time):>8.2f}")
+
+
+def memory(args):
+    """Variable bytes (weights and Adam slots) on each device, against total / K."""
+    print("\nMemory: 8 Dense(512) layers, weights and Adam slots, bytes per device")
+    print(f"{'K':>2} {'total MB':>9} {'heaviest device MB':>19} {'heaviest / (total/K)':>21}")
+    for stages in (1, 2, 4):
+        model = mgpu_tf.ModelParallel(_dense_stack(512, [512] * 8),
+                                      [f"CPU:{i}" for i in range(stages)])
+        model.compile(optimizer="adam", loss="mse")
+        model.optimizer.build(model.trainable_variables)
+        per_device = {}
+        for variable in model.weights + model.optimizer.variables:
+            if variable.path.endswith(("iteration", "learning_rate")):
+                continue
+            device = placement.device_of(variable)
+            per_device[device] = per_device.get(device, 0) + variable.value.numpy().nbytes
+        total = sum(per_device.values())
+        heaviest = max(per_device.values())
+        print(f"{stages:>2} {total / 2**20:>9.2f} {heaviest / 2**20:>19.2f} "
+              f"{heaviest / (total / stages):>21.3f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8])
+    args = parser.parse_args()
+    speed_up(args)
+    balance_ratios(args)
+    memory(args)
+
+
+if __name__ == "__main__":
+    main()
