@@ -142,3 +142,13 @@ def test_make_strategy_checks_model_parallel_options(options, error, message):
 def test_model_parallel_options_do_not_apply_to_mirrored():
     with pytest.raises(ValueError, match="`microbatches` does not apply to strategy 'mirrored'"):
         mgpu_tf.make_strategy("mirrored", microbatches=2)
+
+
+def test_balance_accepts_the_enum_and_any_case():
+    from mgpu_tf.model_parallel import Balance
+
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2, balance="UNIFORM")
+    assert strategy.balance == Balance.UNIFORM == "uniform"
+    assert "balance='uniform'" in repr(strategy)
+    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=Balance.PARAMS)
+    assert len(model.plan) == 2

@@ -171,3 +171,20 @@ def test_jit_compile_is_refused():
     model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2])
     with pytest.raises(ValueError, match="ModelParallel cannot be XLA-compiled"):
         model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+
+
+def test_integer_inputs_and_sparse_gradients_train_like_the_reference():
+    def build():
+        keras.utils.set_random_seed(0)
+        return keras.Sequential([keras.Input((5,), dtype="int32"),
+                                 keras.layers.Embedding(50, 8, name="embed"),
+                                 keras.layers.Flatten(name="flat"),
+                                 keras.layers.Dense(1, name="out")])
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 50, size=(24, 5)).astype("int32"), rng.normal(size=(24, 1))
+    reference, model = build(), mgpu_tf.ModelParallel(build(), DEVICES[:2], microbatches=3)
+    for m in (reference, model):
+        m.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+        m.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)
+    _assert_same_weights(model, reference)

@@ -7,6 +7,7 @@ optimizer updates on their devices, `strategy` the `"model_parallel"` strategy.
 """
 
 from mgpu_tf.model_parallel.balance import (
+    Balance,
     balance_by_params,
     balance_by_time,
     balance_by_uniform,
@@ -15,6 +16,7 @@ from mgpu_tf.model_parallel.strategy import ModelParallelStrategy
 from mgpu_tf.model_parallel.wrapper import ModelParallel, StagePlan
 
 __all__ = [
+    "Balance",
     "ModelParallel",
     "ModelParallelStrategy",
     "StagePlan",

@@ -9,13 +9,14 @@ the weight of a layer is its count (`balance_by_uniform`), its parameter bytes
 batch (`balance_by_time`).
 """
 
+import enum
 import time
 
 import numpy as np
 import tensorflow as tf
 
 __all__ = [
-    "BALANCES",
+    "Balance",
     "partition",
     "balance_by_uniform",
     "balance_by_params",
@@ -23,7 +24,15 @@ __all__ = [
     "measure_times",
 ]
 
-BALANCES = ("uniform", "params", "time")
+class Balance(str, enum.Enum):
+    """The automatic ways to share layers among stages."""
+
+    UNIFORM = "uniform"
+    PARAMS = "params"
+    TIME = "time"
+
+    def __str__(self):
+        return self.value
 
 
 def partition(weights, stages):
@@ -83,6 +92,14 @@ def _by_atoms(graph, stages, unit_weights):
 def balance_by_uniform(graph, stages):
     """Gives each stage as equal a number of layers as the cuts allow.
 
+    Example:
+
+    ```python
+    graph = partition.analyse(model)  # mgpu_tf.model_parallel.partition
+    counts = balance_by_uniform(graph, 2)  # e.g. [3, 3]
+    mgpu_tf.ModelParallel(model, ["GPU:0", "GPU:1"], balance=counts)
+    ```
+
     Args:
         graph: a `partition.Graph` (from `partition.analyse(model)`).
         stages: the number of stages.
@@ -95,6 +112,12 @@ def balance_by_uniform(graph, stages):
 
 def balance_by_params(graph, stages):
     """Gives each stage as equal a share of parameter bytes as the cuts allow.
+
+    Example:
+
+    ```python
+    counts = balance_by_params(partition.analyse(model), 2)
+    ```
 
     Args:
         graph: a `partition.Graph`.
@@ -111,6 +134,12 @@ def balance_by_time(graph, stages, sample, *, repeats=5):
 
     Each atom is timed on its own, on `sample` propagated through the atoms before it
     (torchgpipe's `balance_by_time`).
+
+    Example:
+
+    ```python
+    counts, seconds = balance_by_time(partition.analyse(model), 2, x_train[:32])
+    ```
 
     Args:
         graph: a `partition.Graph`.

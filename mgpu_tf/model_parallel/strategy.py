@@ -75,8 +75,9 @@ class ModelParallelStrategy:
         return dataset_fn(tf.distribute.InputContext())
 
     def __repr__(self):
+        balance = str(self.balance) if isinstance(self.balance, str) else self.balance
         return (f"ModelParallelStrategy(devices={list(self.devices)!r}, "
-                f"balance={self.balance!r}, microbatches={self.microbatches})")
+                f"balance={balance!r}, microbatches={self.microbatches})")
 
 
 def _build(options):

@@ -53,14 +53,16 @@ class StagePlan:
 
 
 def check_balance(value):
-    """Returns `balance` normalised: one of `BALANCES`, or a list of positive ints."""
+    """Returns `balance` normalised: a `Balance`, or a list of positive ints."""
     if isinstance(value, str):
-        if value.lower() not in balance_lib.BALANCES:
+        known = [b.value for b in balance_lib.Balance]
+        name = str(value.value if isinstance(value, balance_lib.Balance) else value).lower()
+        if name not in known:
             raise ValueError(
-                f"`balance` must be one of {', '.join(balance_lib.BALANCES)} or a list of "
-                f"layer counts per stage. Received: balance={value!r}"
+                f"`balance` must be one of {', '.join(known)} or a list of layer counts per "
+                f"stage. Received: balance={value!r}"
             )
-        return value.lower()
+        return balance_lib.Balance(name)
     if isinstance(value, (list, tuple)) and value and all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
         if min(value) < 1:
