@@ -1,0 +1,72 @@
+"""`mgpu-tf calibrate`: measure each worker's speed and propose shard weights."""
+
+import sys
+
+from mgpu_tf import calibrate, launcher
+
+__all__ = ["add_parser", "calibrate_command"]
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="run a job briefly on N local workers, or take measured speeds, and propose "
+        "shard weights",
+        description="Run COMMAND as N local workers, each measuring its own speed (it must "
+        "print 'examples_per_sec=X' and use a local strategy), and print the shard weights "
+        "that match: MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s "
+        "--node-pool. Example: mgpu-tf calibrate --workers 2 -- python -m mgpu_tf.train "
+        "--strategy=mirrored --epochs=2. For workers on other machines, run the same "
+        "command on each and pass the figures: mgpu-tf calibrate --speeds 812,410",
+    )
+    parser.add_argument("--workers", type=int, default=None, help="number of local workers")
+    parser.add_argument("--speeds", default=None,
+                        help="comma-separated examples/sec measured elsewhere, one per worker")
+    parser.add_argument("--verbose", action="store_true", help="show the workers' output")
+    parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
+                        help="the job each worker runs")
+    parser.set_defaults(run=calibrate_command)
+    return parser
+
+
+def _given_speeds(args):
+    """Returns the speeds of --speeds, or None to measure; raises for bad arguments."""
+    if args.speeds is None:
+        if args.workers is None:
+            raise launcher.LaunchError(
+                "Pass --workers N with a command to measure, or --speeds measured elsewhere. "
+                "Received: neither.")
+        return None
+    if args.workers is not None or args.cmd:
+        raise launcher.LaunchError(
+            "Pass --speeds, or --workers with a command, not both. Received: "
+            f"--speeds={args.speeds}, --workers={args.workers}, command={args.cmd!r}")
+    try:
+        speeds = [float(s) for s in args.speeds.split(",")]
+        calibrate.propose_weights(speeds)
+    except (ValueError, calibrate.CalibrationError):
+        raise launcher.LaunchError(
+            "--speeds must be comma-separated positive numbers, one per worker. "
+            f"Received: --speeds={args.speeds!r}") from None
+    return speeds
+
+
+def calibrate_command(args):
+    try:
+        speeds = _given_speeds(args)
+        if speeds is None:
+            print(f"calibrating {args.workers} workers: {' '.join(args.cmd)}", flush=True)
+            speeds = calibrate.calibrate(args.cmd, args.workers,
+                                         output=sys.stdout if args.verbose else None)
+    except launcher.LaunchError as error:
+        print(f"mgpu-tf calibrate: {error}", file=sys.stderr)
+        return 2
+    except calibrate.CalibrationError as error:
+        print(f"mgpu-tf calibrate: {error}", file=sys.stderr)
+        return 1
+    weights = calibrate.propose_weights(speeds)
+    print(f"{'worker':<8}{'examples/sec':>14}{'weight':>9}")
+    for i, (speed, weight) in enumerate(zip(speeds, weights)):
+        print(f"{i:<8}{speed:>14.1f}{weight:>9g}")
+    print("MGPU_TF_SHARD_WEIGHTS=" + ",".join(f"{w:g}" for w in weights))
+    return 0
