@@ -90,8 +90,8 @@ def balance_ratios(args):
         "params": balance_lib.balance_by_params(graph, 2),
         "time": balance_lib.balance_by_time(graph, 2, sample)[0],
     }
-    print(f"\nBalance: 12 Dense layers (three 512-wide, nine 128-wide), 2 stages, "
-          f"heaviest stage / mean stage")
+    print("\nBalance: 12 Dense layers (three 512-wide, nine 128-wide), 2 stages, "
+          "heaviest stage / mean stage (time: a second, independent measurement)")
     print(f"{'balance':>8} {'layers':>8} {'by bytes':>9} {'by time':>8}")
     for name, stage_counts in counts.items():
         bounds = np.cumsum([0] + stage_counts)

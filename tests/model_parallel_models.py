@@ -17,7 +17,7 @@ def mlp(widths=(16, 16, 16, 1), *, inputs=8, seed=0, prefix="dense"):
 
 
 def residual(*, seed=0):
-    """in -> stem -> [block_a -> block_b, + stem] -> head: a cut inside the block is crossed twice."""
+    """stem -> [block_a -> block_b, + stem] -> head: a cut inside the block is crossed twice."""
     keras.utils.set_random_seed(seed)
     x = keras.Input((8,))
     stem = keras.layers.Dense(16, activation="tanh", name="stem")(x)

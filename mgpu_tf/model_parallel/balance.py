@@ -24,6 +24,7 @@ __all__ = [
     "measure_times",
 ]
 
+
 class Balance(str, enum.Enum):
     """The automatic ways to share layers among stages."""
 

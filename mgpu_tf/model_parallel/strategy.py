@@ -33,11 +33,12 @@ class ModelParallelStrategy:
     Example:
 
     ```python
-    import mgpu_tf
+    import keras, mgpu_tf
     mgpu_tf.simulate_devices(2)
     strategy = mgpu_tf.make_strategy("model_parallel", devices=2, microbatches=4)
     with strategy.scope():
-        model = build_model()
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32),
+                                  keras.layers.Dense(1)])
     model = mgpu_tf.prepare_model(model, strategy)  # a ModelParallel over CPU:0, CPU:1
     ```
 

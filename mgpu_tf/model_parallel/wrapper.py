@@ -48,8 +48,10 @@ class StagePlan:
 
     def __str__(self):
         seconds = "-" if self.seconds is None else f"{self.seconds * 1e3:.2f} ms"
-        return (f"stage {self.index} on {self.device}: {len(self.layers)} layers "
-                f"({self.layers[0]} .. {self.layers[-1]}), {self.param_bytes} bytes, {seconds}")
+        count = f"{len(self.layers)} layer{'' if len(self.layers) == 1 else 's'}"
+        names = " .. ".join(dict.fromkeys((self.layers[0], self.layers[-1])))
+        return (f"stage {self.index} on {self.device}: {count} ({names}), "
+                f"{self.param_bytes} bytes, {seconds}")
 
 
 def check_balance(value):
