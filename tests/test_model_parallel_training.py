@@ -165,6 +165,16 @@ def test_strategy_is_registered_with_its_options():
     assert [s.device for s in model.plan] == ["/device:CPU:1", "/device:CPU:3"]
     assert model.microbatches == 4
     assert [len(s.layers) for s in model.plan] == [2, 2]
+    assert strategy.prepare_model(model) is model
+
+
+def test_strategy_hands_datasets_through_whole():
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2)
+    dataset = tf.data.Dataset.range(8).batch(4)
+    assert strategy.experimental_distribute_dataset(dataset) is dataset
+    made = strategy.distribute_datasets_from_function(
+        lambda context: dataset.shard(context.num_input_pipelines, context.input_pipeline_id))
+    assert [b.numpy().tolist() for b in made] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 def test_jit_compile_is_refused():
