@@ -10,6 +10,7 @@ into a `WorkerLostError` that says which worker was lost and what to do.
 import contextlib
 import logging
 import re
+import socket
 
 import tensorflow as tf
 
@@ -18,6 +19,7 @@ __all__ = [
     "WorkerLostError",
     "configure_failure_detection",
     "lost_task",
+    "unreachable_tasks",
     "worker_failures",
 ]
 
@@ -29,7 +31,8 @@ DEFAULT_HEARTBEAT_SECONDS = 10
 _TASK = re.compile(r"/job:(chief|worker)(?:/replica:\d+)?/task:(\d+)")
 _LOST_MARKERS = ("stopped sending heartbeats", "unhealthy", "Connection reset by peer",
                  "Socket closed", "failed to connect", "Connection refused",
-                 "has been disconnected", "DEADLINE_EXCEEDED", "Deadline Exceeded")
+                 "has been disconnected", "DEADLINE_EXCEEDED", "Deadline Exceeded",
+                 "timed out")
 
 
 class WorkerLostError(RuntimeError):
@@ -108,6 +111,28 @@ def lost_task(error):
     return (match.group(1), int(match.group(2))) if match else (None, None)
 
 
+def unreachable_tasks(config, *, timeout=1.0):
+    """Returns `[(task_type, index), ...]` of the other tasks that refuse connections.
+
+    A collective that timed out does not say which peer it waited for; a dead
+    worker's port no longer accepts connections, a live one's does.
+    """
+    from mgpu_tf import cluster as cluster_lib
+
+    lost = []
+    for role, addresses in config.cluster.items():
+        for index, address in enumerate(addresses):
+            if (role, index) == (config.task_type, config.task_index):
+                continue
+            host, port = cluster_lib.parse_address(address)
+            try:
+                with socket.create_connection((host, port), timeout=timeout):
+                    pass
+            except OSError:
+                lost.append((role, index))
+    return lost
+
+
 @contextlib.contextmanager
 def worker_failures(config=None):
     """Turns TensorFlow's lost-peer errors inside the block into `WorkerLostError`.
@@ -137,6 +162,10 @@ def worker_failures(config=None):
             from mgpu_tf import cluster
 
             config = cluster.detect_cluster()
+        if task_type is None and config is not None:
+            lost = unreachable_tasks(config)
+            if len(lost) == 1:
+                task_type, task_index = lost[0]
         who = "a worker"
         if task_type is not None:
             who = f"{task_type} {task_index}"

@@ -17,6 +17,9 @@ import time
 
 __all__ = ["LaunchError", "free_ports", "worker_tf_configs", "launch"]
 
+# Set in each worker's environment: which start of the group this is (0 first).
+RESTART_VARIABLE = "MGPU_TF_RESTART"
+
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -102,7 +105,7 @@ def _exit_code(returncode):
 
 
 def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=None,
-           grace_seconds=10.0):
+           grace_seconds=10.0, max_restarts=0):
     """Runs `command` as `workers` local processes that form one TF_CONFIG cluster.
 
     Example:
@@ -121,10 +124,15 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         env: base environment for the workers. Defaults to this process' environment.
         output: text stream for the prefixed output. Defaults to `sys.stdout`.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
+        max_restarts: how many times the whole group is started again after a
+            failure. Each start gets `MGPU_TF_RESTART` (0, 1, ...) in its
+            environment; resuming is the script's job (e.g. with
+            `mgpu_tf.callbacks.BackupAndRestore`). Defaults to `0`.
 
     Returns:
-        0 when every worker succeeded, else the first non-zero exit code
-        (128 + signal number for a worker killed by a signal; 130 on Ctrl-C).
+        0 when every worker succeeded, else the first non-zero exit code of the
+        last start (128 + signal number for a worker killed by a signal; 130 on
+        Ctrl-C, which is never restarted).
 
     Raises:
         LaunchError: for an empty command, a bad worker count or a bad port.
@@ -136,15 +144,32 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         )
     if not all(isinstance(part, str) for part in command):
         raise LaunchError(f"`command` must hold strings only. Received: command={command!r}")
-    configs = worker_tf_configs(workers, port=port, host=host)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise LaunchError(
+            f"`max_restarts` must be an integer of at least 0. Received: max_restarts={max_restarts!r}")
+    worker_tf_configs(workers, port=port, host=host)  # checks before anything starts
     output = sys.stdout if output is None else output
     if host not in _LOOPBACK:
         output.write(
-            f"warning: workers listen on {host}: TensorFlow's gRPC workers accept "
+            f"warning: workers use {host}: TensorFlow's gRPC workers accept "
             "unauthenticated connections; use this only on a trusted network.\n"
         )
     base = dict(os.environ if env is None else env)
     base["PYTHONUNBUFFERED"] = "1"
+    for attempt in range(max_restarts + 1):
+        configs = worker_tf_configs(workers, port=port, host=host)
+        code = _run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
+                          output, grace_seconds)
+        if code in (0, 130) or attempt == max_restarts:
+            return code
+        output.write(f"mgpu-tf launch: a worker failed with exit code {code}; restarting "
+                     f"all {workers} workers ({attempt + 1} of {max_restarts}).\n")
+        output.flush()
+    return code
+
+
+def _run_group(command, configs, base, output, grace_seconds):
+    """Runs one start of the group; returns its exit code."""
     lock = threading.Lock()
     processes, pumps = [], []
     first_failure = None

@@ -24,6 +24,9 @@ def add_parser(subparsers):
                         help="address the workers use (default 127.0.0.1)")
     parser.add_argument("--grace_seconds", type=float, default=10.0,
                         help="seconds a stopped worker gets before SIGKILL (default 10)")
+    parser.add_argument("--max_restarts", type=int, default=0,
+                        help="start the whole group again after a failure, up to N times; "
+                        "each start sees MGPU_TF_RESTART=0,1,... (default 0)")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the command each worker runs")
     parser.set_defaults(run=launch_command)
@@ -41,7 +44,8 @@ def launch_command(args):
         previous = None
     try:
         return launcher.launch(args.cmd, args.workers, port=args.port, host=args.host,
-                               grace_seconds=args.grace_seconds)
+                               grace_seconds=args.grace_seconds,
+                               max_restarts=args.max_restarts)
     except launcher.LaunchError as error:
         print(f"mgpu-tf launch: {error}", file=sys.stderr)
         return 2

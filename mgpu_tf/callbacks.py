@@ -1,0 +1,187 @@
+"""Keras callbacks and savers that write from the chief only, never half a file.
+
+Keras 3 callbacks know nothing of chief and workers, so under a multi-worker
+strategy every worker writes the same checkpoint, backup and TensorBoard files,
+racing each other; and Keras writes files in place, so a worker killed mid-write
+leaves a broken one. These drop-in replacements have the chief write to a
+temporary name and rename it into place (atomic on POSIX), while every other
+worker does the same work into a temporary directory it removes (the work must
+run everywhere: reading distributed variables may take part in collectives).
+On one machine they behave as the Keras originals, with atomic writes.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "is_chief",
+    "chief_path",
+    "save_model",
+    "save_weights",
+    "BackupAndRestore",
+    "ModelCheckpoint",
+    "TensorBoard",
+]
+
+
+def is_chief(strategy=None):
+    """True in the process that writes checkpoints and logs.
+
+    Args:
+        strategy: the strategy to ask. Defaults to the current one.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    return bool(getattr(strategy.extended, "should_checkpoint", True))
+
+
+@contextlib.contextmanager
+def chief_path(path, strategy=None):
+    """Yields where this process should write `path`.
+
+    On the chief: a temporary name beside `path` (same suffix), renamed to `path`
+    when the block succeeds and removed when it fails. Elsewhere: a name in a
+    temporary directory that is removed after the block.
+
+    Example:
+
+    ```python
+    with chief_path("out/model.keras", model.distribute_strategy) as target:
+        model.save(target)
+    ```
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    if is_chief(strategy):
+        os.makedirs(directory, exist_ok=True)
+        temporary = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
+        try:
+            yield temporary
+            os.replace(temporary, path)
+        finally:
+            if os.path.isdir(temporary):
+                shutil.rmtree(temporary, ignore_errors=True)
+            elif os.path.exists(temporary):
+                os.remove(temporary)
+    else:
+        scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
+        try:
+            yield os.path.join(scratch, name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_model(model, filepath, **kwargs):
+    """`model.save(filepath)` from the chief only, atomically."""
+    with chief_path(filepath, model.distribute_strategy) as target:
+        model.save(target, **kwargs)
+
+
+def save_weights(model, filepath, **kwargs):
+    """`model.save_weights(filepath)` from the chief only, atomically."""
+    with chief_path(filepath, model.distribute_strategy) as target:
+        model.save_weights(target, **kwargs)
+
+
+class _ChiefWriter:
+    """A model stand-in for Keras callbacks whose `save` and `save_weights` are ours."""
+
+    def __init__(self, model):
+        self._wrapped = model
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+    def save(self, filepath, **kwargs):
+        save_model(self._wrapped, filepath, **kwargs)
+
+    def save_weights(self, filepath, **kwargs):
+        save_weights(self._wrapped, filepath, **kwargs)
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` with chief-only, atomic backups.
+
+    After a failure, restarting the same script (e.g. with
+    `mgpu-tf launch --max_restarts N`) resumes from the last completed epoch, or
+    the last `save_freq` batch; the unfinished part is done again. Every worker
+    reads the chief's backup, so `backup_dir` must be storage they all see.
+
+    Args:
+        backup_dir: where the backup lives.
+        save_freq: `"epoch"` or a number of batches. Defaults to `"epoch"`.
+        delete_checkpoint: remove the backup when training ends. Defaults to `True`.
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
+        super().__init__(backup_dir, save_freq=save_freq,
+                         delete_checkpoint=delete_checkpoint, double_checkpoint=False)
+
+    def _save_model(self):
+        strategy = self.model.distribute_strategy
+        with chief_path(self._weights_path, strategy) as target:
+            self.model.save_weights(target, overwrite=True)
+        with chief_path(self._training_metadata_path, strategy) as target:
+            with open(target, "w") as f:
+                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, f)
+
+    def on_train_end(self, logs=None):
+        if is_chief(self.model.distribute_strategy):
+            super().on_train_end(logs)
+
+
+class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes.
+
+    Other workers save into a temporary directory that is removed when training
+    ends. Takes the same arguments as the Keras callback.
+    """
+
+    _scratch = None
+
+    def set_model(self, model):
+        if not is_chief(model.distribute_strategy) and self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-checkpoint-")
+            self.filepath = os.path.join(self._scratch, os.path.basename(self.filepath))
+        super().set_model(model)
+
+    def _save_model(self, epoch, batch, logs):
+        model = self._model
+        self._model = _ChiefWriter(model)
+        try:
+            super()._save_model(epoch, batch, logs)
+        finally:
+            self._model = model
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+    """`keras.callbacks.TensorBoard` whose logs come from the chief only.
+
+    Other workers log into a temporary directory that is removed when training
+    ends. Takes the same arguments as the Keras callback.
+    """
+
+    _scratch = None
+
+    def set_model(self, model):
+        if not is_chief(model.distribute_strategy) and self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-tensorboard-")
+            self.log_dir = self._scratch
+        super().set_model(model)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None

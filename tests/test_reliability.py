@@ -1,0 +1,134 @@
+"""Reliability with real workers: lost workers, restart and resume, chief-only writes."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from mgpu_tf import callbacks, launcher
+from workers import run_workers
+
+SCRIPT = pathlib.Path(__file__).with_name("mw_reliability.py")
+
+
+def _weights(path):
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def _steps(path):
+    return [tuple(int(v) for v in line.split()) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.multiworker
+def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
+    code, outputs = run_workers(SCRIPT, 2, "train", tmp_path / "clean")
+    assert code == 0, outputs
+    out = tmp_path / "restarted"
+    code = launcher.launch([sys.executable, str(SCRIPT), "train", str(out), "1", "1", "3"], 2,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), max_restarts=1,
+                           grace_seconds=3, output=open(tmp_path / "log.txt", "w"))
+    assert code == 0, (tmp_path / "log.txt").read_text()[-3000:]
+    clean, restarted = _weights(tmp_path / "clean" / "final.npz"), _weights(out / "final.npz")
+    for a, b in zip(clean, restarted):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    steps = _steps(out / "steps-0.txt")
+    first = [s for s in steps if s[0] == 0]
+    second = [s for s in steps if s[0] == 1]
+    assert first[-1][1:] == (1, 3), "worker 0 went past the step where worker 1 died"
+    # The restart redoes only the unfinished epoch: it starts at epoch 1, batch 0.
+    assert second[0][1:] == (1, 0)
+    assert len(second) == 2 * 8
+
+
+@pytest.mark.multiworker
+def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path):
+    configs = launcher.worker_tf_configs(2)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    processes = [
+        subprocess.Popen([sys.executable, str(SCRIPT), "train", str(tmp_path), "1", "0", "3"],
+                         env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for c in configs]
+    try:
+        processes[1].wait(timeout=180)
+        died = time.monotonic()
+        output, _ = processes[0].communicate(timeout=60)
+        detected = time.monotonic() - died
+    finally:
+        for p in processes:
+            p.kill()
+    assert processes[1].returncode == -9
+    assert processes[0].returncode != 0
+    address = configs[0]["cluster"]["worker"][1]
+    assert f"WorkerLostError: worker 1 ({address}) was lost" in output, output[-3000:]
+    # timeout_seconds=5 in the script, plus the shutdown barrier and interpreter exit.
+    assert detected < 5 + 5 + 10, f"the survivor took {detected:.1f} s to stop"
+    print(f"lost worker detected and survivor stopped in {detected:.1f} s")
+
+
+@pytest.mark.multiworker
+def test_only_the_chief_writes_and_nothing_is_left_half_written(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code, outputs = run_workers(SCRIPT, 2, "files", tmp_path / "out",
+                                env={"TMPDIR": str(scratch)})
+    assert code == 0, outputs
+    out = tmp_path / "out"
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert not [f for f in files if ".tmp-" in f], files
+    for expected in ("ckpt/epoch1.weights.h5", "ckpt/epoch2.weights.h5", "ckpt/best.keras",
+                     "backup/latest.weights.h5", "backup/training_metadata.json",
+                     "final.keras"):
+        assert expected in files, files
+    assert any(f.startswith("tb/train/") for f in files)
+    assert sum(1 for f in files if f.startswith("tb/train/")) == 1, "one event file per run"
+    assert list(scratch.iterdir()) == [], "a worker left its temporary files"
+    model = keras.saving.load_model(out / "final.keras")
+    assert model.predict(np.zeros((1, 8), "float32"), verbose=0).shape == (1, 1)
+
+
+def test_chief_path_renames_on_success_and_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "w.txt"
+    with pytest.raises(RuntimeError):
+        with callbacks.chief_path(target) as temporary:
+            pathlib.Path(temporary).write_text("half")
+            raise RuntimeError("killed mid-write")
+    assert list(tmp_path.iterdir()) == []
+    with callbacks.chief_path(target) as temporary:
+        assert temporary != str(target) and temporary.endswith("w.txt")
+        pathlib.Path(temporary).write_text("whole")
+    assert target.read_text() == "whole"
+    assert [p.name for p in tmp_path.iterdir()] == ["w.txt"]
+
+
+def test_one_machine_model_checkpoint_matches_keras(tmp_path):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    x, y = np.ones((8, 2), "float32"), np.ones((8, 1), "float32")
+    model.fit(x, y, epochs=2, verbose=0, callbacks=[
+        callbacks.ModelCheckpoint(str(tmp_path / "e{epoch}.weights.h5"), save_weights_only=True)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e1.weights.h5", "e2.weights.h5"]
+    fresh = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    fresh.load_weights(tmp_path / "e2.weights.h5")
+    for a, b in zip(fresh.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_launcher_restarts_at_most_max_restarts_times(tmp_path):
+    import io
+
+    out = io.StringIO()
+    command = [sys.executable, "-c",
+               "import os, sys; print('start', os.environ['MGPU_TF_RESTART']); sys.exit(3)"]
+    assert launcher.launch(command, 1, max_restarts=2, output=out) == 3
+    assert re.findall(r"start (\d)", out.getvalue()) == ["0", "1", "2"]
+    with pytest.raises(launcher.LaunchError, match="`max_restarts` must be an integer of at least 0"):
+        launcher.launch(command, 1, max_restarts=-1)
