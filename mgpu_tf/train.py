@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
+from mgpu_tf import callbacks, failures
 from mgpu_tf import flags as mgpu_flags
 from mgpu_tf import strategies
 
@@ -37,6 +38,9 @@ _EXAMPLES = flags.DEFINE_integer("synthetic_examples", 16384,
 _WIDTH = flags.DEFINE_integer("width", 256, "Width of the hidden layers.", lower_bound=1)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for weights, shuffling and synthetic data.")
+_BACKUP_DIR = flags.DEFINE_string(
+    "backup_dir", None, "Back up training state here each epoch (chief only) and resume "
+    "from it after a restart, e.g. under mgpu-tf launch --max_restarts.")
 
 
 def load_data(name, *, examples=16384, seed=0):
@@ -108,7 +112,7 @@ def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
 
 
 def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
-          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1):
+          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None):
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
     Returns:
@@ -135,10 +139,14 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
             metrics=["accuracy"],
         )
     throughput = _Throughput(len(x_train))
-    model.fit(_dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed),
-              epochs=epochs, verbose=verbose, callbacks=[throughput])
-    loss, accuracy = model.evaluate(_dataset(x_test, y_test, global_batch_size, strategy),
-                                    verbose=0)
+    fit_callbacks = [throughput]
+    if backup_dir:
+        fit_callbacks.append(callbacks.BackupAndRestore(backup_dir))
+    with failures.worker_failures():
+        model.fit(_dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed),
+                  epochs=epochs, verbose=verbose, callbacks=fit_callbacks)
+        loss, accuracy = model.evaluate(
+            _dataset(x_test, y_test, global_batch_size, strategy), verbose=0)
     return {
         "strategy": strategies.strategy_kind(strategy),
         "replicas": replicas,
@@ -162,7 +170,7 @@ def main(argv):
     result = train(strategy, dataset=_DATASET.value, epochs=_EPOCHS.value,
                    global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
                    learning_rate=_LEARNING_RATE.value, synthetic_examples=_EXAMPLES.value,
-                   seed=_SEED.value)
+                   seed=_SEED.value, backup_dir=_BACKUP_DIR.value)
     print(format_result(result), flush=True)
 
 
