@@ -11,9 +11,8 @@ import sys
 import tempfile
 import time
 
-__all__ = ["run_with_environments", "DONE_PREFIX"]
+__all__ = ["run_with_environments", "run_together"]
 
-DONE_PREFIX = "done: "
 _BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow",
          "PYTHONUNBUFFERED": "1"}
 # Variables of the test session that would make a worker detect another cluster.
@@ -28,14 +27,20 @@ def run_with_environments(args, environments, *, timeout=300):
     Returns:
         A list of `(exit code, output text)`, one per environment.
     """
+    return run_together([[sys.executable, *map(str, args)] for _ in environments],
+                        environments, timeout=timeout)
+
+
+def run_together(commands, environments, *, timeout=300):
+    """Runs each command (an argv list) with its own extra environment, at the same time."""
     base = {k: v for k, v in os.environ.items()
             if k not in _DROP and not k.startswith("SLURM_")}
     base.update(_BASE)
     files = [tempfile.TemporaryFile("w+", errors="replace") for _ in environments]
     processes = [
-        subprocess.Popen([sys.executable, *map(str, args)], env={**base, **extra},
-                         stdout=out, stderr=subprocess.STDOUT, text=True)
-        for extra, out in zip(environments, files)
+        subprocess.Popen(command, env={**base, **extra}, stdout=out,
+                         stderr=subprocess.STDOUT, text=True)
+        for command, extra, out in zip(commands, environments, files)
     ]
     deadline = time.monotonic() + timeout
     try:

@@ -79,15 +79,3 @@ def test_a_slower_worker_gets_a_smaller_weight():
     weights = calibrate.propose_weights(speeds)
     assert weights[0] == 1.0
     assert weights[1] > 3.0, f"speeds {speeds} do not show the slow worker"
-
-
-@pytest.mark.multiworker
-def test_calibrating_the_main_job_from_the_command_line(capsys):
-    code = cli_main(["calibrate", "--workers", "2", "--", sys.executable, "-m",
-                     "mgpu_tf.train", "--strategy=mirrored", "--epochs=2"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    rows = re.findall(r"^([01])\s+([\d.]+)\s+([\d.]+)$", out, re.MULTILINE)
-    assert [r[0] for r in rows] == ["0", "1"]
-    assert min(float(r[2]) for r in rows) == 1.0
-    assert re.search(r"^MGPU_TF_SHARD_WEIGHTS=[\d.]+,[\d.]+$", out, re.MULTILINE)

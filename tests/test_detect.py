@@ -219,8 +219,8 @@ def test_shard_weights_follow_the_cluster():
     (_srun_task(0, 0, 0, MGPU_TF_PORT="65535"), "MGPU_TF_PORT leaves no room for 2 tasks"),
     (_pod(0, MGPU_TF_HOST_OVERRIDE="train-9.train=127.0.0.1"),
      r"MGPU_TF_HOST_OVERRIDE names hosts that are not in the cluster: \['train-9.train'\]"),
-    (_pod(0, MGPU_TF_HOST_OVERRIDE="train-0.train"), "MGPU_TF_HOST_OVERRIDE must be "
-                                                      "'name=host\\[:port\\],...'"),
+    (_pod(0, MGPU_TF_HOST_OVERRIDE="train-0.train"),
+     r"MGPU_TF_HOST_OVERRIDE must be 'name=host\[:port\],...'"),
     (_pod(0, MGPU_TF_HOST_OVERRIDE="train-0.train=127.0.0.1:99999"),
      "must end in a port between 1 and 65535"),
     (_pod(0, MGPU_TF_HOST_OVERRIDE="train-0.train=h:1,train-1.train=h:1"),

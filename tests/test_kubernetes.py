@@ -155,8 +155,8 @@ def test_yaml_reads_back_to_the_same_objects():
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--workers", "0", "--image", "i"], r"`workers` must be an integer of at least 1. "
-                                          r"Received: workers=0"),
+    (["--workers", "0", "--image", "i"],
+     r"`workers` must be an integer of at least 1. Received: workers=0"),
     (["--image", "i"], "`workers` must be an integer of at least 1. Received: workers=None"),
     (["--workers", "2", "--image", "i", "--name", "My_Job"],
      r"`name` must be a DNS label: 1-63 lowercase letters, digits or '-'.*"
