@@ -63,7 +63,8 @@ def main():
     kill = tuple(int(v) for v in sys.argv[3:6]) if len(sys.argv) > 5 else None
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     out.mkdir(parents=True, exist_ok=True)
-    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=5)
+    timeout = float(os.environ.get("MGPU_TF_BENCH_TIMEOUT", "5"))
+    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=timeout)
     with strategy.scope():
         model = _model()
     if mode == "train":
