@@ -16,11 +16,12 @@ Variables read, in this order (the first system found wins):
   Job of the cluster in order), `MGPU_TF_SERVICE_NAME` (the headless Service, the
   pods' subdomain) and `MGPU_TF_PORT` (default 2222), all set by the manifests of
   `mgpu_tf.kubernetes`. Worker `i` of Job `name` is `name-i.service:port`.
-- SLURM (what `srun` sets): `SLURM_PROCID`, `SLURM_STEP_NUM_TASKS` or
-  `SLURM_NTASKS`, `SLURM_STEP_NODELIST` or `SLURM_JOB_NODELIST`,
-  `SLURM_STEP_TASKS_PER_NODE` or `SLURM_TASKS_PER_NODE`, `SLURM_NODEID`,
+- SLURM, a step started by `srun`: `SLURM_PROCID`, `SLURM_STEP_NODELIST`,
+  `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_TASKS_PER_NODE`, `SLURM_NODEID`,
   `SLURM_LOCALID` and `SLURM_JOB_ID`. Task `l` of node `n` listens on
-  `node:base+l`; the base is `MGPU_TF_PORT`, else derived from the job id.
+  `node:base+l`; the base is `MGPU_TF_PORT`, else derived from the job id. The
+  job-wide variables of a batch script (`SLURM_NTASKS`, `SLURM_JOB_NODELIST`)
+  are not read: the script itself runs once, so it is a single machine.
 
 And, for every source:
 
@@ -327,7 +328,7 @@ def detect_cluster(environ=None):
     Example:
 
     ```python
-    config = detect_cluster({"SLURM_PROCID": "1", "SLURM_NTASKS": "2",
+    config = detect_cluster({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2",
                              "SLURM_STEP_NODELIST": "gpu[1-2]", "SLURM_NODEID": "1",
                              "SLURM_LOCALID": "0", "MGPU_TF_PORT": "2222"})
     config.source, config.address  # ('slurm', 'gpu2:2222')
@@ -353,7 +354,7 @@ def detect_cluster(environ=None):
         config = _from_slurm(environ)
     else:
         config = None
-    if config is None or config.num_workers == 1 and source != "TF_CONFIG":
+    if config is None or (config.num_workers == 1 and source != "TF_CONFIG"):
         return None
     return _override_hosts(config, environ.get("MGPU_TF_HOST_OVERRIDE", ""))
 
@@ -370,8 +371,7 @@ def detect_source(environ=None):
         return "TF_CONFIG"
     if "MGPU_TF_JOB_NAME" in environ:
         return "kubernetes"
-    if "SLURM_PROCID" in environ and ("SLURM_STEP_NODELIST" in environ
-                                      or "SLURM_JOB_NODELIST" in environ):
+    if "SLURM_PROCID" in environ and "SLURM_STEP_NODELIST" in environ:
         return "slurm"
     return "single_machine"
 
@@ -458,31 +458,28 @@ def _slurm_base_port(environ):
 
 
 def _from_slurm(environ):
-    def first(*names):
-        return next((n for n in names if n in environ), names[-1])
-
-    nodes_name = first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
-    tasks_name = first("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
-    per_node_name = first("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     try:
-        nodes = hostlist.expand_hostlist(environ[nodes_name])
-        per_node = (hostlist.expand_tasks_per_node(environ[per_node_name])
-                    if per_node_name in environ else None)
+        nodes = hostlist.expand_hostlist(environ["SLURM_STEP_NODELIST"])
+        per_node = (hostlist.expand_tasks_per_node(environ["SLURM_STEP_TASKS_PER_NODE"])
+                    if "SLURM_STEP_TASKS_PER_NODE" in environ else None)
     except hostlist.HostlistError as error:
-        raise ClusterConfigError(f"{error} (from {nodes_name} / {per_node_name})") from None
-    ntasks = _integer(environ, tasks_name, lowest=1, hint=" by srun")
+        raise ClusterConfigError(
+            f"{error} (from SLURM_STEP_NODELIST / SLURM_STEP_TASKS_PER_NODE)") from None
+    ntasks = _integer(environ, "SLURM_STEP_NUM_TASKS", lowest=1, hint=" by srun")
     rank = _integer(environ, "SLURM_PROCID", hint=" by srun")
     if per_node is None:
         if ntasks % len(nodes):
             raise ClusterConfigError(
-                f"{per_node_name} must be set when {tasks_name}={ntasks} tasks do not "
-                f"spread evenly over {len(nodes)} nodes ({environ[nodes_name]}).")
+                f"SLURM_STEP_TASKS_PER_NODE must be set when SLURM_STEP_NUM_TASKS={ntasks} "
+                f"tasks do not spread evenly over {len(nodes)} nodes "
+                f"({environ['SLURM_STEP_NODELIST']}).")
         per_node = [ntasks // len(nodes)] * len(nodes)
     if len(per_node) != len(nodes) or sum(per_node) != ntasks:
         raise ClusterConfigError(
-            f"{per_node_name} must give one count per node of {nodes_name} summing to "
-            f"{tasks_name}. Received: {per_node_name}={environ.get(per_node_name)!r}, "
-            f"{nodes_name}={environ[nodes_name]!r}, {tasks_name}={ntasks}")
+            "SLURM_STEP_TASKS_PER_NODE must give one count per node of SLURM_STEP_NODELIST "
+            "summing to SLURM_STEP_NUM_TASKS. Received: SLURM_STEP_TASKS_PER_NODE="
+            f"{environ.get('SLURM_STEP_TASKS_PER_NODE')!r}, SLURM_STEP_NODELIST="
+            f"{environ['SLURM_STEP_NODELIST']!r}, SLURM_STEP_NUM_TASKS={ntasks}")
     if rank >= ntasks:
         raise ClusterConfigError(
             f"SLURM_PROCID must be in 0..{ntasks - 1} for {ntasks} tasks. "

@@ -90,7 +90,8 @@ def parse_node_pool(text):
 
     ```python
     parse_node_pool("a100:2:2.5:NVIDIA-A100-SXM4-80GB")
-    # NodePool('a100', 2, 2.5, {'nvidia.com/gpu.product': 'NVIDIA-A100-SXM4-80GB'})
+    # NodePool(name='a100', workers=2, speed=2.5,
+    #          node_selector={'nvidia.com/gpu.product': 'NVIDIA-A100-SXM4-80GB'})
     ```
 
     Raises:

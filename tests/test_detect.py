@@ -127,8 +127,17 @@ def test_slurm_uneven_tasks_per_node():
     assert config.task_index == 2
 
 
-def test_slurm_batch_script_without_step_variables_uses_the_job_ones():
-    environ = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "a,b",
+def test_a_slurm_batch_script_outside_srun_is_a_single_machine():
+    # sbatch runs the script once, on the first node, with the job's variables only.
+    environ = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "2",
+               "SLURM_JOB_NODELIST": "gpu[1-2]", "SLURM_TASKS_PER_NODE": "1(x2)",
+               "SLURM_NODEID": "0"}
+    assert cluster.detect_cluster(environ) is None
+    assert cluster.detect_source(environ) == "single_machine"
+
+
+def test_slurm_without_tasks_per_node_spreads_tasks_evenly():
+    environ = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "a,b",
                "SLURM_NODEID": "1", "MGPU_TF_PORT": "2222"}
     assert cluster.detect_cluster(environ).cluster["worker"] == ["a:2222", "b:2222"]
 
@@ -216,6 +225,10 @@ def test_shard_weights_follow_the_cluster():
                                           "node"),
     (_srun_task(0, 0, 2), "SLURM_NODEID and SLURM_LOCALID must name a task of the step"),
     (_srun_task(0, 0, 0, nodes="gpu[07-08"), "A SLURM host list has an unclosed"),
+    ({k: v for k, v in _srun_task(0, 0, 0).items() if k != "SLURM_STEP_NUM_TASKS"},
+     "SLURM_STEP_NUM_TASKS must be set by srun"),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NODELIST": "a,b"},
+     "SLURM_STEP_TASKS_PER_NODE must be set when SLURM_STEP_NUM_TASKS=3 tasks do not spread"),
     (_srun_task(0, 0, 0, MGPU_TF_PORT="65535"), "MGPU_TF_PORT leaves no room for 2 tasks"),
     (_pod(0, MGPU_TF_HOST_OVERRIDE="train-9.train=127.0.0.1"),
      r"MGPU_TF_HOST_OVERRIDE names hosts that are not in the cluster: \['train-9.train'\]"),
