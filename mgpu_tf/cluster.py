@@ -415,8 +415,12 @@ def check_dns_label(name, *, what="name"):
 
 
 def _kubernetes_jobs(text):
+    if text is None:
+        raise ClusterConfigError(
+            "MGPU_TF_JOBS must be set with MGPU_TF_JOB_NAME: every Job of the cluster as "
+            "'name:count,...' (mgpu-tf k8s writes it). Received: MGPU_TF_JOBS unset.")
     jobs = []
-    for item in (text or "").split(","):
+    for item in text.split(","):
         name, _, count = item.strip().rpartition(":")
         if not name or not count.isdigit() or int(count) < 1:
             raise ClusterConfigError(
@@ -432,7 +436,7 @@ def _from_kubernetes(environ):
                      hint=" by Kubernetes; the Job needs completionMode: Indexed")
     service = check_dns_label(environ.get("MGPU_TF_SERVICE_NAME", "").strip(),
                               what="MGPU_TF_SERVICE_NAME")
-    jobs = _kubernetes_jobs(environ.get("MGPU_TF_JOBS", f"{job}:1"))
+    jobs = _kubernetes_jobs(environ.get("MGPU_TF_JOBS"))
     port = _port(environ, DEFAULT_PORT)
     names = [name for name, _ in jobs]
     if job not in names:

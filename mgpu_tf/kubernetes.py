@@ -133,10 +133,9 @@ def _check_pool(pool):
     return pool
 
 
-def _container(name, image, command, gpus, port, env):
+def _container(name, image, command, gpus, port, port_name, env):
     container = {"name": name, "image": image, "command": list(command),
-                 "ports": [{"name": "grpc" if name != "tensorflow" else "tfjob-port",
-                            "containerPort": port}]}
+                 "ports": [{"name": port_name, "containerPort": port}]}
     if env:
         container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     if gpus:
@@ -179,7 +178,7 @@ def _indexed_jobs(name, command, image, pools, gpus, port, namespace):
         pod_spec = {
             "subdomain": name,
             "restartPolicy": "Never",
-            "containers": [_container("worker", image, command, gpus, port,
+            "containers": [_container("worker", image, command, gpus, port, "grpc",
                                       {"MGPU_TF_JOB_NAME": job, **env})],
         }
         if pool.node_selector:
@@ -207,7 +206,8 @@ def _tfjob(name, command, image, workers, gpus, port, namespace):
             "replicas": workers,
             "restartPolicy": "Never",
             "template": {"spec": {"containers": [
-                _container("tensorflow", image, command, gpus, port, {})]}},
+                # The training operator finds its container and port by these names.
+                _container("tensorflow", image, command, gpus, port, "tfjob-port", {})]}},
         }}},
     }]
 

@@ -106,7 +106,7 @@ def test_slurm_recipe():
     _trained(run_with_environments(argv[1:], environments), replicas=ntasks)
 
 
-def _k8s_documents(command):
+def _k8s_argv(command):
     argv = shlex.split(command)
     assert argv[0] == "mgpu-tf" and argv[-2] == ">", argv
     return argv[1:-2]
@@ -115,7 +115,7 @@ def _k8s_documents(command):
 @pytest.mark.parametrize("name", ["kubernetes", "kubernetes-pools"])
 def test_kubernetes_recipes_give_valid_manifests(capsys, name):
     (command,) = [c for c in _commands(name) if c.startswith("mgpu-tf k8s")]
-    assert cli_main(_k8s_documents(command)) == 0
+    assert cli_main(_k8s_argv(command)) == 0
     documents = list(yaml.safe_load_all(capsys.readouterr().out))
     for document in documents:
         kubernetes_validate.validate(document, kubernetes_validate.latest_version(),
