@@ -31,7 +31,7 @@ def test_reports_versions_devices_and_the_auto_choice():
     assert rows["physical GPU"] == "none"
     assert rows["logical CPU"] == "/device:CPU:0"
     assert rows["auto strategy"].startswith("default (")
-    assert rows["TF_CONFIG"] == "not set"
+    assert rows["cluster"] == "none (single_machine)"
 
 
 def test_a_valid_tf_config_is_shown_with_the_auto_choice_it_implies():
@@ -39,11 +39,20 @@ def test_a_valid_tf_config_is_shown_with_the_auto_choice_it_implies():
               "task": {"type": "worker", "index": 1}}
     code, rows = _env({"TF_CONFIG": json.dumps(config)})
     assert code == 0
-    assert rows["TF_CONFIG"].startswith("valid: ") and "(chief: False)" in rows["TF_CONFIG"]
+    assert rows["cluster"].startswith("valid, from TF_CONFIG: ")
+    assert "(chief: False)" in rows["cluster"]
     assert rows["auto strategy"].startswith("multi_worker (")
+
+
+def test_a_kubernetes_pod_shows_where_its_cluster_came_from():
+    code, rows = _env({"JOB_COMPLETION_INDEX": "1", "MGPU_TF_JOB_NAME": "train",
+                       "MGPU_TF_JOBS": "train:2", "MGPU_TF_SERVICE_NAME": "workers"})
+    assert code == 0
+    assert rows["cluster"].startswith("valid, from kubernetes: ")
+    assert "train-1.workers:2222" in rows["cluster"]
 
 
 def test_an_invalid_tf_config_is_named_and_fails_the_command():
     code, rows = _env({"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}'})
     assert code == 1
-    assert rows["TF_CONFIG"].startswith("INVALID: TF_CONFIG['task']['index'] must be in 0..0")
+    assert rows["cluster"].startswith("INVALID: TF_CONFIG['task']['index'] must be in 0..0")

@@ -8,7 +8,7 @@ __all__ = ["add_parser", "env_command", "environment_report"]
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "env", help="print versions, devices, the strategy 'auto' would choose, and TF_CONFIG")
+        "env", help="print versions, devices, the strategy 'auto' would choose, and the cluster")
     parser.set_defaults(run=env_command)
     return parser
 
@@ -39,10 +39,13 @@ def environment_report():
         rows.append(("auto strategy", f"error: {error}"))
     try:
         config = cluster.detect_cluster()
-        rows.append(("TF_CONFIG", "not set" if config is None else
-                     f"valid: {config.to_json()} (chief: {config.is_chief})"))
+        if config is None:
+            rows.append(("cluster", f"none ({cluster.detect_source()})"))
+        else:
+            rows.append(("cluster", f"valid, from {config.source}: {config.to_json()} "
+                         f"(chief: {config.is_chief})"))
     except cluster.ClusterConfigError as error:
-        rows.append(("TF_CONFIG", f"INVALID: {error}"))
+        rows.append(("cluster", f"INVALID: {error}"))
     for kind in ("CPU", "GPU"):
         logical = [d.name for d in tf.config.list_logical_devices(kind)]
         rows.append((f"logical {kind}", ", ".join(logical) or "none"))
