@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 import mgpu_tf  # noqa: E402
 
 mgpu_tf.simulate_devices(4)
+tf.get_logger().setLevel("ERROR")  # train_on_batch on several models warns of retracing
 
 from mgpu_tf.model_parallel import balance as balance_lib  # noqa: E402
 from mgpu_tf.model_parallel import partition  # noqa: E402
@@ -74,13 +75,63 @@ def speed_up(args):
         print(f"{m:>3} {best[m] * 1e3:>9.1f} {best[1] / best[m]:>9.2f} {bound:>12.2f}")
 
 
+class _Wait(keras.layers.Layer):
+    """Waits `seconds_per_row` per row of its input, in the forward pass, using no core."""
+
+    def __init__(self, seconds_per_row, **kwargs):
+        super().__init__(**kwargs)
+        self.seconds_per_row = seconds_per_row
+
+    def call(self, x):
+        def wait(rows):
+            time.sleep(self.seconds_per_row * len(rows))
+            return np.zeros((), np.float32)
+
+        # Stateless, so tf.function does not chain it to the other waits; fed the
+        # batch itself, so Grappler cannot fold it into a constant.
+        waited = tf.numpy_function(wait, [x], tf.float32, stateful=False)
+        return x + tf.reshape(waited, [])
+
+    def compute_output_shape(self, shape):
+        return shape
+
+
+def schedule(args):
+    """The same speed-up with stages that wait instead of compute: the schedule alone."""
+    def build():
+        keras.utils.set_random_seed(0)
+        return keras.Sequential([keras.Input((4,)), _Wait(2e-4), _Wait(2e-4),
+                                 keras.layers.Dense(4), _Wait(2e-4), _Wait(2e-4)])
+
+    x = np.ones((args.batch // 2, 4), "float32")
+    models = {}
+    for m in args.microbatches:
+        model = mgpu_tf.ModelParallel(build(), ["CPU:0", "CPU:1"], balance=[2, 3],
+                                      microbatches=m)
+        model.compile(optimizer="sgd", loss="mse")
+        model.train_on_batch(x, x)
+        models[m] = model
+    best = {m: float("inf") for m in models}
+    for _ in range(args.rounds):
+        for m, model in models.items():
+            start = time.perf_counter()
+            model.train_on_batch(x, x)
+            best[m] = min(best[m], time.perf_counter() - start)
+    print(f"\nSchedule alone: 2 stages x 2 waits of 0.2 ms per row (forward), batch {len(x)}, "
+          "no cores needed")
+    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12}")
+    for m in models:
+        bound = m * 2 / (m + 1)
+        print(f"{m:>3} {best[m] * 1e3:>9.1f} {best[1] / best[m]:>9.2f} {bound:>12.2f}")
+
+
 def _ratio(per_stage):
     return max(per_stage) / (sum(per_stage) / len(per_stage))
 
 
 def balance_ratios(args):
     """Heaviest over mean stage for each partitioner, by bytes and by measured time."""
-    widths = [512, 512, 512, 128, 128, 128, 128, 128, 128, 128, 128, 128]
+    widths = [512] * 4 + [256] * 16
     model = _dense_stack(512, widths)
     graph = partition.analyse(model)
     sample = np.ones((args.batch, 512), "float32")
@@ -91,7 +142,7 @@ def balance_ratios(args):
         "params": balance_lib.balance_by_params(graph, 2),
         "time": balance_lib.balance_by_time(graph, 2, sample)[0],
     }
-    print("\nBalance: 12 Dense layers (three 512-wide, nine 128-wide), 2 stages, "
+    print("\nBalance: 20 Dense layers (four 512-wide, then sixteen 256-wide), 2 stages, "
           "heaviest stage / mean stage (time: a second, independent measurement)")
     print(f"{'balance':>8} {'layers':>8} {'by bytes':>9} {'by time':>8}")
     for name, stage_counts in counts.items():
@@ -132,6 +183,7 @@ def main():
     parser.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8])
     args = parser.parse_args()
     speed_up(args)
+    schedule(args)
     balance_ratios(args)
     memory(args)
 
