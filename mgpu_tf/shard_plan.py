@@ -19,12 +19,15 @@ replicas' batch sizes) and `B` examples per step in all:
   input function gave it) in batches of `G_w`. Streams of unequal length end in
   empty batches, so that every worker runs the same number of steps.
 
-Inside a worker, a batch of `m` examples goes to its replicas in contiguous pieces
-in proportion to their batch sizes (all of `m` when it is full).
+Inside a worker, the examples of each batch go to its replicas by the same weighted
+round robin, so a short batch is shared out fairly too. With equal batch sizes
+replica `l` of worker `w` therefore reads every `R`-th example (offset `w + W * l`)
+under `"data"`, and every `L`-th example of its worker's stream otherwise.
 """
 
 import dataclasses
 import enum
+import functools
 import math
 import numbers
 from fractions import Fraction
@@ -38,7 +41,7 @@ __all__ = [
     "assign_files",
     "plan_data",
     "plan_streams",
-    "piece_bounds",
+    "piece_size",
     "worker_batch_sizes",
 ]
 
@@ -141,11 +144,10 @@ class ShardingPlan:
 
     def replica_batch(self, worker, replica, step):
         """Size of one replica's batch in step `step`."""
-        start, end = piece_bounds(self.worker_batch(worker, step),
-                                  self._local_sizes(worker), replica)
-        return end - start
+        return piece_size(self.worker_batch(worker, step), self.local_sizes(worker), replica)
 
-    def _local_sizes(self, worker):
+    def local_sizes(self, worker):
+        """Batch sizes of one worker's replicas."""
         size = self.replicas_per_worker
         return self.batch_sizes[worker * size:(worker + 1) * size]
 
@@ -205,13 +207,9 @@ def worker_batch_sizes(batch_sizes, replicas_per_worker):
     return tuple(sum(batch_sizes[w:w + size]) for w in range(0, len(batch_sizes), size))
 
 
-def piece_bounds(size, local_sizes, replica):
-    """`[start, end)` of a replica's piece of a worker batch of `size` examples."""
-    total = sum(local_sizes)
-    if not total:
-        return 0, 0
-    before = sum(local_sizes[:replica])
-    return size * before // total, size * (before + local_sizes[replica]) // total
+def piece_size(size, local_sizes, replica):
+    """A replica's share of a worker batch of `size` examples (round robin by weight)."""
+    return smooth_pattern(tuple(local_sizes))[:size].count(replica)
 
 
 def _largest_remainder(total, weights):
@@ -300,11 +298,12 @@ def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, wei
     if weights is None:
         if batch % replicas:
             lower = batch // replicas * replicas
+            equal = [1] * (num_workers if num_workers > 1 else replicas)
             raise ValueError(
                 f"`global_batch_size` must be divisible by the number of replicas "
                 f"({replicas}). Received: global_batch_size={batch}. Use {lower} or "
-                f"{lower + replicas}, or pass weights={[1] * (num_workers if num_workers > 1 else replicas)!r} "
-                "to split it into unequal batches."
+                f"{lower + replicas}, or pass weights={equal!r} to split it into unequal "
+                "batches."
             )
         return (batch // replicas,) * replicas
     weights = _check_weights(weights, num_workers, replicas_per_worker)
@@ -346,7 +345,18 @@ def smooth_pattern(shares):
     ```python
     smooth_pattern([2, 1])  # (0, 1, 0)
     ```
+
+    Args:
+        shares: slot counts, one per owner.
+
+    Returns:
+        A tuple: the owner of each slot.
     """
+    return _smooth_pattern(tuple(shares))
+
+
+@functools.lru_cache(maxsize=64)
+def _smooth_pattern(shares):
     period = sum(shares)
     taken = [0] * len(shares)
     slots = []
@@ -407,7 +417,7 @@ def plan_data(num_examples, batch_sizes, num_workers, replicas_per_worker, *,
     """
     batch = sum(batch_sizes)
     worker_sizes = worker_batch_sizes(batch_sizes, replicas_per_worker)
-    pattern = smooth_pattern(worker_sizes)
+    pattern = smooth_pattern(tuple(worker_sizes))
     full, rest = divmod(num_examples, batch)
     if drop_remainder:
         if not full:

@@ -51,12 +51,14 @@ class _Request:
         self.weighted = weights is not None
         if not isinstance(drop_remainder, bool):
             raise TypeError(
-                f"`drop_remainder` must be True or False. Received: drop_remainder={drop_remainder!r}"
+                "`drop_remainder` must be True or False. "
+                f"Received: drop_remainder={drop_remainder!r}"
             )
         if shuffle_seed is not None and (isinstance(shuffle_seed, bool) or not isinstance(
                 shuffle_seed, numbers.Integral)):
             raise TypeError(
-                f"`shuffle_seed` must be an integer or None. Received: shuffle_seed={shuffle_seed!r}"
+                "`shuffle_seed` must be an integer or None. "
+                f"Received: shuffle_seed={shuffle_seed!r}"
             )
         if parse is not None and not callable(parse):
             raise TypeError(f"`parse` must be a function or None. Received: parse={parse!r}")
@@ -112,7 +114,8 @@ def _topology(strategy):
             f"returns. Received: strategy={strategy!r}"
         )
     kind = strategies_lib.strategy_kind(strategy)
-    if kind in ("default", "one_device") or type(strategy).__name__ == "_DefaultDistributionStrategy":
+    if kind in ("default", "one_device") or (
+            type(strategy).__name__ == "_DefaultDistributionStrategy"):
         return "default", 1, 1
     if kind == "mirrored":
         return kind, 1, strategy.num_replicas_in_sync
@@ -288,7 +291,10 @@ def _empty_source(request):
 
 
 def _make_plan(request):
-    """Counts the examples (reading them only when their number is unknown) and plans."""
+    """Counts the examples (reading them only when their number is unknown) and plans.
+
+    Records are counted before `parse`, which maps one record to one example.
+    """
     common = dict(batch_sizes=request.batch_sizes, num_workers=request.num_workers,
                   replicas_per_worker=request.replicas_per_worker,
                   drop_remainder=request.drop_remainder, reason=request.reason)
@@ -306,13 +312,12 @@ def _make_plan(request):
         return plan_lib.plan_streams([sum(counts[i] for i in own) for own in owned],
                                      policy="file", worker_files=files, **common)
     if request.source_kind == "function" and request.policy == plan_lib.ShardPolicy.OFF:
-        counts = [_count(request.examples(_call_function(
-            request.source, request.context(w, request.num_workers))))
-            for w in range(request.num_workers)]
+        counts = [_count(_call_function(request.source, request.context(w, request.num_workers)))
+                  for w in range(request.num_workers)]
         if not sum(counts):
             raise _empty_source(request)
         return plan_lib.plan_streams(counts, policy="off", **common)
-    count = _count(request.examples(_probe_all(request)))
+    count = _count(_probe_all(request))
     if not count:
         raise _empty_source(request)
     if request.policy == plan_lib.ShardPolicy.OFF:
@@ -327,6 +332,10 @@ def _probe_all(request):
 
 
 # ----------------------------------------------------------------- pipelines
+#
+# A replica's pipeline reads its worker's examples and keeps its own. On one machine
+# every replica runs such a pipeline, so records are parsed only after that choice:
+# each is parsed once, not once per replica.
 
 
 def _shuffle(dataset, request, size):
@@ -335,35 +344,41 @@ def _shuffle(dataset, request, size):
     return dataset.shuffle(max(1, size), seed=request.seed, reshuffle_each_iteration=True)
 
 
-def _read_files(request, files):
+def _parsed(request, examples, parse):
+    return request.examples(examples) if parse else examples
+
+
+def _read_files(files):
     names = tf.data.Dataset.from_tensor_slices(list(files))
-    names = _shuffle(names, request, len(files))
-    records = names.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), _FILE_READERS),
-                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return request.examples(records)
+    return names, lambda names: names.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), _FILE_READERS),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _global_examples(request, plan):
+def _file_examples(request, files, size, parse):
+    names, read = _read_files(files)
+    examples = read(_shuffle(names, request, len(files)))
+    return _shuffle(_parsed(request, examples, parse), request,
+                    min(size, _FILE_SHUFFLE_BUFFER))
+
+
+def _global_examples(request, plan, parse):
     """All examples, in an order that is the same on every worker."""
     if request.source_kind == "files":
-        examples = _read_files(request, request.files)
-        return _shuffle(examples, request, min(plan.num_examples, _FILE_SHUFFLE_BUFFER))
-    examples = request.examples(_probe_all(request))
-    return _shuffle(examples, request, plan.num_examples)
+        return _file_examples(request, request.files, plan.num_examples, parse)
+    return _shuffle(_parsed(request, _probe_all(request), parse), request, plan.num_examples)
 
 
-def _worker_examples(request, plan, worker):
+def _worker_examples(request, plan, worker, parse):
     """The stream of one worker under the `"file"` and `"off"` policies."""
     if plan.worker_files is not None:
-        examples = _read_files(request, plan.worker_files[worker])
-        buffer = min(plan.worker_examples[worker], _FILE_SHUFFLE_BUFFER)
-    elif request.source_kind == "function":
-        examples = request.examples(_call_function(
-            request.source, request.context(worker, plan.num_workers)))
-        buffer = plan.worker_examples[worker]
-    else:
-        return _global_examples(request, plan)
-    return _shuffle(examples, request, buffer)
+        return _file_examples(request, plan.worker_files[worker],
+                              plan.worker_examples[worker], parse)
+    if request.source_kind == "function":
+        examples = _call_function(request.source, request.context(worker, plan.num_workers))
+        return _shuffle(_parsed(request, examples, parse), request,
+                        plan.worker_examples[worker])
+    return _global_examples(request, plan, parse)
 
 
 def _empty_batch(spec):
@@ -372,85 +387,125 @@ def _empty_batch(spec):
         lambda s: tf.zeros([0] + [d if d is not None else 0 for d in s.shape], s.dtype), spec)
 
 
-def _worker_batches(request, plan, worker):
-    """Exactly `plan.steps` batches: what one worker's replicas share in each step."""
+def _keep(batch, positions):
+    """The rows of `batch` at `positions` (a sorted block pattern), cut to its length."""
+    length = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+    rows = positions[: tf.reduce_sum(tf.cast(positions < length, tf.int32))]
+    return tf.nest.map_structure(lambda t: tf.gather(t, rows), batch)
+
+
+def _positions(pattern, owner):
+    return tf.constant([p for p, o in enumerate(pattern) if o == owner], tf.int64)
+
+
+def _worker_batches(request, plan, worker, parse):
+    """One worker's batches, one per step, until its examples run out."""
     size = plan.worker_batch_sizes[worker]
-    if plan.policy == plan_lib.ShardPolicy.DATA:
-        blocks = _global_examples(request, plan).batch(
-            plan.global_batch_size, drop_remainder=request.drop_remainder)
-        if plan.num_workers == 1:
-            return blocks
-        mine = tf.constant([p for p, owner in enumerate(plan.pattern) if owner == worker],
-                           tf.int64)
-
-        def keep(block):
-            length = tf.shape(tf.nest.flatten(block)[0], out_type=tf.int64)[0]
-            rows = mine[: tf.reduce_sum(tf.cast(mine < length, tf.int32))]
-            return tf.nest.map_structure(lambda t: tf.gather(t, rows), block)
-
-        return blocks.enumerate().map(lambda _, block: keep(block),
-                                      num_parallel_calls=tf.data.AUTOTUNE)
-    own = min(plan.steps, -(-plan.worker_examples[worker] // size) if size else 0)
-    empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec)).repeat(plan.steps - own)
-    if not own:
-        return empty
-    batches = _worker_examples(request, plan, worker).batch(
-        size, drop_remainder=request.drop_remainder).take(own)
-    return batches.concatenate(empty) if plan.steps > own else batches
+    drop = request.drop_remainder
+    if plan.policy != plan_lib.ShardPolicy.DATA:
+        examples = _worker_examples(request, plan, worker, parse)
+        return examples.take(plan.worker_examples[worker]).batch(max(size, 1),
+                                                                 drop_remainder=drop)
+    examples = _global_examples(request, plan, parse)
+    if plan.num_workers == 1:
+        return examples.batch(size, drop_remainder=drop)
+    if len(set(plan.worker_batch_sizes)) == 1:
+        # Equal shares: the round robin of each block is every n-th example.
+        return examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
+            plan.num_workers, worker).batch(size, drop_remainder=drop)
+    mine = _positions(plan.pattern, worker)
+    blocks = examples.batch(plan.global_batch_size, drop_remainder=drop)
+    return blocks.enumerate().map(lambda _, block: _keep(block, mine),
+                                  num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _piece(request, plan, worker, replica, step, batch):
-    """One replica's part of a worker batch, with the loss-correction weights."""
-    local = plan.batch_sizes[worker * plan.replicas_per_worker:
-                             (worker + 1) * plan.replicas_per_worker]
+def _replica_batches(request, plan, worker, replica):
+    """One replica's non-empty batches, in step order (only the last may be short)."""
+    size = plan.batch_sizes[worker * plan.replicas_per_worker + replica]
+    local = plan.local_sizes(worker)
+    drop = request.drop_remainder
+    if len(set(plan.batch_sizes)) == 1 and plan.policy == plan_lib.ShardPolicy.DATA:
+        # Every R-th example from offset w + W * l: read all, parse only its own.
+        examples = _global_examples(request, plan, parse=False)
+        examples = examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
+            plan.num_replicas, worker + plan.num_workers * replica)
+        return request.examples(examples).batch(size, drop_remainder=drop)
+    if len(set(local)) == 1 and plan.policy != plan_lib.ShardPolicy.DATA:
+        examples = _worker_examples(request, plan, worker, parse=False).take(
+            plan.worker_examples[worker]).shard(plan.replicas_per_worker, replica)
+        return request.examples(examples).batch(size, drop_remainder=drop)
+    batches = _worker_batches(request, plan, worker, parse=False)
     if plan.replicas_per_worker > 1:
-        length = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
-        total, before = sum(local), sum(local[:replica])
-        start = length * before // total
-        end = length * (before + local[replica]) // total
-        batch = tf.nest.map_structure(lambda t: t[start:end], batch)
+        mine = _positions(plan_lib.smooth_pattern(tuple(local)), replica)
+        batches = batches.enumerate().map(lambda _, batch: _keep(batch, mine),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+    if request.parse is None:
+        return batches
+    # Parsed after the cut, so that each replica parses only its own examples.
+    return request.examples(batches.unbatch()).batch(size)
+
+
+def _weigh(request, plan, step, batch):
+    """Adds the loss-correction weights when replicas' batches can differ."""
+    if not (plan.uneven and plan.num_replicas > 1 and request.can_weigh):
+        return batch
+    tail = tf.constant(plan.tail_totals or (plan.global_batch_size,), tf.int64)
+    index = tf.clip_by_value(step - plan.full_steps, 0, len(tail) - 1)
+    step_total = tf.where(step < plan.full_steps,
+                          tf.constant(plan.global_batch_size, tf.int64), tail[index])
+    weights = replica_weights.correction_weights(batch, step_total, plan.num_replicas)
+    return replica_weights.attach_weights(batch, weights)
+
+
+def _finish(request, plan, batches, filled, steps=None):
+    """Pads `filled` non-empty batches with empty ones to `plan.steps`, weighs, finishes."""
+    if filled < plan.steps:
+        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
     if plan.uneven and plan.num_replicas > 1 and request.can_weigh:
-        tail = tf.constant(plan.tail_totals or (plan.global_batch_size,), tf.int64)
-        index = tf.clip_by_value(step - plan.full_steps, 0, len(tail) - 1)
-        step_total = tf.where(step < plan.full_steps,
-                              tf.constant(plan.global_batch_size, tf.int64), tail[index])
-        weights = replica_weights.correction_weights(batch, step_total, plan.num_replicas)
-        batch = replica_weights.attach_weights(batch, weights)
-    return batch
-
-
-def _finish(dataset, steps=None):
+        batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
     if steps is not None:
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
+        batches = batches.apply(tf.data.experimental.assert_cardinality(steps))
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def _replica_dataset(request, plan, worker, replica):
-    batches = _worker_batches(request, plan, worker)
-    if plan.replicas_per_worker > 1 or plan.uneven:
-        batches = batches.enumerate().map(
-            lambda step, batch: _piece(request, plan, worker, replica, step, batch),
-            num_parallel_calls=tf.data.AUTOTUNE)
-    return _finish(batches, plan.steps)
+    """Exactly `plan.steps` batches for one replica: its pieces, then empty batches."""
+    share = plan.shares[worker * plan.replicas_per_worker + replica]
+    batches = _replica_batches(request, plan, worker, replica) if share.batches else (
+        tf.data.Dataset.from_tensors(_empty_batch(request.spec)).take(0))
+    return _finish(request, plan, batches.take(share.batches), share.batches, plan.steps)
 
 
 def _worker_dataset(request, plan, worker):
     """All local replicas' batches, in turn, for one multi-worker input pipeline."""
     if plan.replicas_per_worker == 1:
         return _replica_dataset(request, plan, worker, 0)
+    own = max(plan.shares[worker * plan.replicas_per_worker + r].batches
+              for r in range(plan.replicas_per_worker))
+    batches = _worker_batches(request, plan, worker, parse=True)
+    if own < plan.steps:
+        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
+
+    pattern = plan_lib.smooth_pattern(tuple(plan.local_sizes(worker)))
 
     def pieces(step, batch):
-        parts = [tf.data.Dataset.from_tensors(_piece(request, plan, worker, r, step, batch))
-                 for r in range(plan.replicas_per_worker)]
+        parts = [tf.data.Dataset.from_tensors(
+            _weigh(request, plan, step, _keep(batch, _positions(pattern, r))))
+            for r in range(plan.replicas_per_worker)]
         out = parts[0]
         for part in parts[1:]:
             out = out.concatenate(part)
         return out
 
     # The cardinality stays unknown: TensorFlow would count batches, not steps.
-    return _finish(_worker_batches(request, plan, worker).enumerate().flat_map(pieces))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.enumerate().flat_map(pieces).prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def _distribute(request, plan):

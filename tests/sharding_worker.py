@@ -51,10 +51,14 @@ def main(directory):
         except ValueError as error:
             report(f"ERROR_{tag}", str(error))
 
-    report("SEEN_data", seen(strategy, mgpu_tf.shard_dataset(ids(997), strategy, 12,
-                                                              shuffle_seed=7)))
+    report("SEEN_data", seen(strategy, mgpu_tf.shard_dataset(
+        ids(997), strategy, 12, shuffle_seed=7)))
     report("SEEN_file", seen(strategy, mgpu_tf.shard_dataset(
         [str(directory / "ids-*.tfrecord")], strategy, 12, parse=parse_id, shuffle_seed=7)))
+
+    report("SEEN_function", seen(strategy, mgpu_tf.shard_dataset(
+        lambda context: ids(997).shard(context.num_input_pipelines, context.input_pipeline_id),
+        strategy, 12)))
 
     x, y, initial = problem(100)
     with strategy.scope():

@@ -76,19 +76,20 @@ def test_997_over_4_devices_each_example_once(own_collective_keys, seed):
     strategy = _strategy("mirrored-4")
     seen = _seen(mgpu_tf.shard_dataset(_ids(997), strategy, 12, shuffle_seed=seed), strategy)
     assert sorted(_flatten(seen)) == list(range(997))
-    # 83 full steps of 3; the 997th example falls in replica 3's part of the last step.
-    assert [sum(map(len, r)) for r in seen] == [249, 249, 249, 250]
+    # 83 full steps of 3; the 997th example is the first of its step: replica 0's.
+    assert [sum(map(len, r)) for r in seen] == [250, 249, 249, 249]
     assert [len(r) for r in seen] == [84] * 4
-    assert [len(r[-1]) for r in seen] == [0, 0, 0, 1]
+    assert [len(r[-1]) for r in seen] == [1, 0, 0, 0]
 
 
 def test_weighted_replicas_get_their_share(own_collective_keys):
     strategy = _strategy("mirrored-2")
     seen = _seen(mgpu_tf.shard_dataset(_ids(100), strategy, 12, weights=[2, 1]), strategy)
-    # 8 steps of 8 + 4 (blocks 0..95), then 96..99 cut 2 + 2.
-    assert seen[0][0] == list(range(8)) and seen[1][0] == list(range(8, 12))
-    assert seen[0][-1] == [96, 97] and seen[1][-1] == [98, 99]
-    assert [sum(map(len, r)) for r in seen] == [66, 34]
+    # Each block of 12 goes 0 1 0 0 1 0 0 1 0 0 1 0 (replica 0 twice as often);
+    # the last block, 96..99, goes 0 1 0 0.
+    assert seen[0][0] == [0, 2, 3, 5, 6, 8, 9, 11] and seen[1][0] == [1, 4, 7, 10]
+    assert seen[0][-1] == [96, 98, 99] and seen[1][-1] == [97]
+    assert [sum(map(len, r)) for r in seen] == [67, 33]
 
 
 def test_drop_remainder_keeps_full_steps_only(own_collective_keys):
@@ -104,7 +105,7 @@ def test_describe_sharding_prints_the_table(own_collective_keys, capsys):
     assert lines[0].startswith("policy=data (auto: the source is a data set, not files)")
     assert lines[1].split() == ["worker", "replica", "batch", "examples", "batches", "last",
                                 "batch", "empty", "steps"]
-    assert [line.split()[3] for line in lines[2:]] == ["249", "249", "249", "250"]
+    assert [line.split()[3] for line in lines[2:]] == ["250", "249", "249", "249"]
     assert plan.steps == 84
 
 
@@ -114,6 +115,22 @@ def test_auto_says_which_policy(own_collective_keys, caplog, tmp_path):
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
         mgpu_tf.shard_dataset(files, _strategy("mirrored-2"), 4, parse=parse_xy)
     assert "sharding policy 'auto' chose 'file': 2 files for 1 worker(s)" in caplog.text
+
+
+def test_function_source_is_called_with_the_input_context(own_collective_keys):
+    contexts = []
+
+    def examples(context):
+        contexts.append((context.num_input_pipelines, context.input_pipeline_id,
+                         context.num_replicas_in_sync))
+        return _ids(30)
+
+    strategy = _strategy("mirrored-2")
+    plan = mgpu_tf.describe_sharding(examples, strategy, 4, print_table=False)
+    assert (plan.policy, plan.reason) == ("off", "auto: the input function shards by worker")
+    assert set(contexts) == {(1, 0, 2)}
+    seen = _seen(mgpu_tf.shard_dataset(examples, strategy, 4, policy="data"), strategy)
+    assert sorted(_flatten(seen)) == list(range(30))
 
 
 # ------------------------------------------------------------------ determinism

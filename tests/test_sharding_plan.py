@@ -47,10 +47,17 @@ def test_997_examples_over_3_workers():
 
 
 def test_997_examples_over_4_replicas_of_one_worker():
-    # The 1-example last batch is cut at 12 * k / 12 for k = 0..4: only replica 3 gets it.
+    # Round robin inside the worker too: the 1-example last batch goes to replica 0.
     plan = shard_plan.plan_data(997, (3, 3, 3, 3), 1, 4)
-    assert _examples(plan) == [249, 249, 249, 250]
-    assert [s.batches for s in plan.shares] == [83, 83, 83, 84]
+    assert _examples(plan) == [250, 249, 249, 249]
+    assert [s.batches for s in plan.shares] == [84, 83, 83, 83]
+
+
+def test_weighted_replicas_share_a_short_batch_by_weight():
+    # Pattern 0 1 0 0 1 0 ...: a last batch of 4 gives 3 to replica 0 and 1 to replica 1.
+    plan = shard_plan.plan_data(100, (8, 4), 1, 2)
+    assert [s.last_batch for s in plan.shares] == [3, 1]
+    assert _examples(plan) == [67, 33]
 
 
 def test_drop_remainder_drops_the_short_step():
@@ -87,4 +94,4 @@ def test_weight_zero_worker_with_data_is_an_error():
 def test_table_names_every_replica():
     table = shard_plan.plan_data(997, (3, 3, 3, 3), 1, 4).table()
     assert table.splitlines()[0].startswith("policy=data (requested); 1 worker(s) x 4 replica(s)")
-    assert table.splitlines()[-1].split() == ["0", "3", "3", "250", "84", "1", "0"]
+    assert table.splitlines()[-1].split() == ["0", "3", "3", "249", "83", "3", "1"]

@@ -80,14 +80,15 @@ def test_bad_policies_fail_on_every_worker(launch):
 
 
 @pytest.mark.multiworker
-@pytest.mark.parametrize("policy", ["data", "file"])
+@pytest.mark.parametrize("policy", ["data", "file", "function"])
 def test_every_example_once_over_the_workers(launch, policy):
     workers, _, results = launch
     seen = [results[w][f"SEEN_{policy}"] for w in range(workers)]
     assert sorted(i for steps in seen for batch in steps for i in batch) == list(range(997))
-    expected = DATA_EXAMPLES if policy == "data" else FILE_EXAMPLES
+    # The function shards every n-th example itself, as "data" does.
+    expected = FILE_EXAMPLES if policy == "file" else DATA_EXAMPLES
     assert [sum(map(len, steps)) for steps in seen] == expected[workers]
-    steps = 84 if policy == "data" else FILE_STEPS[workers]
+    steps = FILE_STEPS[workers] if policy == "file" else 84
     assert [len(s) for s in seen] == [steps] * workers
 
 
@@ -97,8 +98,8 @@ def test_fit_equals_single_device(launch):
     x, y, initial = problem(100)
     reference = reference_weights(x, y, initial, blocks(100, 12))  # weights=[2, 1] on 2
     xf, yf, initial_f = problem(100, seed=1)
-    reference_f = reference_weights(xf, yf, initial_f, _file_steps(FIT_FILES[workers],
-                                                                    12 // workers))
+    file_steps = _file_steps(FIT_FILES[workers], 12 // workers)
+    reference_f = reference_weights(xf, yf, initial_f, file_steps)
     for result in results.values():
         assert relative_difference(from_json(result["WEIGHTS_data"]), reference) < TOLERANCE
         assert relative_difference(from_json(result["WEIGHTS_file"]), reference_f) < TOLERANCE
