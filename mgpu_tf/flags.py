@@ -1,9 +1,10 @@
 """absl flags that choose the strategy, defined next to the user's own flags.
 
 `define_flags()` adds `--strategy`, `--simulate_devices`, `--num_gpus`,
-`--devices`, `--all_reduce`, `--num_packs`, `--tpu`, `--worker_hosts` and
-`--task_index`. A bad value fails when flags are parsed, with the same message
-`make_strategy` gives, because the check is `make_strategy`'s own.
+`--devices`, `--all_reduce`, `--num_packs`, `--bytes_per_pack`, `--compression`,
+`--steps_per_sync`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`.
+A bad value fails when flags are parsed, with the same message `make_strategy`
+gives, because the check is `make_strategy`'s own.
 
 Example:
 
@@ -34,6 +35,10 @@ _OPTION_FLAGS = {
     "num_gpus": "num_gpus",
     "all_reduce": "all_reduce",
     "num_packs": "num_packs",
+    "bytes_per_pack": "bytes_per_pack",
+    "compression": "compression",
+    "steps_per_sync": "steps_per_sync",
+    "precision": "precision",
     "tpu": "tpu",
     "worker_hosts": "worker_hosts",
     "task_index": "task_index",
@@ -69,6 +74,14 @@ def define_flags(flag_values=flags.FLAGS):
                         flag_values=flag_values)
     flags.DEFINE_integer("num_packs", None, strategies.OPTIONS["num_packs"],
                          flag_values=flag_values)
+    flags.DEFINE_integer("bytes_per_pack", None, strategies.OPTIONS["bytes_per_pack"],
+                         flag_values=flag_values)
+    flags.DEFINE_string("compression", None, strategies.OPTIONS["compression"],
+                        flag_values=flag_values)
+    flags.DEFINE_integer("steps_per_sync", None, strategies.OPTIONS["steps_per_sync"],
+                         flag_values=flag_values)
+    flags.DEFINE_string("precision", None, strategies.OPTIONS["precision"],
+                        flag_values=flag_values)
     flags.DEFINE_string("tpu", None, strategies.OPTIONS["tpu"], flag_values=flag_values)
     flags.DEFINE_list("worker_hosts", None, strategies.OPTIONS["worker_hosts"] +
                       " (comma-separated).", flag_values=flag_values)

@@ -16,8 +16,10 @@ import numbers
 import tensorflow as tf
 
 from mgpu_tf import cluster as cluster_lib
+from mgpu_tf import communication
 from mgpu_tf import devices as devices_lib
 from mgpu_tf import failures
+from mgpu_tf import precision as precision_lib
 
 __all__ = [
     "StrategyKind",
@@ -64,6 +66,8 @@ OPTIONS = {
     "worker_hosts": "'host:port' of every worker, instead of cluster",
     "task_index": "this process' index in worker_hosts",
     "tpu": "TPU address or name",
+    **communication.OPTION_HELP,
+    **precision_lib.OPTION_HELP,
 }
 
 _ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
@@ -294,6 +298,12 @@ def validate_options(kind, options):
             options.get("worker_hosts"), options.get("task_index"))
         out.pop("worker_hosts", None)
         out.pop("task_index", None)
+    if "compression" in options:
+        out["compression"] = communication.check_compression(options["compression"])
+    if "steps_per_sync" in options:
+        out["steps_per_sync"] = _check_int("steps_per_sync", options["steps_per_sync"], 1)
+    if "precision" in options:
+        out["precision"] = precision_lib.check_precision(options["precision"])
     if "tpu" in options and not isinstance(options["tpu"], str):
         raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={options['tpu']!r}")
     return out
@@ -450,7 +460,9 @@ def make_strategy(kind="auto", **options):
         name, reason = auto_choice(**options)
         logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
     checked = validate_options(name, options)
-    return _REGISTRY[name].build(checked)
+    if "precision" in checked:
+        precision_lib.set_precision(checked["precision"])
+    return communication.attach(_REGISTRY[name].build(checked), checked)
 
 
 def strategy_kind(strategy):
@@ -466,21 +478,23 @@ def strategy_kind(strategy):
 register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",
                   _build_auto, options=OPTIONS)
 register_strategy("default", "no distribution: TensorFlow's default strategy",
-                  _build_default, aliases=("off", "none"))
+                  _build_default, options=("precision",), aliases=("off", "none"))
 register_strategy("one_device", "everything on one device", _build_one_device,
-                  options=("devices",),
+                  options=("devices", "precision"),
                   strategy_types=(tf.distribute.OneDeviceStrategy,))
 register_strategy("mirrored", "data parallel over the devices of one machine",
                   _build_mirrored,
-                  options=("devices", "num_gpus", "all_reduce", "num_packs"),
+                  options=("devices", "num_gpus", "all_reduce", "num_packs", "compression",
+                           "steps_per_sync", "precision"),
                   strategy_types=(tf.distribute.MirroredStrategy,))
 register_strategy("multi_worker", "data parallel over several machines (TF_CONFIG)",
                   _build_multi_worker,
                   options=("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
-                           "worker_hosts", "task_index"),
+                           "worker_hosts", "task_index", "compression", "steps_per_sync",
+                           "precision"),
                   aliases=("multi_worker_mirrored",),
                   strategy_types=(tf.distribute.MultiWorkerMirroredStrategy,))
-register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu, options=("tpu",),
+register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu, options=("tpu", "precision"),
                   strategy_types=(tf.distribute.TPUStrategy,))
 
 
@@ -488,8 +502,10 @@ def prepare_model(model, strategy):
     """Readies a Keras model for a strategy, so one script runs under every strategy.
 
     Data-parallel strategies need nothing (the model was built in `strategy.scope()`)
-    and get the model back unchanged; strategies that place layers on devices (such
-    as `"model_parallel"`) return the placed model.
+    and get the model back unchanged, unless `make_strategy` was given `compression`
+    or `steps_per_sync`: then the optimizer `model.compile` receives is made to
+    all-reduce that way (see `mgpu_tf.communication`). Strategies that place layers
+    on devices (such as `"model_parallel"`) return the placed model.
 
     Args:
         model: a Keras model, built inside `strategy.scope()`.
@@ -499,4 +515,5 @@ def prepare_model(model, strategy):
         The model to compile and fit.
     """
     prepare = getattr(strategy, "prepare_model", None)
-    return prepare(model) if callable(prepare) else model
+    model = prepare(model) if callable(prepare) else model
+    return communication.prepare(model, strategy)

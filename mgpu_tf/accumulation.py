@@ -1,0 +1,134 @@
+"""Gradient accumulation across steps: one all-reduce and one update every k steps.
+
+Each replica sums its gradients locally for `steps_per_sync` steps; on the
+k-th step the sum, divided by k, goes through the optimizer's usual all-reduce
+and update. Each step's batch keeps its meaning (the global batch over all
+replicas), and the update equals one unaccumulated update on the k batches
+together, with k times fewer all-reduces.
+
+Keras' own `gradient_accumulation_steps` does not run under
+`tf.distribute.MirroredStrategy`: its update is a `tf.cond` in replica context
+whose branch aggregates gradients, and the strategy refuses a `merge_call` in
+control flow ("`merge_call` called while defining a new graph ..."; checked
+with Keras 3.15.1 and TensorFlow 2.21). Here the condition is evaluated in
+cross-replica context, as Keras' `LossScaleOptimizer` does for the same reason.
+
+Example:
+
+```python
+import keras, mgpu_tf
+mgpu_tf.simulate_devices(2)
+strategy = mgpu_tf.make_strategy("mirrored", steps_per_sync=4)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model = mgpu_tf.prepare_model(model, strategy)
+    model.compile(optimizer="sgd", loss="mse")  # updates every 4th step
+```
+"""
+
+import tensorflow as tf
+
+__all__ = ["accumulate"]
+
+
+def accumulate(optimizer, strategy, steps_per_sync):
+    """Makes `optimizer.apply` all-reduce and update every `steps_per_sync` calls.
+
+    Args:
+        optimizer: a Keras 3 optimizer (not a `LossScaleOptimizer`).
+        strategy: the strategy the optimizer runs under.
+        steps_per_sync: steps per all-reduce, at least 2.
+
+    Returns:
+        `optimizer`, whose `apply` now accumulates.
+    """
+    state = _State(optimizer, strategy, steps_per_sync)
+    original_build = optimizer.build
+    original_apply = optimizer.apply
+
+    def build(variables):
+        original_build(variables)
+        state.build(variables)
+
+    def apply(grads, trainable_variables=None):
+        if not optimizer.built:
+            build(list(trainable_variables))
+        variables = list(trainable_variables or optimizer._trainable_variables)
+        if not state.built:
+            state.build(optimizer._trainable_variables)
+        context = tf.distribute.get_replica_context()
+        if context is None:
+            raise ValueError(
+                "An optimizer with steps_per_sync > 1 must apply gradients in replica "
+                "context (inside strategy.run, as Keras fit does). Received: a call in "
+                "cross-replica context.")
+        state.add(grads, variables)
+        context.merge_call(_maybe_apply, args=(state, original_apply, variables))
+
+    object.__setattr__(optimizer, "build", build)
+    object.__setattr__(optimizer, "apply", apply)
+    if optimizer.built:
+        state.build(optimizer._trainable_variables)
+    return optimizer
+
+
+class _State:
+    """The per-replica sums of gradients and the count of steps since the last update."""
+
+    def __init__(self, optimizer, strategy, steps):
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.steps = steps
+        self.built = False
+
+    def build(self, variables):
+        if self.built:
+            return
+        with self.strategy.scope():
+            # ON_READ: each replica adds to its own copy without synchronising.
+            self.sums = [
+                tf.Variable(
+                    tf.zeros(v.shape, _dtype(v)), trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM, name="gradient_sum")
+                for v in variables
+            ]
+            self.count = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                                     name="steps_since_sync")
+        self.built = True
+
+    def _sum(self, variable):
+        return self.sums[self.optimizer._get_variable_index(variable)]
+
+    def add(self, grads, variables):
+        for g, v in zip(grads, variables):
+            if g is not None:
+                self._sum(v).assign_add(tf.convert_to_tensor(g))
+
+    def take(self, variables):
+        """The replica's mean gradient since the last update; the sums restart at zero."""
+        sums = [self._sum(v) for v in variables]
+        grads = [tf.identity(s.read_value()) / self.steps for s in sums]
+        with tf.control_dependencies(grads):
+            resets = [s.assign(tf.zeros(s.shape, s.dtype)) for s in sums]
+        with tf.control_dependencies(resets):
+            return [tf.identity(g) for g in grads]
+
+
+def _maybe_apply(distribution, state, apply, variables):
+    is_sync = tf.equal((state.count + 1) % state.steps, 0)
+
+    def update():
+        def replica_update():
+            apply(state.take(variables), variables)
+
+        distribution.extended.call_for_each_replica(replica_update)
+        return tf.constant(True)
+
+    tf.cond(is_sync, update, lambda: tf.constant(False))
+    state.count.assign(tf.where(is_sync, tf.constant(0, tf.int64), state.count + 1))
+
+
+def _dtype(variable):
+    return tf.as_dtype(getattr(variable, "dtype", "float32"))

@@ -1,0 +1,37 @@
+"""Worker script: SGD steps of `model.fit` under multi_worker with communication options.
+
+Usage: `python mw_communication.py DATA.npz OUT_DIR OPTIONS_JSON`. DATA.npz holds
+`x`, `y`, `global_batch` and the initial weights `w0`, `w1`, ...; OPTIONS_JSON is
+a JSON object of make_strategy options. Each worker writes its final weights and
+the optimizer's update count to OUT_DIR/worker<index>.npz.
+"""
+
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+from mw_equivalence import build_model, global_batches
+
+
+def main(data_path, out_dir, options_json):
+    import mgpu_tf
+    from mgpu_tf import cluster
+
+    strategy = mgpu_tf.make_strategy("multi_worker", **json.loads(options_json))
+    data = np.load(data_path)
+    weights = [data[f"w{i}"] for i in range(len(data.files) - 3)]
+    with strategy.scope():
+        # Compiled before prepare_model: the options go into its optimizer at once.
+        model = mgpu_tf.prepare_model(build_model(weights), strategy)
+    model.fit(global_batches(data["x"], data["y"], int(data["global_batch"])),
+              epochs=1, shuffle=False, verbose=0)
+    index = cluster.detect_cluster().task_index
+    np.savez(pathlib.Path(out_dir) / f"worker{index}.npz", *model.get_weights(),
+             updates=int(model.optimizer.iterations.numpy()))
+    print(f"worker {index} of {strategy.num_replicas_in_sync} replicas: done")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,137 @@
+"""Compressed all-reduce: 16 bits on the wire, float32 in the update.
+
+The reference is computed by hand: each replica's gradient of its slice of the
+global batch (plain TensorFlow, no strategy), cast to the wire dtype, summed in
+that dtype, cast back, and applied by SGD. Training with `compression` must give
+that update, and differ from the float32 update only by the rounding.
+"""
+
+import json
+import pathlib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mgpu_tf
+from mgpu_tf import communication
+from mw_equivalence import LEARNING_RATE, build_model, global_batches
+from workers import run_workers
+
+WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_communication.py")
+GLOBAL_BATCH = 8
+# Unit roundoff of each wire dtype: the relative rounding of one cast.
+EPSILON = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.RandomState(11)
+    x = rng.normal(size=(GLOBAL_BATCH, 5)).astype("float32")
+    y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2]).astype("float32")
+    shapes = [w.shape for w in build_model(None).get_weights()]
+    weights = [rng.normal(scale=0.5, size=s).astype("float32") for s in shapes]
+    return x, y, weights
+
+
+def _replica_gradients(x, y, weights, replicas):
+    """Each replica's gradient of its consecutive slice, as tf.distribute scales it."""
+    model = build_model(weights)
+    grads = []
+    for xs, ys in zip(np.split(x, replicas), np.split(y, replicas)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(xs) - ys)) / replicas
+        grads.append([g.numpy() for g in tape.gradient(loss, model.trainable_weights)])
+    return grads
+
+
+def _hand_update(weights, grads, wire):
+    """SGD with the replicas' gradients summed in `wire` (None: float32)."""
+    out = []
+    for i, w in enumerate(weights):
+        if wire is None:
+            total = sum(g[i] for g in grads)
+        else:
+            total = tf.cast(tf.add_n([tf.cast(g[i], wire) for g in grads]), tf.float32).numpy()
+        out.append(w - LEARNING_RATE * total)
+    return out
+
+
+def _check_rounded_update(trained, weights, grads, wire):
+    compressed = _hand_update(weights, grads, wire)
+    exact = _hand_update(weights, grads, None)
+    step = [np.abs(w - e) for w, e in zip(weights, exact)]
+    # A gradient computed in another process may round to the neighbouring value.
+    for t, c, s in zip(trained, compressed, step):
+        np.testing.assert_allclose(t, c, rtol=0, atol=1e-6 + 4 * EPSILON[wire] * s.max())
+    differences = [np.abs(t - e).max() for t, e in zip(trained, exact)]
+    assert max(differences) > 0, "the update is the float32 one: nothing was compressed"
+    for t, e, s in zip(trained, exact, step):
+        assert np.all(np.abs(t - e) <= 1e-6 + 4 * EPSILON[wire] * s.max())
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("float16", "float16"), ("BFLOAT16", "bfloat16"), ("none", "none"),
+    (communication.Compression.FLOAT16, "float16")])
+def test_check_compression_accepts_the_names(value, expected):
+    assert communication.check_compression(value) == expected
+
+
+@pytest.mark.parametrize("value", ["fp8", "float32", 16, None])
+def test_bad_compression_fails_with_the_choices(value):
+    with pytest.raises(ValueError, match="`compression` must be one of none, float16, bfloat16"):
+        mgpu_tf.make_strategy("mirrored", devices=2, compression=value or "half")
+
+
+def test_compression_does_not_apply_to_one_device():
+    with pytest.raises(ValueError, match="`compression` does not apply to strategy 'one_device'"):
+        mgpu_tf.make_strategy("one_device", compression="float16")
+
+
+def test_no_compression_leaves_the_model_and_optimizer_alone():
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="none")
+    assert communication.settings(strategy) == {}
+    with strategy.scope():
+        model = build_model(None)
+        assert mgpu_tf.prepare_model(model, strategy) is model
+    assert "_all_reduce_sum_gradients" not in vars(model.optimizer)
+
+
+@pytest.mark.parametrize("wire", ["float16", "bfloat16"])
+@pytest.mark.parametrize("devices", [2, 4])
+def test_mirrored_update_is_the_rounded_float32_update(problem, wire, devices):
+    x, y, weights = problem
+    strategy = mgpu_tf.make_strategy("mirrored", devices=devices, compression=wire)
+    with strategy.scope():
+        model = mgpu_tf.prepare_model(build_model(weights), strategy)
+    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, devices),
+                          wire)
+
+
+def test_compile_after_prepare_model_gets_the_compression(problem):
+    x, y, weights = problem
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="float16")
+    with strategy.scope():
+        model = mgpu_tf.prepare_model(build_model(weights), strategy)
+        model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
+    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
+                          "float16")
+
+
+@pytest.mark.multiworker
+def test_two_workers_update_is_the_rounded_float32_update(problem, tmp_path):
+    x, y, weights = problem
+    data = tmp_path / "data.npz"
+    np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
+             **{f"w{i}": w for i, w in enumerate(weights)})
+    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path,
+                                json.dumps({"compression": "float16"}))
+    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    grads = _replica_gradients(x, y, weights, 2)
+    for index in (0, 1):
+        saved = np.load(tmp_path / f"worker{index}.npz")
+        trained = [saved[f"arr_{i}"] for i in range(len(weights))]
+        _check_rounded_update(trained, weights, grads, "float16")
