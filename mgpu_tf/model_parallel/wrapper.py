@@ -138,45 +138,9 @@ class ModelParallel(keras.Model):
             raise TypeError(f"`model` must be a Keras model. Received: model={model!r}")
         _build(model, input_shape)
         graph = partition.analyse(model)
-        stages = len(devices)
-        if stages > len(graph.units):
-            raise ValueError(
-                f"There are more stages ({stages}, one per device) than layers "
-                f"({len(graph.units)}). Received: devices={devices!r}. "
-                f"Use at most {len(graph.units)} devices."
-            )
-        if isinstance(balance, list):
-            if len(balance) != stages or sum(balance) != len(graph.units):
-                raise ValueError(
-                    f"`balance` must give a layer count for each of the {stages} stages, "
-                    f"adding up to the model's {len(graph.units)} layers. Received: "
-                    f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
-                    "Or pass balance='params' or 'time' to balance automatically."
-                )
-        elif len(graph.atoms()) < stages:
-            raise ValueError(
-                f"The model can be cut into at most {len(graph.atoms())} stages where one "
-                f"tensor crosses each cut, fewer than the {stages} devices. Received: "
-                f"devices={devices!r}. Use fewer devices."
-            )
-        coupled = microbatch.batch_coupled_layers(model)
-        if microbatches > 1 and coupled:
-            raise ValueError(
-                "Batch-coupled layers compute statistics over the whole batch, so with "
-                "micro-batches they would train differently from the unsplit batch. "
-                f"Received: microbatches={microbatches} with {', '.join(map(repr, coupled))}. "
-                "Use microbatches=1, or LayerNormalization/GroupNormalization instead."
-            )
-        seconds = None
-        if balance == "uniform":
-            counts = balance_lib.balance_by_uniform(graph, stages)
-        elif balance == "params":
-            counts = balance_lib.balance_by_params(graph, stages)
-        elif balance == "time":
-            counts, seconds = balance_lib.balance_by_time(
-                graph, stages, _sample(model, sample))
-        else:
-            counts = balance
+        _check_stages(graph, balance, devices)
+        _check_batch_coupling(model, microbatches)
+        counts, seconds = _counts(graph, balance, len(devices), model, sample)
         atoms = partition.stage_atoms(graph, counts)
         super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
         self.supports_jit = False  # one XLA cluster cannot span devices
@@ -198,10 +162,12 @@ class ModelParallel(keras.Model):
 
     @property
     def devices(self):
+        """The device of each stage."""
         return self._devices
 
     @property
     def microbatches(self):
+        """How many micro-batches each batch is split into."""
         return self._microbatches
 
     @property
@@ -234,6 +200,53 @@ class ModelParallel(keras.Model):
 
     def load_weights(self, filepath, *args, **kwargs):
         return self._model.load_weights(filepath, *args, **kwargs)
+
+
+def _check_stages(graph, balance, devices):
+    stages = len(devices)
+    if stages > len(graph.units):
+        raise ValueError(
+            f"There are more stages ({stages}, one per device) than layers "
+            f"({len(graph.units)}). Received: devices={devices!r}. "
+            f"Use at most {len(graph.units)} devices."
+        )
+    if isinstance(balance, list):
+        if len(balance) != stages or sum(balance) != len(graph.units):
+            raise ValueError(
+                f"`balance` must give a layer count for each of the {stages} stages, "
+                f"adding up to the model's {len(graph.units)} layers. Received: "
+                f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
+                "Or pass balance='params' or 'time' to balance automatically."
+            )
+        partition.check_cuts(graph, balance)
+    elif len(graph.atoms()) < stages:
+        raise ValueError(
+            f"The model can be cut into at most {len(graph.atoms())} stages where one "
+            f"tensor crosses each cut, fewer than the {stages} devices. Received: "
+            f"devices={devices!r}. Use fewer devices."
+        )
+
+
+def _check_batch_coupling(model, microbatches):
+    coupled = microbatch.batch_coupled_layers(model)
+    if microbatches > 1 and coupled:
+        raise ValueError(
+            "Batch-coupled layers compute statistics over the whole batch, so with "
+            "micro-batches they would train differently from the unsplit batch. "
+            f"Received: microbatches={microbatches} with {', '.join(map(repr, coupled))}. "
+            "Use microbatches=1, or LayerNormalization/GroupNormalization instead."
+        )
+
+
+def _counts(graph, balance, stages, model, sample):
+    """Returns (layers per stage, measured seconds per layer or None)."""
+    if balance == "uniform":
+        return balance_lib.balance_by_uniform(graph, stages), None
+    if balance == "params":
+        return balance_lib.balance_by_params(graph, stages), None
+    if balance == "time":
+        return balance_lib.balance_by_time(graph, stages, _sample(model, sample))
+    return balance, None
 
 
 def _build(model, input_shape):
