@@ -53,6 +53,15 @@ def test_batch_not_divided_by_microbatches_gives_short_last_microbatch(rows):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
 
 
+def test_fit_with_a_short_last_batch_matches_reference():
+    x, y = _data(13)  # batches of 5, 5 and 3 rows, each split into 4 micro-batches
+    reference, model = mlp(), mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=4)
+    for m in (reference, model):
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+        m.fit(x, y, batch_size=5, epochs=2, shuffle=False, verbose=0)
+    _assert_same_weights(model, reference)
+
+
 @pytest.mark.parametrize("builder, devices, microbatches", [
     (mlp, DEVICES[:2], 4),
     (mlp, DEVICES, 2),
