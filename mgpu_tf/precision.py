@@ -1,0 +1,73 @@
+"""Numeric precision: Keras' mixed-precision policy chosen with the strategy.
+
+`make_strategy(..., precision="mixed_float16")` sets Keras' global dtype
+policy before the model is built in `strategy.scope()`: layers compute in
+float16 (or bfloat16) and keep float32 variables. Loss scaling, which float16
+needs and bfloat16 does not, is Keras' own: `model.compile` wraps the
+optimizer in a `keras.optimizers.LossScaleOptimizer` when the model's policy is
+`mixed_float16`. The last layer should keep float32 outputs for a stable loss
+(`dtype="float32"` on it, or an `Activation("linear", dtype="float32")`).
+
+Example:
+
+```python
+import keras, mgpu_tf
+strategy = mgpu_tf.make_strategy("default", precision="mixed_bfloat16")
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                              keras.layers.Dense(1, dtype="float32")])
+model.layers[0].compute_dtype  # 'bfloat16'
+```
+"""
+
+import enum
+
+__all__ = ["Precision", "OPTION_HELP", "check_precision", "set_precision"]
+
+
+class Precision(str, enum.Enum):
+    """The Keras dtype policies `precision` can name."""
+
+    FLOAT32 = "float32"
+    MIXED_FLOAT16 = "mixed_float16"
+    MIXED_BFLOAT16 = "mixed_bfloat16"
+
+    def __str__(self):
+        return self.value
+
+
+OPTION_HELP = {
+    "precision": "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
+    "mixed_bfloat16",
+}
+
+
+def check_precision(value):
+    """Returns `value` as a `Precision`.
+
+    Raises:
+        ValueError: when it is not float32, mixed_float16 or mixed_bfloat16.
+    """
+    try:
+        return Precision(str(value).lower() if isinstance(value, str) else value)
+    except ValueError:
+        hint = (" Use 'mixed_float16' or 'mixed_bfloat16': variables stay float32."
+                if str(value).lower() in ("float16", "bfloat16", "fp16", "bf16") else "")
+        raise ValueError(
+            "`precision` must be one of float32, mixed_float16, mixed_bfloat16. "
+            f"Received: precision={value!r}.{hint}") from None
+
+
+def set_precision(precision):
+    """Sets Keras' global dtype policy; models built afterwards follow it.
+
+    Args:
+        precision: a `Precision` value or its name.
+
+    Returns:
+        The `keras.DTypePolicy` now in force.
+    """
+    import keras
+
+    keras.mixed_precision.set_dtype_policy(check_precision(precision).value)
+    return keras.mixed_precision.dtype_policy()
