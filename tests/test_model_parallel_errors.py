@@ -152,3 +152,10 @@ def test_balance_accepts_the_enum_and_any_case():
     assert "balance='uniform'" in repr(strategy)
     model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=Balance.PARAMS)
     assert len(model.plan) == 2
+
+
+def test_time_balance_needs_a_sample_when_the_input_shape_is_open():
+    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(10, 4),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="balance='time' times the layers on a sample batch"):
+        mgpu_tf.ModelParallel(model, DEVICES[:2], balance="time")

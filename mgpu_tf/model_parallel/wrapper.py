@@ -277,6 +277,12 @@ def _sample(model, sample):
     if sample is not None:
         return sample
     spec = model.inputs[0]
+    if any(d is None for d in spec.shape[1:]):
+        raise ValueError(
+            "balance='time' times the layers on a sample batch, and the model's input "
+            f"shape has unknown dimensions besides the batch. Received: input shape "
+            f"{tuple(spec.shape)}, sample=None. Pass sample=<a batch of real inputs>."
+        )
     shape = [_TIME_SAMPLE_ROWS] + [int(d) for d in spec.shape[1:]]
     return np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype))
 
