@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from mgpu_tf.cli import bench as bench_cmd
 from mgpu_tf.cli import calibrate as calibrate_cmd
 from mgpu_tf.cli import env as env_cmd
 from mgpu_tf.cli import k8s as k8s_cmd
@@ -10,7 +11,7 @@ from mgpu_tf.cli import launch as launch_cmd
 
 __all__ = ["main"]
 
-_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd)
+_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd)
 
 
 def _parser():

@@ -1,0 +1,99 @@
+"""`mgpu-tf bench`: the scaling benchmark, as a table, a JSON file and a plot."""
+
+import os
+import sys
+import time
+
+from mgpu_tf import scaling
+
+__all__ = ["add_parser", "bench_command"]
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure examples/s on 1 and N simulated devices, local workers and pipeline "
+        "stages, each communication option on and off",
+        description="Train one MLP under each setting in fresh processes (N local workers "
+        "of one thread each against one process of N threads, each communication option "
+        "on and off, N simulated devices, N model_parallel stages), alternating rounds, "
+        "and print the medians with the ring all-reduce cost model's figures. Writes "
+        "OUT/bench.json and OUT/bench.png. Example: mgpu-tf bench --workers 2 --rounds 3",
+    )
+    parser.add_argument("--workers", type=int, default=2,
+                        help="N: devices, workers and stages to compare with one (default 2)")
+    parser.add_argument("--global-batch", type=int, default=256,
+                        help="examples per step over all replicas (default 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each setting (default 3)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
+    parser.add_argument("--width", type=int, default=1024, help="MLP width (default 1024)")
+    parser.add_argument("--depth", type=int, default=4, help="Dense layers (default 4)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated setting keys to run (default: all); "
+                        "see the keys with --list")
+    parser.add_argument("--list", action="store_true", help="list the settings and exit")
+    parser.add_argument("--out", default=".", help="folder for bench.json and bench.png")
+    parser.set_defaults(run=bench_command)
+    return parser
+
+
+def _check(args):
+    for name in ("workers", "global_batch", "rounds", "steps", "width", "depth"):
+        value = getattr(args, name)
+        least = 2 if name in ("workers", "depth") else 1
+        if value < least:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be at least {least}. Received: {flag}={value}")
+    if args.global_batch % args.workers:
+        low = args.global_batch - args.global_batch % args.workers
+        raise ValueError(
+            f"--global-batch must be divisible by --workers ({args.workers}). Received: "
+            f"--global-batch={args.global_batch}. Use {low or args.workers} or "
+            f"{low + args.workers}.")
+    settings = scaling.default_settings(args.workers, global_batch=args.global_batch)
+    if args.only:
+        keys = [k.strip() for k in args.only.split(",") if k.strip()]
+        known = [s.key for s in settings]
+        unknown = [k for k in keys if k not in known]
+        if unknown or not keys:
+            raise ValueError(f"--only names unknown settings {unknown}. Received: "
+                             f"--only={args.only!r}. Known: {', '.join(known)}.")
+        settings = [s for s in settings if s.key in keys]
+    return settings
+
+
+def bench_command(args):
+    try:
+        settings = _check(args)
+    except ValueError as error:
+        print(f"mgpu-tf bench: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        for s in settings:
+            print(f"{s.key:<26}{s.name}")
+        return 0
+    spec = scaling.ModelSpec(width=args.width, depth=args.depth)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"model: MLP {args.depth} x {args.width}, global batch {args.global_batch}, "
+          f"{args.steps} timed steps, {args.rounds} alternating rounds, load {load:.2f}",
+          flush=True)
+    started = time.time()
+    rows = scaling.run_benchmark(settings, rounds=args.rounds, steps=args.steps, spec=spec,
+                                 progress=sys.stderr)
+    print(scaling.format_table(rows))
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "bench.json")
+    png_path = os.path.join(args.out, "bench.png")
+    scaling.write_json(rows, json_path, workers=args.workers, global_batch=args.global_batch,
+                       rounds=args.rounds, steps=args.steps, width=args.width,
+                       depth=args.depth, load_before=load,
+                       load_after=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                       seconds=time.time() - started)
+    try:
+        scaling.write_plot(rows, png_path)
+    except ImportError:
+        print("mgpu-tf bench: no plot: matplotlib is missing (pip install 'mgpu_tf[bench]')",
+              file=sys.stderr)
+        png_path = None
+    print(f"wrote {json_path}" + (f" and {png_path}" if png_path else ""))
+    return 0
