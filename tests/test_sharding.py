@@ -214,13 +214,14 @@ def _interleaved(sizes):
     return order
 
 
-def test_fit_from_tfrecord_files(own_collective_keys, tmp_path):
+@pytest.mark.parametrize("name", ["default", "one_device", "mirrored-2", "mirrored-4"])
+def test_fit_from_tfrecord_files(own_collective_keys, tmp_path, name):
     sizes = [40, 33, 27]
     x, y, initial = problem(sum(sizes))
     files = write_records(tmp_path, x, y, sizes)
     order = _interleaved(sizes)
     reference = reference_weights(x, y, initial, [order[s:s + 12] for s in range(0, 100, 12)])
-    strategy = _strategy("mirrored-2")
+    strategy = _strategy(name)
     seen = _seen(mgpu_tf.shard_dataset([str(tmp_path / "part-*.tfrecord")], strategy, 12,
                                        parse=parse_id), strategy)
     assert sorted(_flatten(seen)) == list(range(100))
