@@ -14,6 +14,8 @@ Nothing in `tf.distribute` does this: its mean of replicas assumes equal batches
 The weights also reach compiled metrics and the reported loss, which Keras
 averages per replica: in steps whose replica batches are unequal, those figures
 are weighted by `R * b_i / B` too. Full steps with equal batches get weight 1.
+The correction assumes the default loss reduction, `"sum_over_batch_size"`; a loss
+reduced with `"sum"` or `"mean_with_sample_weight"` is scaled differently.
 """
 
 import tensorflow as tf

@@ -17,6 +17,18 @@ every example exactly once, in the same number of steps. What it adds over
   same global batch. Nothing in `tf.distribute` offers this.
 
 The layout itself is computed in `mgpu_tf.shard_plan`; `describe_sharding` prints it.
+
+On one machine each replica gets its own input pipeline
+(`InputReplicationMode.PER_REPLICA`): with one pipeline per worker, TensorFlow's
+`DistributedDatasetsFromFunction.cardinality` counts the pipeline's batches, one per
+replica, and Keras would expect that many steps. Several workers with several
+replicas each still use one pipeline per worker, whose cardinality is left unknown.
+
+Keras' `fit` adds up the replicas' first batches to build the model
+(keras-team/keras#19246), which fails when they differ in size: with `weights` on
+one machine, or a data set smaller than one global batch. `mgpu_tf.compat` works
+around it across workers; on one machine `fit` still fails on such first batches
+(Keras' own train function, which `fit` runs after that build, works).
 """
 
 import logging

@@ -74,8 +74,10 @@ def test_one_replica_reads_in_order(name):
 @pytest.mark.parametrize("seed", [None, 5])
 def test_997_over_4_devices_each_example_once(own_collective_keys, seed):
     strategy = _strategy("mirrored-4")
-    seen = _seen(mgpu_tf.shard_dataset(_ids(997), strategy, 12, shuffle_seed=seed), strategy)
-    assert sorted(_flatten(seen)) == list(range(997))
+    data = mgpu_tf.shard_dataset(_ids(997), strategy, 12, shuffle_seed=seed)
+    seen, again = _seen(data, strategy), _seen(data, strategy)
+    assert sorted(_flatten(seen)) == sorted(_flatten(again)) == list(range(997))
+    assert (_flatten(seen) == _flatten(again)) == (seed is None)  # a new order each epoch
     # 83 full steps of 3; the 997th example is the first of its step: replica 0's.
     assert [sum(map(len, r)) for r in seen] == [250, 249, 249, 249]
     assert [len(r) for r in seen] == [84] * 4
