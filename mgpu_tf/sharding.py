@@ -225,9 +225,9 @@ def _batch_op(dataset):
     while pending:
         node = pending.pop()
         name = type(node).__name__
-        if "Unbatch" in name:
+        if "unbatch" in name.lower():
             continue
-        if "Batch" in name:
+        if "batch" in name.lower() or "DenseToRagged" in name:
             return name.strip("_")
         try:
             pending += list(node._inputs())
@@ -606,7 +606,9 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     Args:
         source: a `tf.data.Dataset` of single (unbatched) examples; a list of
             TFRecord file patterns (one string is one pattern); or a function of a
-            `tf.distribute.InputContext` returning such a data set.
+            `tf.distribute.InputContext` returning such a data set (for its worker,
+            under `"off"`; for all workers, called with a one-pipeline context,
+            under `"data"`).
         strategy: the strategy `model` was built under.
         global_batch_size: examples per step over all replicas.
         policy: how to divide examples between workers: `"file"` (whole files per
