@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 __all__ = [
     "Setting",
     "ModelSpec",
@@ -88,6 +90,8 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
     workers = [("workers", "", ()), ("workers-float16", " float16", (("compression", "float16"),)),
                ("workers-bfloat16", " bfloat16", (("compression", "bfloat16"),)),
                ("workers-packs", " 1 MB packs", (("bytes_per_pack", 1 << 20),)),
+               ("workers-overlap", " 4 MB packs, last layer first",
+                (("bytes_per_pack", 4 << 20), ("overlap", True))),
                ("workers-steps4", " steps_per_sync=4", (("steps_per_sync", 4),)),
                ("workers-mixed_bfloat16", " mixed_bfloat16",
                 (("precision", "mixed_bfloat16"),))]
@@ -128,7 +132,6 @@ def _build_model(spec):
 
 
 def _dataset(spec, batch, steps):
-    import numpy as np
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
@@ -140,28 +143,50 @@ def _dataset(spec, batch, steps):
             .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
 
 
-def _time_all_reduce(strategy, model, wire, repeats=20):
-    """Seconds of one all-reduce of the model's gradients, and of one float."""
+def _time_collectives(strategy, model, wire, repeats=20):
+    """Seconds of collectives as the step sends them, for the cost model.
+
+    Returns the all-reduce of the model's gradients, the all-reduce of one
+    number (the fixed cost per all-reduce) and the all-gather of 1/N of the
+    gradient bytes from each worker, which moves (N-1)/N of them over each
+    link: half of what the ring all-reduce moves, with no arithmetic.
+    """
     import tensorflow as tf
 
     shapes = [tuple(w.shape) for w in model.trainable_weights]
+    share = sum(int(np.prod(s)) for s in shapes) // strategy.num_replicas_in_sync
 
-    def timed(shapes_):
+    def timed(collective):
         @tf.function
-        def reduce_once():
-            def replica_fn():
-                tensors = [tf.ones(s, wire) for s in shapes_]
-                return tf.distribute.get_replica_context().all_reduce("SUM", tensors)
-            return strategy.run(replica_fn)
+        def once():
+            return strategy.run(collective)
 
-        reduce_once()
+        once()
         start = time.perf_counter()
         for _ in range(repeats):
-            out = reduce_once()
-        strategy.experimental_local_results(out[0])[0].numpy()
+            out = once()
+        tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0].numpy(), out)
         return (time.perf_counter() - start) / repeats
 
-    return timed(shapes), timed([(1,)])
+    def all_reduce(shapes_):
+        return lambda: tf.distribute.get_replica_context().all_reduce(
+            "SUM", [tf.ones(s, wire) for s in shapes_])
+
+    def all_gather():
+        return tf.distribute.get_replica_context().all_gather(tf.ones((share,), wire), axis=0)
+
+    return timed(all_reduce(shapes)), timed(all_reduce([(1,)])), timed(all_gather)
+
+
+def _reverse_all_reduce(optimizer):
+    """Makes the optimizer all-reduce the last layers' gradients first."""
+    inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
+    original = inner._all_reduce_sum_gradients
+
+    def reversed_order(grads_and_vars):
+        return list(reversed(original(list(reversed(list(grads_and_vars))))))
+
+    object.__setattr__(inner, "_all_reduce_sum_gradients", reversed_order)
 
 
 def _run_child(setting, spec, steps):
@@ -173,6 +198,7 @@ def _run_child(setting, spec, steps):
     tf.config.threading.set_intra_op_parallelism_threads(setting.threads)
     tf.config.threading.set_inter_op_parallelism_threads(setting.threads)
     options = dict(setting.options)
+    overlap = options.pop("overlap", False)
     if setting.mode == "process":
         strategy = mgpu_tf.make_strategy("default", **options)
     elif setting.mode == "mirrored":
@@ -188,6 +214,8 @@ def _run_child(setting, spec, steps):
         model = mgpu_tf.prepare_model(_build_model(spec), strategy)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if overlap:
+        _reverse_all_reduce(model.optimizer)
     seconds = []
 
     class Timer(keras.callbacks.Callback):
@@ -203,12 +231,16 @@ def _run_child(setting, spec, steps):
     result = {"examples_per_sec": setting.global_batch * steps / seconds[-1],
               "step_seconds": seconds[-1] / steps}
     if setting.mode == "workers":
-        wire = options.get("compression", "float32")
-        result["all_reduce_seconds"], result["latency_seconds"] = _time_all_reduce(
-            strategy, model, "float32" if wire == "none" else wire)
         from mgpu_tf import cost_model
 
+        wire = options.get("compression", "float32")
+        wire = "float32" if wire == "none" else wire
+        (result["all_reduce_seconds"], result["latency_seconds"],
+         gather_seconds) = _time_collectives(strategy, model, wire)
         result["gradient_bytes"] = cost_model.gradient_bytes(model, wire)
+        n = strategy.num_replicas_in_sync
+        result["transport_bandwidth"] = (n - 1) / n * result["gradient_bytes"] / max(
+            gather_seconds - result["latency_seconds"], 1e-9)
     return result
 
 
@@ -299,18 +331,23 @@ def summarise(settings, runs):
             row["bandwidth"] = bandwidth
             row["model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
                 row["gradient_bytes"], row["count"], bandwidth, row["latency_seconds"])
+            row["link_model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
+                row["gradient_bytes"], row["count"], row["transport_bandwidth"],
+                row["latency_seconds"])
             if compute and not row["options"].get("precision"):
+                # Keras also all-reduces the step's logs: one more fixed cost a step.
                 row["predicted_step_seconds"] = cost_model.predict_step_seconds(
-                    compute["step_seconds"], row["gradient_bytes"], row["count"], bandwidth,
-                    row["latency_seconds"],
-                    steps_per_sync=int(row["options"].get("steps_per_sync", 1)))
+                    compute["step_seconds"], row["gradient_bytes"], row["count"],
+                    row["transport_bandwidth"], row["latency_seconds"],
+                    steps_per_sync=int(row["options"].get("steps_per_sync", 1))
+                ) + row["latency_seconds"]
     return rows
 
 
 def format_table(rows):
     """The summary as a compact table."""
     lines = [f"{'setting':<38}{'ex/s':>9}{'ratio':>7}{'step ms':>9}{'comm ms':>9}"
-             f"{'model ms':>9}{'pred ms':>9}"]
+             f"{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
 
     def ms(row, key):
         return f"{row[key] * 1e3:>9.1f}" if key in row else f"{'':>9}"
@@ -319,11 +356,18 @@ def format_table(rows):
         ratio = f"{r['ratio']:>7.2f}" if "ratio" in r else f"{'':>7}"
         lines.append(f"{r['name']:<38}{r['examples_per_sec']:>9.0f}{ratio}"
                      f"{ms(r, 'step_seconds')}{ms(r, 'all_reduce_seconds')}"
-                     f"{ms(r, 'model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
+                     f"{ms(r, 'model_all_reduce_seconds')}"
+                     f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
     bandwidth = next((r["bandwidth"] for r in rows if "bandwidth" in r), None)
     if bandwidth:
-        lines.append(f"loopback bandwidth {bandwidth / 1e9:.2f} GB/s; ratio: against the "
-                     "1-process row of the same precision")
+        links = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r]
+        lines.append(
+            f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s over a TCP socket, "
+            f"{statistics.median(links) / 1e9:.2f} GB/s through TensorFlow's collectives "
+            "(all-gather). comm: all-reduce of the gradients alone; tcp, link: the ring "
+            "model with each bandwidth; pred: the cost model's step (1-thread compute of "
+            "a worker's share + link model). ratio: against the 1-process row of the same "
+            "precision.")
     return "\n".join(lines)
 
 
