@@ -7,7 +7,9 @@ Two places in `keras/src/backend/tensorflow/trainer.py` fail:
 
 - `TensorFlowTrainer._maybe_symbolic_build` reduces the first distributed batch
   with an eager `strategy.reduce`, which raises "Attempt to convert a value
-  (PerReplica...) to a Tensor" across workers. The batch only gives the symbolic
+  (PerReplica...) to a Tensor" across workers, and fails on one machine too when
+  the replicas' batches differ in size (keras-team/keras#19246: weighted shards,
+  or a data set smaller than one global batch). The batch only gives the symbolic
   build its shapes and dtypes, so the first local replica's part serves.
 - `reduce_per_replica` reduces the step's logs across workers with
   `strategy.reduce("MEAN", v, axis=0)`, which raises "Invalid reduction
@@ -70,7 +72,8 @@ def multi_worker_fixes_apply(keras_version):
 
 
 def apply_multi_worker_fixes(*, keras_version=None):
-    """Makes Keras `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy.
+    """Makes Keras `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy,
+    and with replicas whose batches differ in size (keras-team/keras#19246).
 
     Patches two functions of Keras' TensorFlow trainer for keras-team/keras#20585
     (see the module docstring). `make_strategy("multi_worker")` calls it; calling
@@ -129,14 +132,13 @@ def apply_multi_worker_fixes(*, keras_version=None):
 
 
 def _build_from_first_replica(original, trainer):
-    """Wraps `_maybe_symbolic_build` to build from one replica's batch across workers."""
+    """Wraps `_maybe_symbolic_build` to build from one replica's part of a distributed batch."""
     import tensorflow as tf
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = self._distribute_strategy
-        if (iterator is not None and data_batch is None
-                and trainer._collective_all_reduce_multi_worker(strategy)):
+        if iterator is not None and data_batch is None and strategy is not None:
             for _, _, batches in iterator:
                 data_batch = tf.nest.map_structure(
                     lambda v: (strategy.experimental_local_results(v)[0]

@@ -339,6 +339,7 @@ def _build_mirrored(options):
         devices = devices_lib.local_devices("GPU")[: options["num_gpus"]] or None
     else:
         devices = options.get("devices", devices_lib.local_devices())
+    compat.apply_multi_worker_fixes()  # also keras-team/keras#19246 on one machine
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(options)

@@ -192,10 +192,6 @@ def test_fit_with_an_uneven_tail_equals_single_device(own_collective_keys, name)
     assert relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
-@pytest.mark.xfail(raises=tf.errors.InvalidArgumentError, strict=True,
-                   reason="Keras' _maybe_symbolic_build adds the replicas' first batches, "
-                          "which fails when they differ in size (keras-team/keras#19246); "
-                          "needs mgpu_tf.compat to cover one machine too")
 def test_fit_with_weights_on_one_machine(own_collective_keys):
     x, y, initial = problem(100)
     reference = reference_weights(x, y, initial, blocks(100, 12))
