@@ -1,31 +1,41 @@
-"""mgpu_tf: multi-device training for TensorFlow and Keras 3, switched on with one flag."""
+"""mgpu_tf: multi-device training for TensorFlow and Keras 3, switched on with one flag.
 
-from mgpu_tf.cluster import ClusterConfig, ClusterConfigError, parse_tf_config
-from mgpu_tf.devices import DevicesAlreadyInitializedError, simulate_devices
-from mgpu_tf.model_parallel import ModelParallel
-from mgpu_tf.sharding import describe_sharding, shard_dataset
-from mgpu_tf.strategies import (
-    StrategyKind,
-    available_strategies,
-    make_strategy,
-    prepare_model,
-    strategy_kind,
-)
+The public names load on first use, so that `mgpu-tf launch`, `mgpu-tf k8s` and a
+bad command-line argument answer without importing TensorFlow.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ClusterConfig",
-    "ClusterConfigError",
-    "DevicesAlreadyInitializedError",
-    "ModelParallel",
-    "StrategyKind",
-    "available_strategies",
-    "describe_sharding",
-    "make_strategy",
-    "parse_tf_config",
-    "prepare_model",
-    "shard_dataset",
-    "simulate_devices",
-    "strategy_kind",
-]
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "ClusterConfig": "mgpu_tf.cluster",
+    "ClusterConfigError": "mgpu_tf.cluster",
+    "parse_tf_config": "mgpu_tf.cluster",
+    "DevicesAlreadyInitializedError": "mgpu_tf.devices",
+    "simulate_devices": "mgpu_tf.devices",
+    "ModelParallel": "mgpu_tf.model_parallel",
+    "describe_sharding": "mgpu_tf.sharding",
+    "shard_dataset": "mgpu_tf.sharding",
+    "StrategyKind": "mgpu_tf.strategies",
+    "available_strategies": "mgpu_tf.strategies",
+    "make_strategy": "mgpu_tf.strategies",
+    "prepare_model": "mgpu_tf.strategies",
+    "strategy_kind": "mgpu_tf.strategies",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mgpu_tf' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -120,14 +120,15 @@ class _Request:
 
 def _topology(strategy):
     """Returns (kind, workers, replicas per worker) of a strategy."""
-    if not isinstance(strategy, tf.distribute.Strategy):
+    try:
+        kind = strategies_lib.strategy_kind(strategy)
+    except TypeError:
         raise TypeError(
-            "`strategy` must be a tf.distribute strategy, such as mgpu_tf.make_strategy() "
-            f"returns. Received: strategy={strategy!r}"
-        )
-    kind = strategies_lib.strategy_kind(strategy)
-    if kind in ("default", "one_device") or (
-            type(strategy).__name__ == "_DefaultDistributionStrategy"):
+            "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
+            f"Received: strategy={strategy!r}"
+        ) from None
+    if kind in ("default", "one_device", "model_parallel"):
+        # model_parallel holds one copy of the model: one pipeline, whole batches.
         return "default", 1, 1
     if kind == "mirrored":
         return kind, 1, strategy.num_replicas_in_sync
@@ -135,8 +136,8 @@ def _topology(strategy):
         local = len(strategy.extended.worker_devices)
         return kind, strategy.num_replicas_in_sync // local, local
     raise ValueError(
-        "shard_dataset works with the default, one_device, mirrored and multi_worker "
-        f"strategies. Received: strategy={type(strategy).__name__}. Use "
+        "shard_dataset works with the default, one_device, mirrored, multi_worker and "
+        f"model_parallel strategies. Received: strategy={type(strategy).__name__}. Use "
         "strategy.distribute_datasets_from_function() for this one."
     )
 

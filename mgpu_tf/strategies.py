@@ -10,6 +10,7 @@ training needs (see `mgpu_tf.compat`).
 
 import dataclasses
 import enum
+import importlib
 import logging
 import numbers
 
@@ -86,6 +87,18 @@ class _Entry:
 _REGISTRY = {}
 _ALIASES = {}
 
+# Modules that register further strategies; imported when the registry is first read.
+_PLUGINS = ("mgpu_tf.model_parallel",)
+_plugins_loaded = False
+
+
+def _load_plugins():
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for module in _PLUGINS:
+            importlib.import_module(module)
+
 
 def register_strategy(name, description, build, *, options=(), aliases=(),
                       strategy_types=()):
@@ -115,6 +128,7 @@ def register_option(name, description):
 
 def available_strategies():
     """Returns `{name: description}` for every registered strategy name."""
+    _load_plugins()
     return {name: entry.description for name, entry in _REGISTRY.items()}
 
 
@@ -127,6 +141,7 @@ def resolve_kind(kind):
     """
     if not isinstance(kind, str):
         raise TypeError(f"`kind` must be a strategy name. Received: kind={kind!r}")
+    _load_plugins()
     name = str(kind.value if isinstance(kind, enum.Enum) else kind).strip().lower()
     name = _ALIASES.get(name, name)
     if name not in _REGISTRY:
@@ -467,13 +482,22 @@ def make_strategy(kind="auto", **options):
 
 
 def strategy_kind(strategy):
-    """Returns the registry name of a strategy object (`"mirrored"`, ...)."""
+    """Returns the registry name of a strategy object (`"mirrored"`, ...).
+
+    Raises:
+        TypeError: when `strategy` is not a strategy.
+    """
+    _load_plugins()
     for name, entry in _REGISTRY.items():
         if entry.strategy_types and isinstance(strategy, entry.strategy_types):
             return name
-    if strategy is tf.distribute.get_strategy() or not tf.distribute.has_strategy():
-        return "default"
-    return type(strategy).__name__
+    if isinstance(strategy, tf.distribute.Strategy):
+        if type(strategy).__name__ == "_DefaultDistributionStrategy":
+            return "default"
+        return type(strategy).__name__
+    raise TypeError(
+        "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
+        f"Received: strategy={strategy!r}")
 
 
 register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",

@@ -313,7 +313,7 @@ def test_wrong_types():
     with pytest.raises(TypeError, match=r"`source` must be a tf\.data\.Dataset of single "
                                         r"examples"):
         mgpu_tf.shard_dataset(np.zeros(4), _strategy("default"), 4)
-    with pytest.raises(TypeError, match=r"`strategy` must be a tf\.distribute strategy"):
+    with pytest.raises(TypeError, match=r"`strategy` must be a strategy, such as mgpu_tf\.make_strategy"):
         mgpu_tf.shard_dataset(_ids(4), "mirrored", 4)
     with pytest.raises(TypeError, match=r"`global_batch_size` must be an integer"):
         mgpu_tf.shard_dataset(_ids(4), _strategy("default"), 4.0)
@@ -336,3 +336,9 @@ def test_counts_of_each_replica_are_equal_steps(own_collective_keys):
     data = mgpu_tf.shard_dataset(_ids(997), strategy, 12)
     assert data.cardinality == 84
     assert collections.Counter(len(r) for r in _seen(data, strategy)) == {84: 4}
+
+
+def test_model_parallel_gets_whole_global_batches_through_one_pipeline():
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2)
+    batches = [ids.numpy().tolist() for ids, _ in mgpu_tf.shard_dataset(_ids(10), strategy, 4)]
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

@@ -195,3 +195,32 @@ def test_mirrored_strategies_of_different_sizes_all_reduce_in_one_process():
                 "SUM", tf.constant(1.0)))
 
         assert float(strategy.experimental_local_results(step())[0]) == count
+
+
+def test_strategy_kind_rejects_what_is_not_a_strategy():
+    with pytest.raises(TypeError, match="`strategy` must be a strategy"):
+        mgpu_tf.strategy_kind("mirrored")
+
+
+def test_model_parallel_is_registered_without_importing_it_first():
+    import subprocess
+    import sys
+
+    code = ("import mgpu_tf, sys; assert 'mgpu_tf.model_parallel' not in sys.modules; "
+            "print(sorted(mgpu_tf.available_strategies()))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "'model_parallel'" in result.stdout
+
+
+def test_the_command_line_answers_a_bad_argument_without_importing_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from mgpu_tf.cli import main; code = main(['launch', '--workers', '0', "
+            "'--', 'true']); assert 'tensorflow' not in sys.modules; sys.exit(code)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "`workers` must be an integer of at least 1" in result.stderr
