@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags
 
-from mgpu_tf import callbacks, failures
+from mgpu_tf import callbacks, cluster, failures, sharding
 from mgpu_tf import flags as mgpu_flags
 from mgpu_tf import strategies
 
@@ -101,14 +101,11 @@ class _Throughput(keras.callbacks.Callback):
 
 
 def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
-    dataset = tf.data.Dataset.from_tensor_slices((x, y))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(global_batch_size).prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
-    return dataset.with_options(options)
+    """The examples as `model.fit` takes them under `strategy`, shared out evenly,
+    or by the workers' speeds when the deployment sets them (MGPU_TF_SHARD_WEIGHTS)."""
+    return sharding.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                  global_batch_size, shuffle_seed=shuffle_seed,
+                                  weights=cluster.shard_weights())
 
 
 def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
@@ -120,13 +117,6 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
         accuracy measured on the held-out split.
     """
     replicas = strategy.num_replicas_in_sync
-    if global_batch_size % replicas:
-        low = global_batch_size - global_batch_size % replicas
-        raise ValueError(
-            f"`global_batch_size` must be divisible by the number of replicas ({replicas}). "
-            f"Received: global_batch_size={global_batch_size}. Use {low or replicas} or "
-            f"{low + replicas}."
-        )
     (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
                                                      seed=seed)
     keras.utils.set_random_seed(seed)

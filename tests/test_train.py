@@ -58,4 +58,4 @@ def test_indivisible_global_batch_names_both_numbers():
                         "--global_batch_size=30", "--epochs=1")
     assert result.returncode != 0
     assert ("`global_batch_size` must be divisible by the number of replicas (4). "
-            "Received: global_batch_size=30. Use 28 or 32.") in result.stderr
+            "Received: global_batch_size=30. Use 28 or 32") in result.stderr
