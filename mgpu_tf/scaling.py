@@ -93,6 +93,8 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
                ("workers-overlap", " 4 MB packs, last layer first",
                 (("bytes_per_pack", 4 << 20), ("overlap", True))),
                ("workers-steps4", " steps_per_sync=4", (("steps_per_sync", 4),)),
+               ("workers-float16-steps4", " float16, steps_per_sync=4",
+                (("compression", "float16"), ("steps_per_sync", 4))),
                ("workers-mixed_bfloat16", " mixed_bfloat16",
                 (("precision", "mixed_bfloat16"),))]
     settings = [
