@@ -113,7 +113,7 @@ def schedule(args):
         return keras.Sequential([keras.Input((4,)), _Wait(2e-4), _Wait(2e-4),
                                  keras.layers.Dense(4), _Wait(2e-4), _Wait(2e-4)])
 
-    x = np.ones((args.batch // 2, 4), "float32")
+    x = np.ones((256, 4), "float32")
     models = {}
     for m in args.microbatches:
         model = mgpu_tf.ModelParallel(build(), ["CPU:0", "CPU:1"], balance=[2, 3],
@@ -144,7 +144,7 @@ def balance_ratios(args):
     widths = [512] * 4 + [256] * 16
     model = _dense_stack(512, widths)
     graph = partition.analyse(model)
-    sample = np.ones((args.batch, 512), "float32")
+    sample = np.ones((512, 512), "float32")
     seconds = balance_lib.measure_times(graph, sample)
     param_bytes = [u.param_bytes for u in graph.units]
     counts = {
@@ -186,8 +186,8 @@ def memory(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8])
