@@ -42,6 +42,8 @@ _OPTION_FLAGS = {
     "tpu": "tpu",
     "worker_hosts": "worker_hosts",
     "task_index": "task_index",
+    "balance": "balance",
+    "microbatches": "microbatches",
 }
 
 
@@ -87,9 +89,16 @@ def define_flags(flag_values=flags.FLAGS):
                       " (comma-separated).", flag_values=flag_values)
     flags.DEFINE_integer("task_index", None, strategies.OPTIONS["task_index"],
                          flag_values=flag_values)
-    flags.register_multi_flags_validator(
-        ["strategy", "simulate_devices", "simulate_device_type", *_OPTION_FLAGS],
-        _validate, flag_values=flag_values)
+    flags.DEFINE_list("balance", None, strategies.OPTIONS["balance"] +
+                      " (comma-separated counts).", flag_values=flag_values)
+    flags.DEFINE_integer("microbatches", None, strategies.OPTIONS["microbatches"],
+                         flag_values=flag_values)
+    # One validator on --strategy that reads the others (absl runs validators once all
+    # flags are parsed): a multi-flag validator would prefix every flag's value.
+    names = ["strategy", "simulate_devices", "simulate_device_type", *_OPTION_FLAGS]
+    flags.register_validator(
+        "strategy", lambda _: _validate({name: flag_values[name].value for name in names}),
+        flag_values=flag_values)
 
 
 def _devices_value(value):
@@ -103,6 +112,10 @@ def _options(values):
                if values.get(name) is not None}
     if "devices" in options:
         options["devices"] = _devices_value(options["devices"])
+    if "balance" in options:
+        parts = [part.strip() for part in options["balance"]]
+        digits = all(part.isdigit() for part in parts)
+        options["balance"] = [int(p) for p in parts] if digits else ",".join(parts)
     return options
 
 

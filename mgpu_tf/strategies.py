@@ -86,6 +86,7 @@ class _Entry:
 
 _REGISTRY = {}
 _ALIASES = {}
+_OPTION_CHECKS = {}
 
 # Modules that register further strategies; imported when the registry is first read.
 _PLUGINS = ("mgpu_tf.model_parallel",)
@@ -121,9 +122,19 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
         _ALIASES[alias] = name
 
 
-def register_option(name, description):
-    """Adds an option name that strategies registered later may accept."""
+def register_option(name, description, check=None):
+    """Adds an option name that strategies registered later may accept.
+
+    Args:
+        name: the option's keyword.
+        description: one line saying what it is.
+        check: a function of the value that returns it normalised or raises
+            `TypeError`/`ValueError`; `validate_options` calls it, so flags and
+            `make_strategy` reject a bad value before anything is built.
+    """
     OPTIONS.setdefault(name, description)
+    if check is not None:
+        _OPTION_CHECKS[name] = check
 
 
 def available_strategies():
@@ -321,6 +332,9 @@ def validate_options(kind, options):
         out["precision"] = precision_lib.check_precision(options["precision"])
     if "tpu" in options and not isinstance(options["tpu"], str):
         raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={options['tpu']!r}")
+    for name, check in _OPTION_CHECKS.items():
+        if name in out:
+            out[name] = check(out[name])
     return out
 
 

@@ -61,3 +61,24 @@ def test_worker_hosts_and_task_index(flag_values):
 def test_bad_values_fail_at_parse_time_with_make_strategys_message(flag_values, argv, match):
     with pytest.raises(flags.IllegalFlagValueError, match=match):
         flag_values(["prog", *argv])
+
+
+def test_model_parallel_flags(flag_values):
+    flag_values(["prog", "--strategy=model_parallel", "--devices=2", "--balance=1,3",
+                 "--microbatches=4"])
+    assert mgpu_flags.strategy_options(flag_values) == (
+        "model_parallel", {"devices": 2, "balance": [1, 3], "microbatches": 4})
+    values = flags.FlagValues()
+    mgpu_flags.define_flags(values)
+    values(["prog", "--strategy=model_parallel", "--balance=time"])
+    assert mgpu_flags.strategy_options(values)[1] == {"balance": "time"}
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--strategy=model_parallel", "--microbatches=0"], "`microbatches` must be at least 1"),
+    (["--strategy=model_parallel", "--balance=weight"], "`balance` must be one of"),
+    (["--strategy=mirrored", "--microbatches=2"], "`microbatches` does not apply to strategy"),
+])
+def test_bad_model_parallel_flags(flag_values, argv, match):
+    with pytest.raises(flags.IllegalFlagValueError, match=match):
+        flag_values(["prog", *argv])

@@ -88,9 +88,9 @@ def _build(options):
 
 
 strategies.register_option("balance", "how layers are shared among model_parallel stages: "
-                           "uniform, params, time, or layer counts")
+                           "uniform, params, time, or layer counts", check=wrapper.check_balance)
 strategies.register_option("microbatches", "micro-batches per batch in the model_parallel "
-                           "pipeline")
+                           "pipeline", check=microbatch.check_microbatches)
 strategies.register_strategy(
     "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
     options=("devices", "balance", "microbatches"),
