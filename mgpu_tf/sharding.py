@@ -135,6 +135,9 @@ def _topology(strategy):
     if kind == "multi_worker":
         local = len(strategy.extended.worker_devices)
         return kind, strategy.num_replicas_in_sync // local, local
+    if kind == "hybrid":
+        # One pipeline per worker: the worker's share of each step, whole.
+        return kind, strategy.num_workers, 1
     raise ValueError(
         "shard_dataset works with the default, one_device, mirrored, multi_worker and "
         f"model_parallel strategies. Received: strategy={type(strategy).__name__}. Use "

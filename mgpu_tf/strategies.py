@@ -89,7 +89,7 @@ _ALIASES = {}
 _OPTION_CHECKS = {}
 
 # Modules that register further strategies; imported when the registry is first read.
-_PLUGINS = ("mgpu_tf.model_parallel",)
+_PLUGINS = ("mgpu_tf.model_parallel", "mgpu_tf.hybrid")
 _plugins_loaded = False
 
 

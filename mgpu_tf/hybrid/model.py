@@ -1,0 +1,145 @@
+"""`HybridParallel`: a pipeline over this worker's devices, gradients averaged across workers.
+
+A `ModelParallel` that, in each training step, averages every stage's gradients
+over the workers before the optimizer applies them: one all-reduce per stage per
+step, run by the `tf.distribute.MultiWorkerMirroredStrategy` that `"hybrid"`
+keeps as its communicator (TensorFlow's collective ops, set up by it). The stage
+variables themselves are created outside that strategy, on the worker's own
+devices, which `tf.distribute` cannot do (tensorflow/tensorflow#27724, #24595).
+Worker 0's initial weights are broadcast to the others when the model is made.
+"""
+
+import keras
+import tensorflow as tf
+
+from mgpu_tf.model_parallel import placement
+from mgpu_tf.model_parallel import wrapper
+
+__all__ = ["HybridParallel"]
+
+
+class HybridParallel(wrapper.ModelParallel):
+    """Model parallel inside a worker, data parallel across workers.
+
+    Made by `mgpu_tf.prepare_model(model, strategy)` under `make_strategy("hybrid")`.
+    Each worker feeds its share of the global batch (`mgpu_tf.shard_dataset` gives
+    it); the update equals the single-device update on the global batch. The
+    logged `loss` is the mean over the workers; other metrics are this worker's.
+
+    Example:
+
+    ```python
+    # run as: mgpu-tf launch --workers 2 -- python train.py
+    import mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2)
+    with strategy.scope():
+        model = build_model()
+    model = mgpu_tf.prepare_model(model, strategy)  # a HybridParallel
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(mgpu_tf.shard_dataset(examples, strategy, 64), epochs=2)
+    ```
+
+    Args:
+        model: a built Keras model, as for `ModelParallel`.
+        devices: this worker's devices, one per stage.
+        communicator: the `MultiWorkerMirroredStrategy` that averages gradients.
+        balance: as for `ModelParallel`. Defaults to `"params"`.
+        microbatches: as for `ModelParallel`. Defaults to `1`.
+    """
+
+    def __init__(self, model, devices, communicator, *, balance="params", microbatches=1,
+                 **kwargs):
+        super().__init__(model, devices, balance=balance, microbatches=microbatches,
+                         name=kwargs.pop("name", f"hybrid_{model.name}"), **kwargs)
+        self._communicator = communicator
+        weights = self._model.weights
+        broadcast_weights(communicator, weights, self._stage_groups(weights))
+
+    def _stage_groups(self, variables):
+        """Splits `variables` by the stage that holds them: a list of index lists."""
+        position = {device: k for k, device in enumerate(self._devices)}
+        groups = [[] for _ in self._devices]
+        for i, variable in enumerate(variables):
+            groups[position.get(placement.device_of(variable), 0)].append(i)
+        return groups
+
+    def train_step(self, data):
+        # Keras' TensorFlow train_step, with the gradients averaged over the workers.
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                     training=True)
+            scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+        variables = self.trainable_weights
+        gradients = tape.gradient(scaled, variables)
+        gradients, loss = average_over_workers(
+            self._communicator, gradients, self._stage_groups(variables), loss)
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        self._loss_tracker.update_state(
+            loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+
+def _local(communicator, value):
+    return tf.nest.map_structure(
+        lambda v: communicator.experimental_local_results(v)[0], value)
+
+
+def average_over_workers(communicator, gradients, groups, loss):
+    """Returns `(gradients, loss)` averaged over the workers, one all-reduce per stage.
+
+    The loss travels with the last stage's gradients, so it adds no collective.
+    """
+
+    def replica_fn(gradients, loss):
+        context = tf.distribute.get_replica_context()
+        out = list(gradients)
+        for k, group in enumerate(groups):
+            pack = [gradients[i] for i in group]
+            if k == len(groups) - 1:
+                pack.append(loss)
+            # Copied to the replica's device: the collective reduces values of one device.
+            pack = [tf.identity(value) for value in pack]
+            reduced = context.all_reduce(tf.distribute.ReduceOp.MEAN, pack) if pack else []
+            for i, value in zip(group, reduced):
+                out[i] = value
+            if k == len(groups) - 1:
+                loss = reduced[-1]
+        return out, loss
+
+    present = [i for i, g in enumerate(gradients) if g is not None]
+    position = {i: n for n, i in enumerate(present)}
+    groups = [[position[i] for i in group if i in position] for group in groups]
+    out, loss = communicator.run(
+        replica_fn, args=([tf.convert_to_tensor(gradients[i]) for i in present], loss))
+    out, loss = _local(communicator, (out, loss))
+    averaged = list(gradients)
+    for n, i in enumerate(present):
+        averaged[i] = out[n]
+    return averaged, loss
+
+
+def broadcast_weights(communicator, variables, groups):
+    """Gives every worker the first replica's (worker 0's) values, one all-reduce per stage."""
+
+    def replica_fn(values):
+        context = tf.distribute.get_replica_context()
+        first = tf.cast(tf.equal(context.replica_id_in_sync_group, 0), tf.float32)
+        out = list(values)
+        for group in groups:
+            if group:
+                reduced = context.all_reduce(
+                    tf.distribute.ReduceOp.SUM,
+                    [values[i] * tf.cast(first, values[i].dtype) for i in group])
+                for i, value in zip(group, reduced):
+                    out[i] = value
+        return out
+
+    values = [tf.convert_to_tensor(v.value) for v in variables]
+    reduced = _local(communicator, tf.function(
+        lambda v: communicator.run(replica_fn, args=(v,)))(values))
+    for variable, value in zip(variables, reduced):
+        with tf.device(placement.device_of(variable)):
+            variable.assign(value)

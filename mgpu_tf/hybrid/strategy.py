@@ -1,0 +1,156 @@
+"""The `"hybrid"` strategy: a model-parallel pipeline per worker, data parallel across workers.
+
+TensorFlow offers no way to combine the two (tensorflow/tensorflow#27724, #24595);
+DeepSpeed's pipeline plus data parallelism is the design followed here. Each
+worker splits the model over its `devices_per_worker` local devices (as
+`"model_parallel"` does) and feeds its share of every global batch; the stages'
+gradients are averaged across workers by a `MultiWorkerMirroredStrategy` made by
+`make_strategy("multi_worker")` (so the cluster, compat fixes and failure
+detection are the same), used only as a communicator.
+"""
+
+import contextlib
+import numbers
+
+import tensorflow as tf
+
+from mgpu_tf import cluster as cluster_lib
+from mgpu_tf import devices as devices_lib
+from mgpu_tf import strategies
+from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import wrapper
+
+__all__ = ["HybridStrategy", "check_layout"]
+
+# timeout_seconds is left to multi_worker's default, whose error messages name it alone.
+_COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "cluster", "worker_hosts",
+                          "task_index")
+
+
+class HybridStrategy:
+    """Model parallelism in each worker and data parallelism across workers.
+
+    `num_replicas_in_sync` is the number of workers: each worker's pipeline is
+    one replica of the model, fed `global_batch_size / num_workers` examples per
+    step. `communicator` is the real `tf.distribute.MultiWorkerMirroredStrategy`.
+
+    Example:
+
+    ```python
+    # run as: mgpu-tf launch --workers 2 -- python train.py
+    import mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2, microbatches=4)
+    with strategy.scope():
+        model = build_model()
+    model = mgpu_tf.prepare_model(model, strategy)  # a mgpu_tf.hybrid.HybridParallel
+    ```
+
+    Args:
+        devices: this worker's devices, one per stage.
+        communicator: the `MultiWorkerMirroredStrategy` averaging gradients.
+        num_workers: workers in the cluster.
+        task_index: this worker's index.
+        balance: as for `ModelParallel`. Defaults to `"params"`.
+        microbatches: as for `ModelParallel`. Defaults to `1`.
+    """
+
+    def __init__(self, devices, communicator, num_workers, task_index, *, balance="params",
+                 microbatches=1):
+        self.devices = tuple(devices)
+        self.communicator = communicator
+        self.num_workers = int(num_workers)
+        self.task_index = int(task_index)
+        self.balance = wrapper.check_balance(balance)
+        self.microbatches = microbatch.check_microbatches(microbatches)
+
+    @property
+    def num_replicas_in_sync(self):
+        return self.num_workers
+
+    def scope(self):
+        """A context for building the model; variables are placed by `prepare_model`."""
+        return contextlib.nullcontext(self)
+
+    def prepare_model(self, model):
+        """Returns `model` as a `HybridParallel` over this worker's devices."""
+        from mgpu_tf.hybrid import model as model_lib
+
+        if isinstance(model, model_lib.HybridParallel):
+            return model
+        return model_lib.HybridParallel(model, list(self.devices), self.communicator,
+                                        balance=self.balance, microbatches=self.microbatches)
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """Returns `dataset_fn` called with this worker's input context: its own batches."""
+        return dataset_fn(tf.distribute.InputContext(
+            num_input_pipelines=self.num_workers, input_pipeline_id=self.task_index,
+            num_replicas_in_sync=self.num_workers))
+
+    def __repr__(self):
+        return (f"HybridStrategy(workers={self.num_workers}, task_index={self.task_index}, "
+                f"devices={list(self.devices)!r}, microbatches={self.microbatches})")
+
+
+def check_layout(devices_per_worker, devices, num_workers):
+    """Checks a hybrid layout against this worker's devices and the cluster.
+
+    Returns:
+        This worker's stage devices.
+
+    Raises:
+        TypeError: when `devices_per_worker` is not an integer.
+        ValueError: when the layout does not match the devices or workers present.
+    """
+    present = devices_lib.local_devices()
+    if devices_per_worker is not None:
+        if isinstance(devices_per_worker, bool) or not isinstance(devices_per_worker,
+                                                                  numbers.Integral):
+            raise TypeError("`devices_per_worker` must be an integer. "
+                            f"Received: devices_per_worker={devices_per_worker!r}")
+        if devices_per_worker < 1:
+            raise ValueError("`devices_per_worker` must be at least 1. "
+                             f"Received: devices_per_worker={devices_per_worker!r}")
+        if devices is not None and len(devices) != devices_per_worker:
+            raise ValueError(
+                "`devices` and `devices_per_worker` disagree: one stage per device. "
+                f"Received: devices={list(devices)!r}, devices_per_worker={devices_per_worker}. "
+                "Pass one of them.")
+        if devices is None and devices_per_worker > len(present):
+            raise ValueError(
+                f"`devices_per_worker` asks for {devices_per_worker} devices but this worker "
+                f"has {len(present)} ({', '.join(present)}). Received: devices_per_worker="
+                f"{devices_per_worker}. Use devices_per_worker<={len(present)}, or call "
+                f"mgpu_tf.simulate_devices({devices_per_worker}) first in every worker.")
+    stage_devices = list(devices) if devices is not None else present[:devices_per_worker or
+                                                                       len(present)]
+    if num_workers < 2:
+        raise ValueError(
+            "'hybrid' averages gradients across workers and needs at least 2; this cluster "
+            f"has {num_workers}. Received: {num_workers} worker(s) (TF_CONFIG or `cluster`). "
+            "Start the workers with `mgpu-tf launch --workers N -- ...`, or use "
+            "'model_parallel' on one machine.")
+    return stage_devices
+
+
+def _build(options):
+    config = options.get("cluster") or cluster_lib.detect_cluster()
+    num_workers = config.num_workers if config is not None else 1
+    devices = check_layout(options.get("devices_per_worker"), options.get("devices"),
+                           num_workers)
+    communicator = strategies.make_strategy(
+        "multi_worker", **{k: options[k] for k in _COMMUNICATION_OPTIONS if k in options})
+    return HybridStrategy(devices, communicator, num_workers,
+                          communicator.cluster_resolver.task_id,
+                          balance=options.get("balance", "params"),
+                          microbatches=options.get("microbatches", 1))
+
+
+strategies.register_option("devices_per_worker", "hybrid: devices (pipeline stages) of each "
+                           "worker's model-parallel pipeline")
+strategies.register_strategy(
+    "hybrid", "a model_parallel pipeline in each worker, data parallel across workers",
+    _build,
+    options=("devices", "devices_per_worker", "balance", "microbatches",
+             *_COMMUNICATION_OPTIONS),
+    strategy_types=(HybridStrategy,))
