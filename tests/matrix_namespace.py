@@ -1,0 +1,57 @@
+"""The names the bad-input matrix of docs/reliability.md is written with."""
+
+import io
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags as absl_flags
+
+import mgpu_tf
+from mgpu_tf import cluster, kubernetes, launcher
+from mgpu_tf import flags as mgpu_flags
+from model_parallel_models import residual, with_batch_norm
+
+
+def flags(*argv):
+    """Parses `argv` with the strategy flags on a fresh set of flags."""
+    values = absl_flags.FlagValues()
+    mgpu_flags.define_flags(values)
+    values(["prog", *argv])
+
+
+def launch(command, workers, **options):
+    return launcher.launch(command, workers, output=io.StringIO(), **options)
+
+
+def examples(count):
+    """A data set of `count` single examples."""
+    return tf.data.Dataset.from_tensor_slices(
+        (np.arange(count, dtype="float32")[:, None], np.zeros(count, "float32")))
+
+
+def mirrored(count):
+    return mgpu_tf.make_strategy("mirrored", devices=count)
+
+
+def mlp(layers):
+    """A built Sequential model of `layers` Dense layers."""
+    return keras.Sequential([keras.Input((4,))] + [keras.layers.Dense(4)
+                                                   for _ in range(layers)])
+
+
+def unbuilt():
+    return keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])
+
+
+def namespace():
+    """Returns the globals the matrix's calls are evaluated in."""
+    return {
+        "flags": flags, "launch": launch, "examples": examples, "mirrored": mirrored,
+        "mlp": mlp, "unbuilt": unbuilt, "residual": residual,
+        "with_batch_norm": with_batch_norm,
+        "make_strategy": mgpu_tf.make_strategy, "simulate_devices": mgpu_tf.simulate_devices,
+        "parse_tf_config": mgpu_tf.parse_tf_config, "detect_cluster": cluster.detect_cluster,
+        "shard_dataset": mgpu_tf.shard_dataset, "ModelParallel": mgpu_tf.ModelParallel,
+        "make_manifests": kubernetes.make_manifests,
+    }
