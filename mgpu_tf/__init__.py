@@ -16,6 +16,7 @@ _EXPORTS = {
     "DevicesAlreadyInitializedError": "mgpu_tf.devices",
     "simulate_devices": "mgpu_tf.devices",
     "ModelParallel": "mgpu_tf.model_parallel",
+    "plan": "mgpu_tf.planner",
     "describe_sharding": "mgpu_tf.sharding",
     "shard_dataset": "mgpu_tf.sharding",
     "StrategyKind": "mgpu_tf.strategies",

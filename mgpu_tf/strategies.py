@@ -67,6 +67,10 @@ OPTIONS = {
     "worker_hosts": "'host:port' of every worker, instead of cluster",
     "task_index": "this process' index in worker_hosts",
     "tpu": "TPU address or name",
+    "model": "auto only: a built Keras model; one too big for a device gets model_parallel "
+    "(one machine) or hybrid (several workers) instead of data parallelism",
+    "device_memory": "auto only, with model: memory of each device, e.g. '16GiB' "
+    "(default: the GPUs' memory, or RAM shared by the CPU devices)",
     **communication.OPTION_HELP,
     **precision_lib.OPTION_HELP,
 }
@@ -457,7 +461,10 @@ def make_strategy(kind="auto", **options):
     All options are checked before TensorFlow's runtime starts; a wrong one fails
     at once with a message naming it. `"auto"` picks a reachable TPU, else a
     multi-task cluster from TF_CONFIG, else all GPUs (mirrored; one GPU:
-    one_device), else the default strategy, and logs what it chose and why.
+    one_device), else the default strategy, and logs what it chose and why. Given
+    `model=`, `"auto"` plans its memory first (`mgpu_tf.plan`): a model that does not
+    fit one device gets `"model_parallel"` (one machine) or `"hybrid"` (a cluster)
+    instead of an out-of-memory error at the first step.
 
     Example:
 
@@ -487,7 +494,17 @@ def make_strategy(kind="auto", **options):
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             validate_options("default", options)  # raises the unknown-option error
+        model = options.pop("model", None)
+        device_memory = options.pop("device_memory", None)
+        if device_memory is not None and model is None:
+            raise ValueError("`device_memory` is for planning a model: pass `model` too. "
+                             f"Received: device_memory={device_memory!r}, model=None")
         name, reason = auto_choice(**options)
+        if model is not None:
+            from mgpu_tf.planner import recommend
+
+            name, reason, options = recommend.auto_strategy(model, name, reason, options,
+                                                            device_memory)
         logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
     checked = validate_options(name, options)
     if "precision" in checked:

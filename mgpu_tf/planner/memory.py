@@ -1,0 +1,242 @@
+"""Memory a training step needs on a device: parameters, gradients, optimizer slots, activations.
+
+Parameters and gradients are counted from the model's weights; optimizer slots
+from the optimizer (Adam keeps two per weight); activations are measured by
+tracing one batch through the model, segment by segment (the atoms of
+`mgpu_tf.model_parallel.partition`), and adding up the bytes of every tensor the
+traced forward pass computes. A stage of a pipeline holds the share of its layers,
+as the model-parallel partitioner (`balance_by_params`) cuts them.
+"""
+
+import dataclasses
+import numbers
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mgpu_tf.model_parallel import balance as balance_lib
+from mgpu_tf.model_parallel import partition
+
+__all__ = [
+    "Footprint",
+    "ModelMemory",
+    "parse_size",
+    "format_size",
+    "optimizer_slots",
+    "measure_model",
+]
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+# Slot variables per weight of Keras' optimizers with their default arguments.
+_SLOTS = {"sgd": 0, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2,
+          "adamax": 2, "nadam": 2, "adadelta": 2, "ftrl": 2, "lamb": 2}
+
+# Ops whose output is a view of, or the same buffer as, their input or a variable.
+_NO_NEW_MEMORY = {"Placeholder", "Const", "ReadVariableOp", "VarHandleOp", "Identity",
+                  "IdentityN", "NoOp", "Reshape", "Squeeze", "ExpandDims", "Shape",
+                  "StopGradient", "_Arg", "_Retval"}
+
+
+def parse_size(value, name="device_memory"):
+    """Returns a memory size in bytes: an int, or text such as `"80GiB"`, `"80 GB"`, `"512MiB"`.
+
+    Example:
+
+    ```python
+    >>> parse_size("1.5 GiB")
+    1610612736
+    ```
+
+    Raises:
+        TypeError: for a value that is neither a number nor text.
+        ValueError: for text that is not a size, or a size that is not positive.
+    """
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise TypeError(f"`{name}` must be a size such as '80GiB' or a number of bytes. "
+                        f"Received: {name}={value!r}")
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match and match.group(2).lower()
+        if not match or unit not in _UNITS:
+            raise ValueError(
+                f"`{name}` must be a size: a number with an optional unit (B, KB, MB, GB, "
+                f"TB, KiB, MiB, GiB, TiB). Received: {name}={value!r}. For example '80GiB' "
+                "or '512 MB'.")
+        value = float(match.group(1)) * _UNITS[unit]
+    if not value > 0:
+        raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
+    return int(value)
+
+
+def format_size(nbytes):
+    """Formats bytes with a binary unit: `format_size(3 * 2**30)` is `"3.00 GiB"`."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def optimizer_slots(optimizer):
+    """Slot variables the optimizer keeps per weight (Adam: 2; SGD with momentum: 1).
+
+    Args:
+        optimizer: a Keras optimizer or its name.
+
+    Raises:
+        ValueError: for an optimizer name this does not know.
+    """
+    if isinstance(optimizer, str):
+        name = optimizer.strip().lower()
+        if name not in _SLOTS:
+            raise ValueError(
+                f"`optimizer` must be one of {', '.join(sorted(_SLOTS))} or a Keras optimizer. "
+                f"Received: optimizer={optimizer!r}")
+        return _SLOTS[name]
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError("`optimizer` must be a name or a Keras optimizer. "
+                        f"Received: optimizer={optimizer!r}")
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    name = type(optimizer).__name__.lower()
+    slots = _SLOTS.get(name, 2)
+    if name == "sgd":
+        slots = int(bool(getattr(optimizer, "momentum", 0)))
+    elif name == "rmsprop":
+        slots = 1 + int(bool(optimizer.momentum)) + int(bool(optimizer.centered))
+    elif name in ("adam", "adamw") and getattr(optimizer, "amsgrad", False):
+        slots = 3
+    return slots
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """Bytes one device holds for one training step.
+
+    Attributes:
+        params: the weights.
+        gradients: one gradient per trainable weight.
+        optimizer: the optimizer's slot variables.
+        activations: the tensors the forward pass keeps for the backward pass.
+    """
+
+    params: int
+    gradients: int
+    optimizer: int
+    activations: int
+
+    @property
+    def total(self):
+        return self.params + self.gradients + self.optimizer + self.activations
+
+    def __str__(self):
+        return (f"{format_size(self.total)} (params {format_size(self.params)}, gradients "
+                f"{format_size(self.gradients)}, optimizer {format_size(self.optimizer)}, "
+                f"activations {format_size(self.activations)})")
+
+
+class ModelMemory:
+    """A model's memory, per layer, ready to be summed over any device's share.
+
+    Made by `measure_model`; `footprint(batch, stages)` gives each stage's footprint.
+    """
+
+    def __init__(self, graph, trainable_bytes, activation_bytes_per_example, input_bytes):
+        self.graph = graph
+        self.trainable_bytes = trainable_bytes
+        self.activation_bytes_per_example = activation_bytes_per_example
+        self.input_bytes_per_example = input_bytes
+
+    @property
+    def max_stages(self):
+        """The most stages the model can be cut into (one tensor crossing each cut)."""
+        return len(self.graph.atoms())
+
+    def stage_counts(self, stages):
+        """Layers per stage, as `ModelParallel(balance="params")` cuts them."""
+        return balance_lib.balance_by_params(self.graph, stages)
+
+    def footprints(self, batch, stages=1, slots=2):
+        """Returns one `Footprint` per stage for a batch of `batch` examples per pipeline."""
+        counts = [len(self.graph.units)] if stages == 1 else self.stage_counts(stages)
+        out, start = [], 0
+        for k, count in enumerate(counts):
+            units = range(start, start + count)
+            params = sum(self.graph.units[u].param_bytes for u in units)
+            trainable = sum(self.trainable_bytes[u] for u in units)
+            activations = sum(self.activation_bytes_per_example[u] for u in units) * batch
+            if k == 0:
+                activations += self.input_bytes_per_example * batch
+            out.append(Footprint(params, trainable, slots * trainable, int(activations)))
+            start += count
+        return out
+
+
+def _traced_bytes(function, spec):
+    """Bytes of the tensors computed by `function` traced on `spec` (new buffers only)."""
+    graph = tf.function(function).get_concrete_function(spec).graph
+    total = 0
+    for op in graph.get_operations():
+        if op.type in _NO_NEW_MEMORY:
+            continue
+        for tensor in op.outputs:
+            if tensor.dtype == tf.resource or tensor.dtype == tf.variant:
+                continue
+            if tensor.shape.is_fully_defined():
+                total += tensor.shape.num_elements() * tensor.dtype.size
+    return total
+
+
+def measure_model(model, *, sample_batch=2):
+    """Measures a model's memory by tracing a batch of `sample_batch` examples through it.
+
+    Each atom (the layers between two valid cuts) is traced on its own, in training
+    mode, on a batch of the shape the atom before it produces; the bytes per example
+    are what one traced batch computes, divided by its size.
+
+    Example:
+
+    ```python
+    memory = measure_model(model)
+    memory.footprints(batch=64, stages=2, slots=2)  # [Footprint(...), Footprint(...)]
+    ```
+
+    Args:
+        model: a built Sequential or functional Keras model with one input and one output.
+        sample_batch: examples in the traced batch. Defaults to `2`.
+
+    Returns:
+        A `ModelMemory`.
+
+    Raises:
+        TypeError, ValueError: for a model `ModelParallel` could not cut (see
+            `mgpu_tf.model_parallel.partition.analyse`), or an input shape with unknown
+            dimensions besides the batch.
+    """
+    graph = partition.analyse(model)
+    shape = tuple(graph.input.shape[1:])
+    if any(d is None for d in shape):
+        raise ValueError(
+            "The planner traces a batch through the model, and its input shape has unknown "
+            f"dimensions besides the batch. Received: input shape {(None,) + shape}. Build the "
+            "model with keras.Input(shape) of fixed dimensions.")
+    trainable = []
+    for unit in graph.units:
+        weights = getattr(unit.operation, "trainable_weights", None) or []
+        trainable.append(sum(int(np.prod(w.shape)) * np.dtype(
+            keras.backend.standardize_dtype(w.dtype)).itemsize for w in weights))
+    atoms = graph.atoms()
+    per_example = []
+    dtype = tf.as_dtype(keras.backend.standardize_dtype(graph.input.dtype))
+    spec = tf.TensorSpec((sample_batch,) + shape, dtype)
+    input_bytes = int(np.prod(shape)) * dtype.size
+    for segment, size in zip(partition.segment_models(graph, atoms), atoms):
+        traced = _traced_bytes(lambda x, s=segment: s(x, training=True), spec)
+        per_example += [traced / sample_batch] + [0.0] * (size - 1)
+        out = segment.outputs[0]
+        spec = tf.TensorSpec((sample_batch,) + tuple(out.shape[1:]),
+                             tf.as_dtype(keras.backend.standardize_dtype(out.dtype)))
+    return ModelMemory(graph, trainable, per_example, input_bytes)

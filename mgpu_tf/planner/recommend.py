@@ -1,0 +1,357 @@
+"""`plan`: which parallelism to use, from memory per device and a predicted step time.
+
+The rules are the seed's: a model too big for one device wants model parallelism;
+large data wants data parallelism; very large models want both at once. So data
+parallelism is recommended whenever the whole model, with its gradients,
+optimizer slots and activations, fits one device; else a pipeline over each
+worker's devices (`"hybrid"` with several workers, `"model_parallel"` with one).
+"""
+
+import dataclasses
+import math
+import numbers
+
+from mgpu_tf import cost_model
+from mgpu_tf import devices as devices_lib
+from mgpu_tf.planner import interconnect as interconnect_lib
+from mgpu_tf.planner import memory as memory_lib
+
+__all__ = ["Option", "Plan", "PlanError", "plan", "auto_strategy", "local_device_memory"]
+
+# The global batch `make_strategy("auto", model=...)` plans activations for.
+AUTO_GLOBAL_BATCH = 32
+
+
+class PlanError(ValueError):
+    """Raised when the model does not fit the devices however it is split."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One way to train the model, and what each device needs for it.
+
+    Attributes:
+        name: `"one_device"`, `"data"`, `"model"` or `"hybrid"`.
+        strategy: the `make_strategy` name that builds it.
+        options: the `make_strategy` options it needs.
+        pipelines: model copies training at once (data-parallel replicas).
+        stages: devices each copy is split over.
+        batch: examples per copy per step.
+        footprints: one `memory.Footprint` per stage (per device).
+        device_memory: bytes each device has.
+        step_seconds: predicted seconds per step (data parallelism only), or `None`.
+        compute_seconds: the measured compute part of it, or `None`.
+        efficiency: compute / predicted step, or `None`.
+    """
+
+    name: str
+    strategy: str
+    options: dict
+    pipelines: int
+    stages: int
+    batch: int
+    footprints: tuple
+    device_memory: int
+    step_seconds: float = None
+    compute_seconds: float = None
+    efficiency: float = None
+
+    @property
+    def peak(self):
+        """Bytes on the fullest device."""
+        return max(f.total for f in self.footprints)
+
+    @property
+    def fits(self):
+        return self.peak <= self.device_memory
+
+    @property
+    def shortfall(self):
+        """Bytes the fullest device lacks (0 when it fits)."""
+        return max(0, self.peak - self.device_memory)
+
+    def __str__(self):
+        return (f"{self.name}: {self.strategy} {self.options or ''}".rstrip()
+                + f", {self.pipelines} x {self.stages} device(s), peak "
+                f"{memory_lib.format_size(self.peak)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What `plan` found: the options ranked, the recommendation and its reason.
+
+    Attributes:
+        options: every `Option`, best first.
+        recommended: the first of them.
+        reason: the recommendation in one line.
+        devices: devices per worker.
+        workers: workers.
+        device_memory: bytes per device.
+        interconnect: the `Interconnect` the step time assumes.
+        gradient_bytes: bytes one all-reduce carries.
+    """
+
+    options: tuple
+    reason: str
+    devices: int
+    workers: int
+    device_memory: int
+    interconnect: object
+    gradient_bytes: int
+
+    @property
+    def recommended(self):
+        return self.options[0]
+
+    def table(self):
+        """The options as a compact table, best first."""
+        size = memory_lib.format_size
+        rows = [f"{'rank':<5}{'option':<11}{'strategy':<15}{'layout':<10}{'batch':>7}"
+                f"{'per device':>13}{'params+grads+opt':>18}{'activations':>13}{'fits':>6}"
+                f"{'step':>11}{'efficiency':>12}"]
+        for rank, option in enumerate(self.options, 1):
+            fullest = max(option.footprints, key=lambda f: f.total)
+            step = "-" if option.step_seconds is None else f"{option.step_seconds * 1e3:.1f} ms"
+            efficiency = "-" if option.efficiency is None else f"{option.efficiency:.0%}"
+            fits = "yes" if option.fits else "no"
+            rows.append(
+                f"{rank:<5}{option.name:<11}{option.strategy:<15}"
+                f"{f'{option.pipelines}x{option.stages}':<10}{option.batch:>7}"
+                f"{size(option.peak):>13}{size(fullest.total - fullest.activations):>18}"
+                f"{size(fullest.activations):>13}{fits:>6}{step:>11}{efficiency:>12}")
+        return "\n".join(rows)
+
+    def __str__(self):
+        link = self.interconnect
+        return (f"recommended: {self.reason}\n{self.workers} worker(s) x {self.devices} "
+                f"device(s) of {memory_lib.format_size(self.device_memory)}; interconnect "
+                f"{link.name} ({link.bandwidth / 1e9:.2f} GB/s, {link.latency * 1e6:.0f} us "
+                f"per hop); gradients {memory_lib.format_size(self.gradient_bytes)}\n"
+                + self.table())
+
+
+def local_device_memory(device_count):
+    """Bytes of one device here: a GPU's memory, or this machine's RAM shared by its CPU devices."""
+    import os
+    import subprocess
+
+    if devices_lib.physical_devices("GPU"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10, check=True).stdout
+            return int(min(float(v) for v in out.split()) * 2**20)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            raise ValueError(
+                "The planner could not read the GPUs' memory (nvidia-smi failed). Received: "
+                "device_memory=None. Pass device_memory='80GiB' (or --device-memory).") from None
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return ram // max(1, device_count)
+
+
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer. Received: {name}={value!r}")
+    if value < 1:
+        raise ValueError(f"`{name}` must be at least 1. Received: {name}={value!r}")
+    return int(value)
+
+
+def _device_count(devices):
+    if devices is None:
+        return len(devices_lib.local_devices())
+    if isinstance(devices, (list, tuple)) and devices:
+        return len(devices)
+    if isinstance(devices, numbers.Integral) and not isinstance(devices, bool):
+        return _check_count("devices", devices)
+    raise TypeError("`devices` must be a number of devices (real, simulated or declared) or a "
+                    f"list of device names. Received: devices={devices!r}")
+
+
+def _options(memory, count, workers, batch, slots, device_memory):
+    total = count * workers
+    stages = min(count, memory.max_stages)
+    out = []
+    if total == 1:
+        out.append(Option("one_device", "one_device", {}, 1, 1, batch,
+                          tuple(memory.footprints(batch, 1, slots)), device_memory))
+    else:
+        share = math.ceil(batch / total)
+        strategy = "mirrored" if workers == 1 else "multi_worker"
+        out.append(Option("data", strategy, {"devices": count} if workers == 1 else {},
+                          total, 1, share, tuple(memory.footprints(share, 1, slots)),
+                          device_memory))
+    if stages > 1 and workers > 1:
+        share = math.ceil(batch / workers)
+        out.append(Option("hybrid", "hybrid", {"devices_per_worker": stages}, workers, stages,
+                          share, tuple(memory.footprints(share, stages, slots)), device_memory))
+    elif stages > 1:
+        out.append(Option("model", "model_parallel", {"devices": stages}, 1, stages, batch,
+                          tuple(memory.footprints(batch, stages, slots)), device_memory))
+    return out
+
+
+def _rank(options):
+    preference = {"one_device": 0, "data": 0, "hybrid": 1, "model": 2}
+    return sorted(options, key=lambda o: (not o.fits, o.shortfall, preference[o.name]))
+
+
+def _reason(best, options, workers):
+    size = memory_lib.format_size
+    whole = options[0].footprints[0].total
+    if best.name == "one_device":
+        return (f"one_device: the model trains in {size(whole)} of the device's "
+                f"{size(best.device_memory)}")
+    if best.name == "data":
+        scaling = "" if best.efficiency is None else (
+            f", predicted {best.step_seconds * 1e3:.1f} ms per step at "
+            f"{best.efficiency:.0%} scaling efficiency")
+        return (f"data parallel ({best.strategy} over {best.pipelines} devices): the whole "
+                f"model fits one device ({size(whole)} of {size(best.device_memory)}), so "
+                f"large data wants data parallelism{scaling}")
+    what = ("hybrid (a pipeline of {s} stages in each of {w} workers, data parallel across "
+            "them): very large models want both" if best.name == "hybrid" else
+            "model parallel ({s} stages): a model too big for one device wants model "
+            "parallelism").format(s=best.stages, w=workers)
+    return (f"{what}; the model needs {size(whole)} on one device, which has "
+            f"{size(best.device_memory)}; split, its fullest stage needs {size(best.peak)}")
+
+
+def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
+    size = memory_lib.format_size
+    best = min(options, key=lambda o: o.peak)
+    share = batch if workers == 1 else math.ceil(batch / workers)
+    needed = next((s for s in range(best.stages + 1, memory.max_stages + 1)
+                   if max(f.total for f in memory.footprints(share, s, slots)) <= device_memory),
+                  None)
+    hint = (f"Use {needed} devices per {'worker' if workers > 1 else 'machine'} (the split "
+            "that fits)" if needed else
+            f"Even cut into all {memory.max_stages} possible stages it does not fit: use "
+            "devices with more memory")
+    return PlanError(
+        f"The model does not fit the devices even fully split: over {best.stages} device(s) "
+        f"its fullest stage needs {size(best.peak)} but each device has {size(device_memory)}, "
+        f"{size(best.shortfall)} short. Received: devices={count}, workers={workers}, "
+        f"device_memory={size(device_memory)}, global_batch_size={batch}. {hint}, a smaller "
+        "global_batch_size, or an optimizer with fewer slots (SGD keeps none).")
+
+
+def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
+         workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
+         compute_seconds=None):
+    """Plans how to train `model`: memory per device for each option, a ranked recommendation.
+
+    For data parallelism (the whole model on each device), model parallelism (each
+    stage's share, cut as `ModelParallel(balance="params")` cuts it) and hybrid (a
+    pipeline per worker) it adds up each device's parameters, gradients, optimizer
+    slots and activations (measured by tracing a batch through the model). It
+    recommends by the seed's rules and predicts the data-parallel step time from the
+    measured compute of one replica's batch and a ring all-reduce over the
+    interconnect (`mgpu_tf.cost_model`). Devices may be real, simulated, or declared:
+    `devices=8, device_memory="80GiB"` plans for hardware this machine does not have.
+
+    Example:
+
+    ```python
+    import keras, mgpu_tf
+    model = keras.Sequential([keras.Input((1024,)), keras.layers.Dense(4096),
+                              keras.layers.Dense(10)])
+    result = mgpu_tf.plan(model, devices=8, device_memory="16GiB", global_batch_size=256,
+                          interconnect="nvlink")
+    print(result)  # the recommendation, its reason, and the options ranked
+    ```
+
+    Args:
+        model: a built Sequential or functional Keras model (one input, one output).
+        devices: devices per worker: a count or device names. Defaults to this machine's
+            devices (GPUs, else the CPU's logical devices).
+        device_memory: bytes of each device, or a size such as `"80GiB"`. Defaults to the
+            GPUs' memory, or this machine's RAM divided among its CPU devices.
+        global_batch_size: examples per step over all devices.
+        optimizer: a Keras optimizer or its name, for its slots. Defaults to `"adam"`.
+        workers: machines (workers), each with `devices` devices. Defaults to `1`.
+        interconnect: a name from `mgpu_tf.planner.interconnect.INTERCONNECTS`: `"pcie"`,
+            `"nvlink"`, `"ethernet-25g"`, `"ethernet-100g"` or `"loopback"`. Defaults to
+            `"pcie"`.
+        bandwidth: bytes per second one way, overriding the interconnect's.
+        latency: seconds per ring hop, overriding the interconnect's.
+        measure_compute: time a step of one replica's batch on this machine (on a copy
+            of the model) to predict the data-parallel step. Defaults to `True`.
+        compute_seconds: the compute of one replica's step, instead of measuring it.
+
+    Returns:
+        A `Plan`; `print` it for the recommendation and the table.
+
+    Raises:
+        TypeError, ValueError: for arguments of the wrong type or value, such as a
+            `device_memory` that is not a size.
+        KeyError: for an unknown interconnect.
+        PlanError: when the model does not fit even split over all the devices; the
+            message says by how much.
+    """
+    count = _device_count(devices)
+    workers = _check_count("workers", workers)
+    batch = _check_count("global_batch_size", global_batch_size)
+    slots = memory_lib.optimizer_slots(optimizer)
+    if device_memory is not None:
+        device_memory = memory_lib.parse_size(device_memory)
+    link = interconnect_lib.resolve_interconnect(interconnect, bandwidth=bandwidth,
+                                                 latency=latency)
+    if device_memory is None:
+        device_memory = local_device_memory(len(devices_lib.local_devices()))
+    memory = memory_lib.measure_model(model)
+    options = _options(memory, count, workers, batch, slots, device_memory)
+    if not any(o.fits for o in options):
+        raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory)
+    gradients = cost_model.gradient_bytes(model)
+    data = options[0]
+    if data.fits and (compute_seconds is not None or measure_compute):
+        if compute_seconds is None:
+            from mgpu_tf.planner import timing
+
+            compute_seconds = timing.measure_step_seconds(model, data.batch, optimizer)
+        total = count * workers
+        step = cost_model.predict_step_seconds(
+            compute_seconds, gradients, total, link.bandwidth, link.all_reduce_latency(total))
+        options[0] = dataclasses.replace(data, step_seconds=step,
+                                         compute_seconds=float(compute_seconds),
+                                         efficiency=compute_seconds / step if step else 1.0)
+    ranked = _rank(options)
+    return Plan(tuple(ranked), _reason(ranked[0], options, workers), count, workers,
+                device_memory, link, gradients)
+
+
+def auto_strategy(model, kind, reason, options, device_memory=None):
+    """What `make_strategy("auto", model=...)` builds: `(kind, reason, options)`.
+
+    Keeps `auto_choice`'s data-parallel choice when the model fits one device; else
+    returns `"model_parallel"` over this machine's devices, or `"hybrid"` over them in
+    every worker of a cluster, planned for a global batch of `AUTO_GLOBAL_BATCH`.
+
+    Raises:
+        PlanError: when the model does not fit even fully split.
+    """
+    from mgpu_tf import cluster as cluster_lib
+
+    workers = 1
+    if kind == "multi_worker":
+        config = options.get("cluster") or cluster_lib.detect_cluster()
+        if isinstance(config, (str, dict)):
+            config = cluster_lib.parse_tf_config(config, source="cluster")
+        workers = config.num_workers if config is not None else 1
+    devices = options.get("devices")
+    optimizer = getattr(model, "optimizer", None) or "adam"
+    result = plan(model, devices=devices, device_memory=device_memory, workers=workers,
+                  global_batch_size=AUTO_GLOBAL_BATCH, optimizer=optimizer,
+                  measure_compute=False)
+    best = result.recommended
+    if best.name in ("data", "one_device"):
+        return kind, (f"{reason}; the model fits one device ("
+                      f"{memory_lib.format_size(best.peak)} of "
+                      f"{memory_lib.format_size(best.device_memory)})"), options
+    local = devices_lib.local_devices() if not isinstance(devices, (list, tuple)) else devices
+    if best.name == "model":
+        return "model_parallel", result.reason, {"devices": list(local)[:best.stages]}
+    kept = {k: v for k, v in options.items()
+            if k in ("cluster", "worker_hosts", "task_index", "all_reduce", "bytes_per_pack")}
+    return "hybrid", result.reason, dict(kept, devices_per_worker=best.stages)
