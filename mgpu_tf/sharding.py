@@ -563,8 +563,6 @@ def describe_sharding(source, strategy, global_batch_size, *, policy="auto", wei
     ```
 
     Args:
-        source, strategy, global_batch_size, policy, weights, drop_remainder,
-            shuffle_seed, parse: as for `shard_dataset`.
         print_table: print the table. Defaults to `True`.
 
     Returns:

@@ -40,4 +40,5 @@ def test_bad_input_gives_its_documented_error(row, namespace):
     error = caught.value
     message = error.args[0] if isinstance(error, KeyError) else str(error)
     assert type(error).__name__ == row["type"], f"{type(error).__name__}: {message}"
-    assert message.startswith(row["start"].replace("\\|", "|")), message
+    start = row["start"].replace("\\|", "|").replace("\\[", "[").replace("\\]", "]")
+    assert message.startswith(start), message
