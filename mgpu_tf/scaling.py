@@ -311,26 +311,34 @@ def run_benchmark(settings, *, rounds=3, steps=30, spec=ModelSpec(), progress=No
 
 
 def summarise(settings, runs):
-    """Median figures per setting, with the ratios and the cost model's predictions."""
+    """Median figures per setting, with the ratios and the cost model's predictions.
+
+    A setting's ratio is the median over rounds of its examples/s over the
+    1-process row's (N threads, same precision) in the same round.
+    """
     from mgpu_tf import cost_model
 
     rows = []
     for s in settings:
-        row = {"key": s.key, "name": s.name, "mode": s.mode, "count": s.count, "threads": s.threads,
-               "global_batch": s.global_batch, "options": dict(s.options), "group": s.group,
-               "rounds": len(runs[s.name])}
+        row = {"key": s.key, "name": s.name, "mode": s.mode, "count": s.count,
+               "threads": s.threads, "global_batch": s.global_batch,
+               "options": dict(s.options), "group": s.group, "rounds": len(runs[s.name])}
         for key in runs[s.name][0]:
             row[key] = statistics.median(r[key] for r in runs[s.name])
+        row["examples_per_sec_by_round"] = [r["examples_per_sec"] for r in runs[s.name]]
         rows.append(row)
     by_group = {r["group"]: r for r in rows}
-    base = by_group.get("process")
+    names = {s.group: s.name for s in settings}
     compute = by_group.get("compute")
     bandwidth = cost_model.measure_loopback_bandwidth()
     for row in rows:
-        if base and row["group"] != "process":
-            same_precision = row["mode"] != "process" and "mixed_bfloat16" in row["group"]
-            baseline = by_group.get("process mixed_bfloat16", base) if same_precision else base
-            row["ratio"] = row["examples_per_sec"] / baseline["examples_per_sec"]
+        same_precision = row["mode"] != "process" and "mixed_bfloat16" in row["group"]
+        base = "process mixed_bfloat16" if same_precision else "process"
+        if base in names and row["group"] != base and row["group"] != "process":
+            # Paired by round: each round ran both settings minutes apart, under one load.
+            pairs = zip(runs[row["name"]], runs[names[base]])
+            row["ratio"] = statistics.median(
+                r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
         if "all_reduce_seconds" in row:
             row["bandwidth"] = bandwidth
             row["model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
@@ -371,7 +379,7 @@ def format_table(rows):
             "(all-gather). comm: all-reduce of the gradients alone; tcp, link: the ring "
             "model with each bandwidth; pred: the cost model's step (1-thread compute of "
             "a worker's share + link model). ratio: against the 1-process row of the same "
-            "precision.")
+            "precision, median of the rounds' ratios.")
     return "\n".join(lines)
 
 
