@@ -1,0 +1,31 @@
+"""The planner against measurements: memory of a real step, and a real data-parallel step."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from workers import run_python, run_workers
+
+HERE = Path(__file__).parent
+
+
+def _figures(text):
+    return dict(re.findall(r"^([^:\n]+): (.*)$", text, re.M))
+
+
+def test_memory_estimate_is_within_30_percent_of_a_training_steps_resident_growth():
+    result = run_python(HERE / "planner_memory.py", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = _figures(result.stdout)
+    assert 0.7 <= float(figures["ratio"]) <= 1.3, result.stdout
+
+
+@pytest.mark.multiworker
+def test_predicted_data_parallel_step_is_near_the_measured_one_on_two_workers():
+    code, out = run_workers(HERE / "planner_step_time.py", 2)
+    assert code == 0, out
+    figures = _figures(out[0])
+    assert figures["option"] == "data"
+    # A shared 2-core machine: the other worker and other jobs take cores at random.
+    assert 0.5 <= float(figures["ratio"]) <= 1.5, out[0]
