@@ -38,8 +38,9 @@ def _code_cells(path):
 
 def test_the_five_notebooks_are_there():
     names = [p.name for p in NOTEBOOKS]
-    assert names[:4] == ["01_quick_start.ipynb", "02_data_parallelism.ipynb",
-                         "03_model_parallelism.ipynb", "04_multi_worker.ipynb"]
+    assert names == ["01_quick_start.ipynb", "02_data_parallelism.ipynb",
+                     "03_model_parallelism.ipynb", "04_multi_worker.ipynb",
+                     "05_choosing_a_strategy.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
