@@ -8,10 +8,11 @@ from mgpu_tf.cli import calibrate as calibrate_cmd
 from mgpu_tf.cli import env as env_cmd
 from mgpu_tf.cli import k8s as k8s_cmd
 from mgpu_tf.cli import launch as launch_cmd
+from mgpu_tf.cli import plan as plan_cmd
 
 __all__ = ["main"]
 
-_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd)
+_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd, plan_cmd)
 
 
 def _parser():

@@ -1,0 +1,124 @@
+"""`mgpu-tf plan`: memory per device and the recommended parallelism for a Keras model."""
+
+import importlib
+import importlib.util
+import os
+import sys
+
+from mgpu_tf.planner import interconnect as interconnect_lib
+
+__all__ = ["add_parser", "plan_command", "load_model"]
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "plan",
+        help="memory per device for data, model and hybrid parallelism, and which to use",
+        description="Build the model a function returns, add up each device's parameters, "
+        "gradients, optimizer slots and traced activations for data, model and hybrid "
+        "parallelism, predict the data-parallel step, and recommend one. Devices may be "
+        "declared: --devices 8 --device-memory 80GiB plans for hardware you do not have. "
+        "Example: mgpu-tf plan --model my_models:build --global-batch-size 256 --devices 8 "
+        "--device-memory 16GiB --interconnect nvlink",
+    )
+    parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION",
+                        help="a function returning a built Keras model (MODULE may be a "
+                        "dotted module name or a path to a .py file)")
+    parser.add_argument("--global-batch-size", type=int, required=True,
+                        help="examples per step over all devices")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="devices per worker (default: this machine's)")
+    parser.add_argument("--device-memory", default=None,
+                        help="memory of each device, e.g. 80GiB or '16 GB' (default: the "
+                        "GPUs' memory, or RAM shared by the CPU devices)")
+    parser.add_argument("--workers", type=int, default=1, help="workers (default 1)")
+    parser.add_argument("--optimizer", default="adam", help="optimizer name (default adam)")
+    parser.add_argument("--interconnect", default="pcie",
+                        help=f"one of {', '.join(interconnect_lib.INTERCONNECTS)} "
+                        "(default pcie; figures in docs/planner.md)")
+    parser.add_argument("--bandwidth", type=float, default=None,
+                        help="link bandwidth in bytes/s one way, instead of the interconnect's")
+    parser.add_argument("--latency", type=float, default=None,
+                        help="seconds per ring hop, instead of the interconnect's")
+    parser.add_argument("--no-measure", action="store_true",
+                        help="do not time a step here (no step-time prediction)")
+    parser.set_defaults(run=plan_command)
+    return parser
+
+
+def load_model(spec):
+    """Returns the Keras model that `MODULE:FUNCTION` builds; says which part failed.
+
+    Raises:
+        ValueError: for a malformed spec, a module that cannot be imported, a missing
+            or non-callable function, a function that fails, or one that returns no
+            Keras model.
+    """
+    module_name, _, function_name = str(spec).rpartition(":")
+    if not module_name or not function_name:
+        raise ValueError("--model must be MODULE:FUNCTION, a function returning a Keras "
+                         f"model. Received: --model={spec!r}. For example my_models:build.")
+    try:
+        if module_name.endswith(".py"):
+            if not os.path.isfile(module_name):
+                raise FileNotFoundError(f"no such file {module_name!r}")
+            loader = importlib.util.spec_from_file_location("_mgpu_tf_plan_model", module_name)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+    except Exception as error:  # the user's module may raise anything
+        raise ValueError(f"--model: could not import the module {module_name!r}: "
+                         f"{type(error).__name__}: {error}. Received: --model={spec!r}") from error
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise ValueError(f"--model: the module {module_name!r} has no {function_name!r}. "
+                         f"Received: --model={spec!r}")
+    if not callable(function):
+        raise ValueError(f"--model: {function_name!r} in {module_name!r} is not a function. "
+                         f"Received: --model={spec!r}")
+    try:
+        model = function()
+    except Exception as error:
+        raise ValueError(f"--model: calling {function_name}() from {module_name!r} failed: "
+                         f"{type(error).__name__}: {error}. Received: --model={spec!r}") from error
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise ValueError(f"--model: {function_name}() returned {type(model).__name__}, not a "
+                         f"Keras model. Received: --model={spec!r}")
+    return model
+
+
+def _check(args):
+    for flag, value in (("--global-batch-size", args.global_batch_size),
+                        ("--workers", args.workers), ("--devices", args.devices)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1. Received: {flag}={value}")
+    if args.interconnect.lower() not in interconnect_lib.INTERCONNECTS:
+        raise ValueError(f"--interconnect must be one of "
+                         f"{', '.join(interconnect_lib.INTERCONNECTS)}. "
+                         f"Received: --interconnect={args.interconnect!r}")
+    if args.device_memory is not None:
+        from mgpu_tf.planner import memory
+
+        memory.parse_size(args.device_memory, name="--device-memory")
+
+
+def plan_command(args):
+    try:
+        _check(args)
+        model = load_model(args.model)
+        from mgpu_tf.planner import recommend
+
+        result = recommend.plan(
+            model, devices=args.devices, device_memory=args.device_memory,
+            global_batch_size=args.global_batch_size, optimizer=args.optimizer,
+            workers=args.workers, interconnect=args.interconnect, bandwidth=args.bandwidth,
+            latency=args.latency, measure_compute=not args.no_measure)
+    except (ValueError, TypeError, KeyError) as error:
+        print(f"mgpu-tf plan: {error.args[0] if error.args else error}", file=sys.stderr)
+        return 1 if type(error).__name__ == "PlanError" else 2
+    print(result)
+    return 0
