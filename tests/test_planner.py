@@ -1,0 +1,200 @@
+"""mgpu_tf.plan: sizes, memory per device, the seed's rules, the step-time model, auto, the CLI."""
+
+import json
+import logging
+import re
+
+import keras
+import pytest
+
+import mgpu_tf
+from mgpu_tf import strategies
+from mgpu_tf.cli import main as cli_main
+from mgpu_tf.planner import PlanError, memory, parse_size, recommend
+from model_parallel_models import mlp
+from planner_models import lopsided
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("80GiB", 80 * 2**30), ("80 GB", 80 * 10**9), ("512MiB", 512 * MiB), ("1.5 GiB", 3 * 2**29),
+    (4096, 4096), ("100", 100), ("2 tb", 2 * 10**12)])
+def test_sizes_are_read_in_binary_and_decimal_units(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("eighty", ValueError, "`device_memory` must be a size: a number with an optional unit"),
+    ("80 Gx", ValueError, "`device_memory` must be a size"),
+    (0, ValueError, "`device_memory` must be positive. Received: device_memory=0"),
+    ("-5GB", ValueError, "`device_memory` must be a size"),
+    ([80], TypeError, "`device_memory` must be a size such as '80GiB'"),
+    (True, TypeError, "`device_memory` must be a size such as '80GiB'")])
+def test_a_declared_memory_that_is_not_a_size_fails_with_the_fix(value, error, message):
+    with pytest.raises(error, match=message):
+        mgpu_tf.plan(mlp(), devices=2, device_memory=value, global_batch_size=8)
+
+
+def test_one_device_holds_params_gradients_two_adam_slots_and_traced_activations():
+    model = mlp((16, 1), inputs=8)  # (8*16 + 16) + (16 + 1) = 161 float32 weights
+    result = mgpu_tf.plan(model, devices=1, device_memory="1GiB", global_batch_size=32,
+                          measure_compute=False)
+    footprint = result.recommended.footprints[0]
+    assert result.recommended.name == "one_device"
+    assert (footprint.params, footprint.gradients, footprint.optimizer) == (644, 644, 1288)
+    # At least the input and each layer's output, 4 bytes per value, for 32 examples.
+    assert footprint.activations >= 32 * (8 + 16 + 1) * 4
+    double = mgpu_tf.plan(model, devices=1, device_memory="1GiB", global_batch_size=64,
+                          measure_compute=False).recommended.footprints[0]
+    assert double.activations == 2 * footprint.activations
+
+
+@pytest.mark.parametrize("optimizer, slots", [
+    ("sgd", 0), (keras.optimizers.SGD(momentum=0.9), 1), ("rmsprop", 1), ("adam", 2),
+    (keras.optimizers.Adam(amsgrad=True), 3)])
+def test_optimizer_slots_follow_the_optimizer(optimizer, slots):
+    assert memory.optimizer_slots(optimizer) == slots
+
+
+def test_an_unknown_optimizer_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match="`optimizer` must be one of adadelta, adagrad, adam"):
+        mgpu_tf.plan(mlp(), devices=2, global_batch_size=8, optimizer="bogus")
+
+
+def test_stage_shares_are_what_model_parallel_places():
+    placed = mgpu_tf.ModelParallel(lopsided(), 2)
+    result = mgpu_tf.plan(lopsided(), devices=2, device_memory="1GiB", global_batch_size=8,
+                          measure_compute=False)
+    option = next(o for o in result.options if o.name == "model")
+    assert option.strategy == "model_parallel"
+    assert [f.params for f in option.footprints] == [s.param_bytes for s in placed.plan]
+
+
+def test_a_model_that_fits_one_device_gets_data_parallelism():
+    result = mgpu_tf.plan(lopsided(), devices=4, device_memory="1GiB", global_batch_size=64,
+                          measure_compute=False)
+    assert [o.name for o in result.options] == ["data", "model"]
+    assert result.recommended.strategy == "mirrored"
+    assert result.reason.startswith("data parallel (mirrored over 4 devices): the whole model "
+                                    "fits one device")
+
+
+def test_a_model_too_big_for_one_device_gets_model_parallelism():
+    # With Adam: the whole model needs ~21 MiB, its largest layer ~16.5 MiB.
+    result = mgpu_tf.plan(lopsided(), devices=4, device_memory="18MiB", global_batch_size=64,
+                          measure_compute=False)
+    best = result.recommended
+    assert (best.name, best.strategy, best.fits) == ("model", "model_parallel", True)
+    assert not result.options[1].fits
+    assert result.reason.startswith("model parallel (4 stages): a model too big for one device")
+
+
+def test_a_very_large_model_on_several_workers_gets_both():
+    result = mgpu_tf.plan(lopsided(), devices=4, workers=3, device_memory="18MiB",
+                          global_batch_size=96, measure_compute=False)
+    best = result.recommended
+    assert (best.name, best.strategy, best.options) == ("hybrid", "hybrid",
+                                                        {"devices_per_worker": 4})
+    assert (best.pipelines, best.batch) == (3, 32)
+    assert "very large models want both" in result.reason
+
+
+def test_a_model_that_does_not_fit_even_split_says_by_how_much():
+    even = mlp((1024, 1024, 1024, 1), inputs=1024)  # three layers of 16 MiB with Adam
+    with pytest.raises(PlanError, match=r"The model does not fit the devices even fully split: "
+                       r"over 2 device\(s\) its fullest stage needs 32.* but each device has "
+                       r"20.00 MiB, 12.* short\. .*Use 3 devices per machine"):
+        mgpu_tf.plan(even, devices=2, device_memory="20MiB", global_batch_size=8,
+                     measure_compute=False)
+
+
+def test_the_step_time_is_the_ring_all_reduce_cost_model():
+    model = lopsided()
+    result = mgpu_tf.plan(model, devices=8, device_memory="80GiB", global_batch_size=256,
+                          interconnect="pcie", compute_seconds=0.05)
+    gradient_bytes = 4 * sum(w.numpy().size for w in model.trainable_weights)
+    # Ring over 8 devices: 2 * 7/8 of the bytes at 12 GB/s, 14 hops of 10 us.
+    expected = 0.05 + 2 * 7 / 8 * gradient_bytes / 12e9 + 14 * 10e-6
+    data = result.recommended
+    assert data.step_seconds == pytest.approx(expected, rel=1e-9)
+    assert data.efficiency == pytest.approx(0.05 / expected, rel=1e-9)
+
+
+def test_an_unknown_interconnect_lists_the_known_ones():
+    with pytest.raises(KeyError, match="Unknown interconnect 'infiniband'. Known: pcie, nvlink"):
+        mgpu_tf.plan(mlp(), devices=2, global_batch_size=8, interconnect="infiniband")
+
+
+def test_auto_with_a_model_that_fits_keeps_its_choice_and_says_so(caplog):
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        strategy = mgpu_tf.make_strategy("auto", model=lopsided())
+    assert mgpu_tf.strategy_kind(strategy) == "default"
+    assert any("the model fits one device" in r.getMessage() for r in caplog.records)
+
+
+def test_auto_with_a_model_too_big_for_one_device_splits_it():
+    strategy = mgpu_tf.make_strategy("auto", model=lopsided(), device_memory="18MiB")
+    assert mgpu_tf.strategy_kind(strategy) == "model_parallel"
+    assert len(strategy.devices) == 4
+
+
+def test_auto_in_a_cluster_with_a_model_too_big_for_one_device_chooses_hybrid():
+    cluster = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                          "task": {"type": "worker", "index": 0}})
+    kind, reason, options = recommend.auto_strategy(
+        lopsided(), "multi_worker", "a cluster was given", {"cluster": cluster}, "18MiB")
+    assert kind == "hybrid" and options == {"cluster": cluster, "devices_per_worker": 4}
+    assert "very large models want both" in reason
+
+
+def test_auto_with_a_model_that_never_fits_fails_before_training():
+    with pytest.raises(PlanError, match="does not fit the devices even fully split"):
+        mgpu_tf.make_strategy("auto", model=lopsided(), device_memory="2MiB")
+
+
+def test_device_memory_without_a_model_is_refused():
+    with pytest.raises(ValueError, match="`device_memory` is for planning a model"):
+        mgpu_tf.make_strategy("auto", device_memory="16GiB")
+    assert "model" in strategies.OPTIONS
+
+
+def test_cli_prints_the_recommendation_for_declared_devices(capsys):
+    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "64",
+                     "--devices", "8", "--device-memory", "18MiB", "--no-measure"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("recommended: model parallel (4 stages)")
+    assert "1 worker(s) x 8 device(s) of 18.00 MiB" in out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("planner_models.lopsided", "--model must be MODULE:FUNCTION"),
+    ("no_such_module:build", "--model: could not import the module 'no_such_module': "
+     "ModuleNotFoundError"),
+    ("planner_models:nothing", "--model: the module 'planner_models' has no 'nothing'"),
+    ("planner_models:NOT_CALLABLE", "--model: 'NOT_CALLABLE' in 'planner_models' is not a "
+     "function"),
+    ("planner_models:failing", "--model: calling failing\\(\\) from 'planner_models' failed: "
+     "RuntimeError: no data"),
+    ("planner_models:not_a_model", "--model: not_a_model\\(\\) returned int, not a Keras model"),
+])
+def test_cli_says_which_part_of_the_model_function_failed(spec, message, capsys):
+    code = cli_main(["plan", "--model", spec, "--global-batch-size", "8", "--no-measure"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert re.match("mgpu-tf plan: " + message, err), err
+
+
+def test_cli_rejects_a_memory_that_is_not_a_size(capsys):
+    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "8",
+                     "--device-memory", "lots"])
+    assert code == 2
+    assert "`--device-memory` must be a size" in capsys.readouterr().err
+
+
+def test_cli_exits_1_when_the_model_does_not_fit(capsys):
+    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "8",
+                     "--devices", "2", "--device-memory", "4MiB", "--optimizer", "sgd"])
+    assert code == 1
+    assert "4.00 MiB, " in capsys.readouterr().err
