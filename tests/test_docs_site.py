@@ -37,7 +37,7 @@ def test_cli_page_names_every_option_of_its_sub_commands():
     parser = cli._parser()
     [subcommands] = [a for a in parser._actions if a.choices and a.dest == "command"]
     documented = re.findall(r"^## mgpu-tf ([\w-]+)", page, flags=re.M)
-    assert {"launch", "env", "k8s", "calibrate", "bench"} <= set(documented)
+    assert {"launch", "env", "k8s", "calibrate", "plan", "bench"} <= set(documented)
     for name in documented:
         for action in subcommands.choices[name]._actions:
             for option in action.option_strings:
