@@ -56,6 +56,8 @@ def main():
         devices = {w.value.device for name in stage.layers
                    for w in model.model.get_layer(name).weights}
         print(f"stage {stage.index} devices:", " ".join(sorted(devices)))
+    slots = {v.value.device for v in model.optimizer.variables if len(v.shape) > 0}
+    print("slot devices:", " ".join(sorted(slots)))
 
     reference = build_model()
     reference.set_weights(initial)

@@ -22,15 +22,16 @@ def test_two_workers_of_two_devices_train_as_one_device_through_launch():
         env=workers._environment(None), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for task in (0, 1):
-        lines = dict(re.findall(rf"^\[{task}\] ([^:]+): (.*)$", result.stdout, re.M))
+        lines = dict(re.findall(rf"^\[{task}\] ([^:\n]+): (.*)$", result.stdout, re.M))
         assert lines["kind"] == "hybrid"
         assert f"[{task}] done" in result.stdout
         assert int(lines["steps"]) == 8
         assert float(lines["moved"]) > 1e-2  # training changed the weights
         assert float(lines["relative error"]) < 1e-5
+        own = [f"/job:worker/replica:0/task:{task}/device:CPU:{stage}" for stage in (0, 1)]
         for stage in (0, 1):
-            assert lines[f"stage {stage} devices"] == (
-                f"/job:worker/replica:0/task:{task}/device:CPU:{stage}")
+            assert lines[f"stage {stage} devices"] == own[stage]
+        assert lines["slot devices"] == " ".join(own)  # Adam's moments beside their weights
     initial = re.findall(r"^\[\d\] initial: (.*)$", result.stdout, re.M)
     assert len(initial) == 2 and initial[0] == initial[1]  # broadcast from worker 0
 
