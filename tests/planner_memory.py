@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import mgpu_tf  # noqa: E402
 
 BATCH = 64
+WIDTH, DEPTH = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (2048, 8)
 
 
 def resident_bytes():
@@ -37,8 +38,8 @@ def train_one_step(model, width):
 
 
 def big_model():
-    return keras.Sequential([keras.Input((2048,))]
-                            + [keras.layers.Dense(2048, activation="relu") for _ in range(8)]
+    return keras.Sequential([keras.Input((WIDTH,))]
+                            + [keras.layers.Dense(WIDTH, activation="relu") for _ in range(DEPTH)]
                             + [keras.layers.Dense(1)])
 
 
@@ -47,7 +48,7 @@ def main():
                                      keras.layers.Dense(1)]), 2048)
     before = resident_bytes()
     model = big_model()
-    train_one_step(model, 2048)
+    train_one_step(model, WIDTH)
     growth = peak_bytes() - before
     result = mgpu_tf.plan(model, devices=1, device_memory="64GiB", global_batch_size=BATCH,
                           optimizer="adam", measure_compute=False)

@@ -40,14 +40,17 @@ class StepTimes(keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
-def seconds_of(strategy, collective, repeats=20):
+def seconds_of(strategy, collective, repeats=15):
+    """The median seconds of one collective, each call waited for."""
     once = tf.function(lambda: strategy.run(collective))
     once()
-    start = time.perf_counter()
+    seconds = []
     for _ in range(repeats):
-        out = once()
-    tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0].numpy(), out)
-    return (time.perf_counter() - start) / repeats
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0].numpy(),
+                              once())
+        seconds.append(time.perf_counter() - start)
+    return float(np.median(seconds))
 
 
 def measure_link(strategy, model):

@@ -1,7 +1,10 @@
 """Memory a training step needs on a device: parameters, gradients, optimizer slots, activations.
 
 Parameters and gradients are counted from the model's weights; optimizer slots
-from the optimizer (Adam keeps two per weight); activations are measured by
+from the optimizer (Adam keeps two per weight); the update's workspace is the
+temporaries of the largest weight's update (one more than the slots: Adam's
+`m * alpha / (sqrt(v) + epsilon)` holds three weight-sized tensors at once);
+activations are measured by
 tracing one batch through the model, segment by segment (the atoms of
 `mgpu_tf.model_parallel.partition`), and adding up the bytes of every tensor the
 traced forward pass computes. A stage of a pipeline holds the share of its layers,
@@ -121,21 +124,25 @@ class Footprint:
         gradients: one gradient per trainable weight.
         optimizer: the optimizer's slot variables.
         activations: the tensors the forward pass keeps for the backward pass.
+        workspace: the temporaries of updating the largest weight.
     """
 
     params: int
     gradients: int
     optimizer: int
     activations: int
+    workspace: int = 0
 
     @property
     def total(self):
-        return self.params + self.gradients + self.optimizer + self.activations
+        return (self.params + self.gradients + self.optimizer + self.activations
+                + self.workspace)
 
     def __str__(self):
         return (f"{format_size(self.total)} (params {format_size(self.params)}, gradients "
                 f"{format_size(self.gradients)}, optimizer {format_size(self.optimizer)}, "
-                f"activations {format_size(self.activations)})")
+                f"activations {format_size(self.activations)}, update workspace "
+                f"{format_size(self.workspace)})")
 
 
 class ModelMemory:
@@ -144,9 +151,11 @@ class ModelMemory:
     Made by `measure_model`; `footprint(batch, stages)` gives each stage's footprint.
     """
 
-    def __init__(self, graph, trainable_bytes, activation_bytes_per_example, input_bytes):
+    def __init__(self, graph, trainable_bytes, largest_weight_bytes,
+                 activation_bytes_per_example, input_bytes):
         self.graph = graph
         self.trainable_bytes = trainable_bytes
+        self.largest_weight_bytes = largest_weight_bytes
         self.activation_bytes_per_example = activation_bytes_per_example
         self.input_bytes_per_example = input_bytes
 
@@ -170,7 +179,9 @@ class ModelMemory:
             activations = sum(self.activation_bytes_per_example[u] for u in units) * batch
             if k == 0:
                 activations += self.input_bytes_per_example * batch
-            out.append(Footprint(params, trainable, slots * trainable, int(activations)))
+            largest = max([self.largest_weight_bytes[u] for u in units] + [0])
+            out.append(Footprint(params, trainable, slots * trainable, int(activations),
+                                 (slots + 1) * largest))
             start += count
         return out
 
@@ -223,11 +234,13 @@ def measure_model(model, *, sample_batch=2):
             "The planner traces a batch through the model, and its input shape has unknown "
             f"dimensions besides the batch. Received: input shape {(None,) + shape}. Build the "
             "model with keras.Input(shape) of fixed dimensions.")
-    trainable = []
+    trainable, largest = [], []
     for unit in graph.units:
         weights = getattr(unit.operation, "trainable_weights", None) or []
-        trainable.append(sum(int(np.prod(w.shape)) * np.dtype(
-            keras.backend.standardize_dtype(w.dtype)).itemsize for w in weights))
+        sizes = [int(np.prod(w.shape)) * np.dtype(keras.backend.standardize_dtype(
+            w.dtype)).itemsize for w in weights]
+        trainable.append(sum(sizes))
+        largest.append(max(sizes + [0]))
     atoms = graph.atoms()
     per_example = []
     dtype = tf.as_dtype(keras.backend.standardize_dtype(graph.input.dtype))
@@ -239,4 +252,4 @@ def measure_model(model, *, sample_batch=2):
         out = segment.outputs[0]
         spec = tf.TensorSpec((sample_batch,) + tuple(out.shape[1:]),
                              tf.as_dtype(keras.backend.standardize_dtype(out.dtype)))
-    return ModelMemory(graph, trainable, per_example, input_bytes)
+    return ModelMemory(graph, trainable, largest, per_example, input_bytes)
