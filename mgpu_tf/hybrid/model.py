@@ -53,7 +53,8 @@ class HybridParallel(wrapper.ModelParallel):
         super().__init__(model, devices, balance=balance, microbatches=microbatches,
                          name=kwargs.pop("name", f"hybrid_{model.name}"), **kwargs)
         self._communicator = communicator
-        weights = self._model.weights
+        # Floating weights only: integer state (such as a dropout layer's seed) stays per worker.
+        weights = [w for w in self._model.weights if tf.as_dtype(w.dtype).is_floating]
         broadcast_weights(communicator, weights, self._stage_groups(weights))
 
     def _stage_groups(self, variables):

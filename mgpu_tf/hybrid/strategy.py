@@ -122,8 +122,8 @@ def check_layout(devices_per_worker, devices, num_workers):
                 f"has {len(present)} ({', '.join(present)}). Received: devices_per_worker="
                 f"{devices_per_worker}. Use devices_per_worker<={len(present)}, or call "
                 f"mgpu_tf.simulate_devices({devices_per_worker}) first in every worker.")
-    stage_devices = list(devices) if devices is not None else present[:devices_per_worker or
-                                                                       len(present)]
+    count = devices_per_worker or len(present)
+    stage_devices = list(devices) if devices is not None else present[:count]
     if num_workers < 2:
         raise ValueError(
             "'hybrid' averages gradients across workers and needs at least 2; this cluster "
