@@ -44,6 +44,7 @@ _OPTION_FLAGS = {
     "task_index": "task_index",
     "balance": "balance",
     "microbatches": "microbatches",
+    "devices_per_worker": "devices_per_worker",
 }
 
 
@@ -92,6 +93,8 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_list("balance", None, strategies.OPTIONS["balance"] +
                       " (comma-separated counts).", flag_values=flag_values)
     flags.DEFINE_integer("microbatches", None, strategies.OPTIONS["microbatches"],
+                         flag_values=flag_values)
+    flags.DEFINE_integer("devices_per_worker", None, strategies.OPTIONS["devices_per_worker"],
                          flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.

@@ -82,3 +82,9 @@ def test_model_parallel_flags(flag_values):
 def test_bad_model_parallel_flags(flag_values, argv, match):
     with pytest.raises(flags.IllegalFlagValueError, match=match):
         flag_values(["prog", *argv])
+
+
+def test_hybrid_flags(flag_values):
+    flag_values(["prog", "--strategy=hybrid", "--devices_per_worker=2", "--microbatches=2"])
+    assert mgpu_flags.strategy_options(flag_values) == (
+        "hybrid", {"devices_per_worker": 2, "microbatches": 2})

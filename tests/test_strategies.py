@@ -122,7 +122,8 @@ def test_auto_with_a_named_tpu_chooses_tpu():
     ("mirrored", {"devise": 2}, TypeError, r"make_strategy\(\) got unknown option"),
     ("default", {"num_packs": 2}, ValueError, "`num_packs` does not apply to strategy 'default'"),
     ("mirrored", {"timeout_seconds": 5}, ValueError,
-     "`timeout_seconds` does not apply to strategy 'mirrored'; it applies to multi_worker"),
+     "`timeout_seconds` does not apply to strategy 'mirrored'; it applies to hybrid, "
+     "multi_worker"),
     ("mirrored", {"all_reduce": "ring"}, ValueError,
      r"`all_reduce` for mirrored must be one of auto, nccl, hierarchical_copy, reduce_to_one "
      r"\('ring' is for multi_worker\)"),

@@ -23,8 +23,8 @@ from mgpu_tf.model_parallel import wrapper
 __all__ = ["HybridStrategy", "check_layout"]
 
 # timeout_seconds is left to multi_worker's default, whose error messages name it alone.
-_COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "cluster", "worker_hosts",
-                          "task_index")
+_COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
+                          "worker_hosts", "task_index")
 
 
 class HybridStrategy:
