@@ -1,15 +1,17 @@
 """What the toolkit costs: make_strategy + Keras fit against hand-built tf.distribute code.
 
 For each setting (mirrored on 2 simulated devices; multi_worker with 2 local
-workers) the same model is trained on the same synthetic data two ways, in
-alternating fresh processes so that both see the same machine load:
+workers) the same model is trained on the same synthetic data three ways, in
+alternating fresh processes so that all see the same machine load:
 
-- hand: the `tf.distribute` strategy built directly, and the training loop a user
-  writes without the toolkit (`strategy.run` in a `tf.function`; Keras `fit`
-  does not run under MultiWorkerMirroredStrategy without mgpu_tf's fix);
-- mgpu_tf: `make_strategy(...)` and Keras `model.fit`.
+- hand loop: the `tf.distribute` strategy built directly, and the training loop a
+  user writes without the toolkit (`strategy.run` in a `tf.function`);
+- hand + fit: the strategy built directly, trained with Keras `fit` (on several
+  workers only after `mgpu_tf.compat.apply_multi_worker_fixes()`, without which
+  fit fails there);
+- mgpu_tf: `make_strategy(...)` and Keras `fit`.
 
-Prints examples/s per round, the medians, and the ratio mgpu_tf / hand.
+Prints examples/s per round, the medians, and the ratios of mgpu_tf to each.
 
     python benchmarks/bench_overhead.py --rounds 3
 """
@@ -92,16 +94,9 @@ def _hand(strategy_name, batch, steps, warmup):
     return batch * steps / (time.perf_counter() - start)
 
 
-def _toolkit(strategy_name, batch, steps, warmup):
+def _fit(strategy, batch, steps):
     import keras
 
-    import mgpu_tf
-
-    if strategy_name == "mirrored":
-        mgpu_tf.simulate_devices(2)
-        strategy = mgpu_tf.make_strategy("mirrored")
-    else:
-        strategy = mgpu_tf.make_strategy("multi_worker")
     x, y = _data(batch * 32)
     with strategy.scope():
         model = _model()
@@ -112,6 +107,34 @@ def _toolkit(strategy_name, batch, steps, warmup):
     model.fit(_dataset(x, y, batch), epochs=2, steps_per_epoch=steps, verbose=0,
               callbacks=[timer])
     return batch * steps / timer.seconds[-1]
+
+
+def _toolkit(strategy_name, batch, steps, warmup):
+    import mgpu_tf
+
+    if strategy_name == "mirrored":
+        mgpu_tf.simulate_devices(2)
+        strategy = mgpu_tf.make_strategy("mirrored")
+    else:
+        strategy = mgpu_tf.make_strategy("multi_worker")
+    return _fit(strategy, batch, steps)
+
+
+def _hand_fit(strategy_name, batch, steps, warmup):
+    """The strategy built by hand, trained with the same Keras fit as the toolkit."""
+    import tensorflow as tf
+
+    from mgpu_tf import compat
+
+    if strategy_name == "mirrored":
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * 2)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    else:
+        compat.apply_multi_worker_fixes()  # without it Keras fit fails on several workers
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    return _fit(strategy, batch, steps)
 
 
 def _epoch_timer():
@@ -133,7 +156,7 @@ def _epoch_timer():
 
 def _run_one(args):
     """Runs inside a fresh process (a worker, for multi_worker) and prints the figure."""
-    run = _hand if args.variant == "hand" else _toolkit
+    run = {"hand": _hand, "hand_fit": _hand_fit, "mgpu_tf": _toolkit}[args.variant]
     speed = run(args.strategy, args.batch, args.steps, args.warmup)
     print(json.dumps({"examples_per_sec": speed}), flush=True)
 
@@ -167,23 +190,26 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--strategies", default="mirrored,multi_worker")
-    parser.add_argument("--one", choices=["hand", "mgpu_tf"], dest="variant")
+    parser.add_argument("--one", choices=["hand", "hand_fit", "mgpu_tf"], dest="variant")
     parser.add_argument("--strategy", default="mirrored")
     args = parser.parse_args()
     if args.variant:
         return _run_one(args)
     print(f"model: MLP {DEPTH}x{WIDTH}, global batch {args.batch}, {args.steps} timed steps, "
           f"{args.rounds} alternating rounds")
-    print(f"{'setting':<14}{'round':>6}{'hand ex/s':>12}{'mgpu_tf ex/s':>14}")
+    print(f"{'setting':<14}{'round':>6}{'hand loop':>11}{'hand + fit':>12}{'mgpu_tf':>10}  ex/s")
     for strategy in args.strategies.split(","):
-        hand, tool = [], []
+        hand, hand_fit, tool = [], [], []
         for round_index in range(args.rounds):
             hand.append(_measure("hand", strategy, args))
+            hand_fit.append(_measure("hand_fit", strategy, args))
             tool.append(_measure("mgpu_tf", strategy, args))
-            print(f"{strategy:<14}{round_index:>6}{hand[-1]:>12.0f}{tool[-1]:>14.0f}", flush=True)
-        ratio = statistics.median(tool) / statistics.median(hand)
-        print(f"{strategy:<14}{'median':>6}{statistics.median(hand):>12.0f}"
-              f"{statistics.median(tool):>14.0f}   ratio mgpu_tf/hand = {ratio:.3f}", flush=True)
+            print(f"{strategy:<14}{round_index:>6}{hand[-1]:>11.0f}{hand_fit[-1]:>12.0f}"
+                  f"{tool[-1]:>10.0f}", flush=True)
+        medians = [statistics.median(v) for v in (hand, hand_fit, tool)]
+        print(f"{strategy:<14}{'median':>6}{medians[0]:>11.0f}{medians[1]:>12.0f}"
+              f"{medians[2]:>10.0f}   mgpu_tf / hand loop = {medians[2] / medians[0]:.3f}, "
+              f"mgpu_tf / hand + fit = {medians[2] / medians[1]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
