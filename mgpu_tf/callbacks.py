@@ -135,20 +135,40 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             super().on_train_end(logs)
 
 
-class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
+class _WorkerScratch:
+    """Points a callback's output into a temporary directory on non-chief workers.
+
+    Subclasses say which attribute holds the output path and how the scratch
+    directory replaces it; the directory is removed when training ends.
+    """
+
+    _scratch = None
+
+    def _redirect(self, scratch):
+        raise NotImplementedError
+
+    def set_model(self, model):
+        if not is_chief(model.distribute_strategy) and self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
+            self._redirect(self._scratch)
+        super().set_model(model)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+class ModelCheckpoint(_WorkerScratch, keras.callbacks.ModelCheckpoint):
     """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes.
 
     Other workers save into a temporary directory that is removed when training
     ends. Takes the same arguments as the Keras callback.
     """
 
-    _scratch = None
-
-    def set_model(self, model):
-        if not is_chief(model.distribute_strategy) and self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-checkpoint-")
-            self.filepath = os.path.join(self._scratch, os.path.basename(self.filepath))
-        super().set_model(model)
+    def _redirect(self, scratch):
+        self.filepath = os.path.join(scratch, os.path.basename(self.filepath))
 
     def _save_model(self, epoch, batch, logs):
         model = self._model
@@ -158,30 +178,13 @@ class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
         finally:
             self._model = model
 
-    def on_train_end(self, logs=None):
-        super().on_train_end(logs)
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
 
-
-class TensorBoard(keras.callbacks.TensorBoard):
+class TensorBoard(_WorkerScratch, keras.callbacks.TensorBoard):
     """`keras.callbacks.TensorBoard` whose logs come from the chief only.
 
     Other workers log into a temporary directory that is removed when training
     ends. Takes the same arguments as the Keras callback.
     """
 
-    _scratch = None
-
-    def set_model(self, model):
-        if not is_chief(model.distribute_strategy) and self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-tensorboard-")
-            self.log_dir = self._scratch
-        super().set_model(model)
-
-    def on_train_end(self, logs=None):
-        super().on_train_end(logs)
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+    def _redirect(self, scratch):
+        self.log_dir = scratch

@@ -5,7 +5,6 @@ and 4 devices) and multi_worker (2 real workers) must give the weights plain
 Keras gives under the default strategy on the same global batches.
 """
 
-import itertools
 import pathlib
 
 import numpy as np
@@ -21,21 +20,6 @@ STEPS = 3
 GLOBAL_BATCH = 8
 TOLERANCE = 1e-5
 
-_key_blocks = itertools.count(1)
-
-
-@pytest.fixture
-def own_collective_keys(monkeypatch):
-    """Gives this test's MirroredStrategy collective keys no other strategy here uses.
-
-    Every MirroredStrategy in a process starts its group keys at 1, and TensorFlow
-    keeps a key's group size for the process, so a second strategy with another
-    device count fails at its first all-reduce. TensorFlow's own tests move the
-    key base the same way (tensorflow/python/distribute/strategy_combinations.py).
-    """
-    base = tf.distribute.MirroredStrategy._collective_key_base
-    monkeypatch.setattr(tf.distribute.MirroredStrategy, "_collective_key_base",
-                        base + 1_000_000 * next(_key_blocks))
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +50,7 @@ def _relative_difference(weights, expected):
 
 
 @pytest.mark.parametrize("devices", [2, 4])
-def test_mirrored_matches_default(problem, reference, own_collective_keys, devices):
+def test_mirrored_matches_default(problem, reference, devices):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices)
     assert strategy.num_replicas_in_sync == devices

@@ -6,7 +6,6 @@ same global batches (tests/sharding_problem.py).
 """
 
 import collections
-import itertools
 import logging
 
 import numpy as np
@@ -18,20 +17,6 @@ from sharding_problem import (blocks, build_model, parse_id, parse_xy, problem,
                               reference_weights, relative_difference, write_records)
 
 TOLERANCE = 1e-5
-_key_blocks = itertools.count(1)
-
-
-@pytest.fixture
-def own_collective_keys(monkeypatch):
-    """Gives this test's MirroredStrategy collective keys no other strategy here uses.
-
-    Every MirroredStrategy in a process starts its group keys at 1, and TensorFlow
-    keeps a key's group size for the process, so a second strategy with another
-    device count fails at its first all-reduce (as in tests/test_equivalence.py).
-    """
-    base = tf.distribute.MirroredStrategy._collective_key_base
-    monkeypatch.setattr(tf.distribute.MirroredStrategy, "_collective_key_base",
-                        base + 2_000_000 + 1_000_000 * next(_key_blocks))
 
 
 def _strategy(name):
@@ -72,7 +57,7 @@ def test_one_replica_reads_in_order(name):
 
 
 @pytest.mark.parametrize("seed", [None, 5])
-def test_997_over_4_devices_each_example_once(own_collective_keys, seed):
+def test_997_over_4_devices_each_example_once(seed):
     strategy = _strategy("mirrored-4")
     data = mgpu_tf.shard_dataset(_ids(997), strategy, 12, shuffle_seed=seed)
     seen, again = _seen(data, strategy), _seen(data, strategy)
@@ -84,7 +69,7 @@ def test_997_over_4_devices_each_example_once(own_collective_keys, seed):
     assert [len(r[-1]) for r in seen] == [1, 0, 0, 0]
 
 
-def test_weighted_replicas_get_their_share(own_collective_keys):
+def test_weighted_replicas_get_their_share():
     strategy = _strategy("mirrored-2")
     seen = _seen(mgpu_tf.shard_dataset(_ids(100), strategy, 12, weights=[2, 1]), strategy)
     # Each block of 12 goes 0 1 0 0 1 0 0 1 0 0 1 0 (replica 0 twice as often);
@@ -94,14 +79,14 @@ def test_weighted_replicas_get_their_share(own_collective_keys):
     assert [sum(map(len, r)) for r in seen] == [67, 33]
 
 
-def test_drop_remainder_keeps_full_steps_only(own_collective_keys):
+def test_drop_remainder_keeps_full_steps_only():
     strategy = _strategy("mirrored-4")
     seen = _seen(mgpu_tf.shard_dataset(_ids(997), strategy, 12, drop_remainder=True), strategy)
     assert sorted(_flatten(seen)) == list(range(996))
     assert {len(b) for r in seen for b in r} == {3}
 
 
-def test_describe_sharding_prints_the_table(own_collective_keys, capsys):
+def test_describe_sharding_prints_the_table(capsys):
     plan = mgpu_tf.describe_sharding(_ids(997), _strategy("mirrored-4"), 12)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("policy=data (auto: the source is a data set, not files)")
@@ -111,7 +96,7 @@ def test_describe_sharding_prints_the_table(own_collective_keys, capsys):
     assert plan.steps == 84
 
 
-def test_auto_says_which_policy(own_collective_keys, caplog, tmp_path):
+def test_auto_says_which_policy(caplog, tmp_path):
     x, y, _ = problem(20)
     files = write_records(tmp_path, x, y, [10, 10])
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
@@ -119,7 +104,7 @@ def test_auto_says_which_policy(own_collective_keys, caplog, tmp_path):
     assert "sharding policy 'auto' chose 'file': 2 files for 1 worker(s)" in caplog.text
 
 
-def test_function_source_is_called_with_the_input_context(own_collective_keys):
+def test_function_source_is_called_with_the_input_context():
     contexts = []
 
     def examples(context):
@@ -163,7 +148,7 @@ def _train_steps(model, data, steps):
 
 
 @pytest.mark.parametrize("devices, weights", [(2, [2, 1]), (4, [1, 2, 3, 4]), (4, None)])
-def test_weighted_update_equals_single_device(own_collective_keys, devices, weights):
+def test_weighted_update_equals_single_device(devices, weights):
     # 100 examples, global batch 12: 9 steps, the last of 4 examples.
     x, y, initial = problem(100)
     reference = reference_weights(x, y, initial, blocks(100, 12))
@@ -179,7 +164,7 @@ def test_weighted_update_equals_single_device(own_collective_keys, devices, weig
 
 
 @pytest.mark.parametrize("name", ["default", "one_device", "mirrored-2", "mirrored-4"])
-def test_fit_with_an_uneven_tail_equals_single_device(own_collective_keys, name):
+def test_fit_with_an_uneven_tail_equals_single_device(name):
     # 997 examples, global batch 12: the last step has 1 example, on one replica only.
     x, y, initial = problem(997)
     reference = reference_weights(x, y, initial, blocks(997, 12))
@@ -192,7 +177,7 @@ def test_fit_with_an_uneven_tail_equals_single_device(own_collective_keys, name)
     assert relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
-def test_fit_with_weights_on_one_machine(own_collective_keys):
+def test_fit_with_weights_on_one_machine():
     x, y, initial = problem(100)
     reference = reference_weights(x, y, initial, blocks(100, 12))
     strategy = _strategy("mirrored-2")
@@ -213,7 +198,7 @@ def _interleaved(sizes):
 
 
 @pytest.mark.parametrize("name", ["default", "one_device", "mirrored-2", "mirrored-4"])
-def test_fit_from_tfrecord_files(own_collective_keys, tmp_path, name):
+def test_fit_from_tfrecord_files(tmp_path, name):
     sizes = [40, 33, 27]
     x, y, initial = problem(sum(sizes))
     files = write_records(tmp_path, x, y, sizes)
@@ -266,7 +251,7 @@ class _CountingSource:
     (dict(batched=True), r"`source` must be a data set of single examples, but it is already "
                          r"batched \(it applies BatchDataset\)"),
 ])
-def test_bad_input_fails_before_reading(own_collective_keys, options, message):
+def test_bad_input_fails_before_reading(options, message):
     source = _CountingSource()
     dataset = source.dataset().batch(2) if options.pop("batched", False) else source.dataset()
     arguments = {"global_batch_size": 4, **options}
@@ -275,13 +260,13 @@ def test_bad_input_fails_before_reading(own_collective_keys, options, message):
     assert source.read == 0
 
 
-def test_global_batch_below_replicas_suggests_the_replica_count(own_collective_keys):
+def test_global_batch_below_replicas_suggests_the_replica_count():
     with pytest.raises(ValueError, match=r"`global_batch_size` must be at least the number of "
                                          r"replicas \(4\).*Use global_batch_size=4 or more"):
         mgpu_tf.shard_dataset(_ids(10), _strategy("mirrored-4"), 3)
 
 
-def test_uneven_batch_suggests_the_nearest_sizes(own_collective_keys):
+def test_uneven_batch_suggests_the_nearest_sizes():
     with pytest.raises(ValueError, match=r"`global_batch_size` must be divisible by the number "
                                          r"of replicas \(4\)\. Received: global_batch_size=30\. "
                                          r"Use 28 or 32, or pass weights=\[1, 1, 1, 1\]"):
@@ -319,19 +304,19 @@ def test_wrong_types():
         mgpu_tf.shard_dataset(_ids(4), _strategy("default"), 4.0)
 
 
-def test_weights_need_x_y_examples(own_collective_keys):
+def test_weights_need_x_y_examples():
     with pytest.raises(ValueError, match=r"`weights` need examples of the form \(x, y\)"):
         mgpu_tf.shard_dataset(tf.data.Dataset.range(10), _strategy("mirrored-2"), 4,
                               weights=[1, 1])
 
 
-def test_off_on_one_worker_reads_everything_once(own_collective_keys):
+def test_off_on_one_worker_reads_everything_once():
     strategy = _strategy("mirrored-2")
     seen = _seen(mgpu_tf.shard_dataset(_ids(10), strategy, 4, policy="off"), strategy)
     assert sorted(_flatten(seen)) == list(range(10))
 
 
-def test_counts_of_each_replica_are_equal_steps(own_collective_keys):
+def test_counts_of_each_replica_are_equal_steps():
     strategy = _strategy("mirrored-4")
     data = mgpu_tf.shard_dataset(_ids(997), strategy, 12)
     assert data.cardinality == 84
