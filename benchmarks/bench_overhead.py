@@ -54,17 +54,23 @@ def _dataset(x, y, batch):
             .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
 
 
-def _hand(strategy_name, batch, steps, warmup):
-    import keras
+def _hand_strategy(strategy_name):
+    """The strategy as a user builds it with tf.distribute alone."""
     import tensorflow as tf
 
     if strategy_name == "mirrored":
         tf.config.set_logical_device_configuration(
             tf.config.list_physical_devices("CPU")[0],
             [tf.config.LogicalDeviceConfiguration()] * 2)
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    else:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _hand(strategy_name, batch, steps, warmup):
+    import keras
+    import tensorflow as tf
+
+    strategy = _hand_strategy(strategy_name)
     x, y = _data(batch * 32)
     with strategy.scope():
         model = _model()
@@ -122,19 +128,11 @@ def _toolkit(strategy_name, batch, steps, warmup):
 
 def _hand_fit(strategy_name, batch, steps, warmup):
     """The strategy built by hand, trained with the same Keras fit as the toolkit."""
-    import tensorflow as tf
-
     from mgpu_tf import compat
 
-    if strategy_name == "mirrored":
-        tf.config.set_logical_device_configuration(
-            tf.config.list_physical_devices("CPU")[0],
-            [tf.config.LogicalDeviceConfiguration()] * 2)
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    else:
+    if strategy_name != "mirrored":
         compat.apply_multi_worker_fixes()  # without it Keras fit fails on several workers
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    return _fit(strategy, batch, steps)
+    return _fit(_hand_strategy(strategy_name), batch, steps)
 
 
 def _epoch_timer():
