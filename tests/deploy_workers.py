@@ -6,12 +6,16 @@ exactly its own environment and nothing else of the cluster.
 """
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
 
-__all__ = ["run_with_environments", "run_together"]
+__all__ = ["run_with_environments", "run_together", "assert_trained_alike"]
+
+_DONE = re.compile(r"^done: strategy=multi_worker replicas=2 examples_per_sec=[\d.]+ "
+                   r"loss=([\d.]+) accuracy=([\d.]+)$", re.MULTILINE)
 
 _BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow",
          "PYTHONUNBUFFERED": "1"}
@@ -59,3 +63,14 @@ def run_together(commands, environments, *, timeout=300):
         results.append((p.returncode, out.read()))
         out.close()
     return results
+
+
+def assert_trained_alike(results, who):
+    """Checks that two workers of the main job finished and agree on loss and accuracy."""
+    finals = []
+    for code, output in results:
+        assert code == 0, output[-3000:]
+        match = _DONE.search(output)
+        assert match, output[-3000:]
+        finals.append(match.groups())
+    assert finals[0] == finals[1], f"the two {who} disagree on the final loss and accuracy"

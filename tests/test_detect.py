@@ -5,11 +5,10 @@ with one written out by hand.
 """
 
 import json
-import re
 
 import pytest
 
-from deploy_workers import run_with_environments
+from deploy_workers import assert_trained_alike, run_with_environments
 from mgpu_tf import cluster, hostlist, launcher, strategies
 
 _SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
@@ -281,10 +280,6 @@ def test_auto_chooses_multi_worker_on_a_detected_cluster(monkeypatch, environ, s
 
 # ------------------------------------------------------------------ real workers
 
-_DONE = re.compile(r"^done: strategy=multi_worker replicas=2 examples_per_sec=[\d.]+ "
-                   r"loss=([\d.]+) accuracy=([\d.]+)$", re.MULTILINE)
-
-
 @pytest.mark.multiworker
 def test_two_slurm_tasks_train_to_the_end_from_detected_variables():
     """`srun -N2 -n2 python -m mgpu_tf.train` on two nodes, the nodes mapped to loopback."""
@@ -297,10 +292,4 @@ def test_two_slurm_tasks_train_to_the_end_from_detected_variables():
     ]
     results = run_with_environments(
         ["-m", "mgpu_tf.train", "--strategy=auto", "--epochs=2"], environments)
-    finals = []
-    for code, output in results:
-        assert code == 0, output[-3000:]
-        match = _DONE.search(output)
-        assert match, output[-3000:]
-        finals.append(match.groups())
-    assert finals[0] == finals[1], "the two tasks disagree on the final loss and accuracy"
+    assert_trained_alike(results, "tasks")

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy_workers import run_with_environments
+from deploy_workers import assert_trained_alike, run_with_environments
 from mgpu_tf import cluster, kubernetes, launcher
 from mgpu_tf.cli import main as cli_main
 
@@ -196,10 +196,6 @@ def test_a_missing_command_is_named(capsys):
 
 # ------------------------------------------------------------------ real workers
 
-_DONE = re.compile(r"^done: strategy=multi_worker replicas=2 examples_per_sec=[\d.]+ "
-                   r"loss=([\d.]+) accuracy=([\d.]+)$", re.MULTILINE)
-
-
 @pytest.mark.multiworker
 def test_two_pods_of_the_manifest_train_to_the_end(capsys):
     documents = _manifests(capsys, "--workers", "2", "--gpus-per-worker", "0",
@@ -213,10 +209,4 @@ def test_two_pods_of_the_manifest_train_to_the_end(capsys):
     environments = [dict(kubernetes.pod_environment(documents, "mnist", i),
                          MGPU_TF_HOST_OVERRIDE=override) for i in range(2)]
     results = run_with_environments(command[1:], environments)
-    finals = []
-    for code, output in results:
-        assert code == 0, output[-3000:]
-        match = _DONE.search(output)
-        assert match, output[-3000:]
-        finals.append(match.groups())
-    assert finals[0] == finals[1], "the two pods disagree on the final loss and accuracy"
+    assert_trained_alike(results, "pods")
