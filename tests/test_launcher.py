@@ -17,14 +17,25 @@ from mgpu_tf.cli import main as cli_main
 _ECHO = [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"]
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
+def _alive(pid, settle_seconds=10.0):
+    """Whether `pid` still runs once a SIGKILL sent to it has had time to land.
+
+    SIGKILL is delivered asynchronously: on a loaded machine the target may run for a
+    moment after `killpg` returns, so a process only counts as left running if it
+    outlives `settle_seconds`. A zombie is dead for our purposes.
+    """
+    deadline = time.monotonic() + settle_seconds
+    while True:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split()[2] == "Z":
+                    return False
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
 
 
 def _lines(text):
@@ -58,7 +69,8 @@ def test_the_first_failure_is_returned_and_stops_the_others(tmp_path):
         child = subprocess.Popen(["sleep", "300"])
         open(r"{tmp_path}/pid%d" % index, "w").write(str(child.pid))
         if index == 1:
-            time.sleep(0.5)
+            while not all(os.path.exists(r"{tmp_path}/pid%d" % i) for i in range(3)):
+                time.sleep(0.05)
             sys.exit(7)
         time.sleep(300)
     """))
