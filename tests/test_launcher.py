@@ -67,7 +67,9 @@ def test_the_first_failure_is_returned_and_stops_the_others(tmp_path):
         import json, os, subprocess, sys, time
         index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
         child = subprocess.Popen(["sleep", "300"])
-        open(r"{tmp_path}/pid%d" % index, "w").write(str(child.pid))
+        with open(r"{tmp_path}/tmp%d" % index, "w") as f:
+            f.write(str(child.pid))
+        os.replace(r"{tmp_path}/tmp%d" % index, r"{tmp_path}/pid%d" % index)
         if index == 1:
             while not all(os.path.exists(r"{tmp_path}/pid%d" % i) for i in range(3)):
                 time.sleep(0.05)
