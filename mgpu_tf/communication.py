@@ -11,6 +11,9 @@ strategy (`attach`) and puts them into the Keras optimizer when
   `TFOptimizer._all_reduce_sum_gradients` and has no such option.
 - `steps_per_sync=k`: gradients are summed locally for k steps, then
   all-reduced once and applied once (see `mgpu_tf.accumulation`).
+- `transport="tcp"`: between workers, the gradients' all-reduce runs over the
+  toolkit's own TCP ring instead of TensorFlow's gRPC collectives (see
+  `mgpu_tf.transport`); it combines with both options above.
 
 Example:
 
@@ -60,6 +63,8 @@ OPTION_HELP = {
     "(the update stays float32)",
     "steps_per_sync": "steps whose gradients are summed locally before one all-reduce "
     "and one update (1: every step)",
+    "transport": "how gradients travel between workers: tensorflow (its collectives) or "
+    "tcp (the toolkit's socket ring; one replica per worker)",
 }
 
 _SETTINGS = weakref.WeakKeyDictionary()
@@ -91,6 +96,9 @@ def attach(strategy, options):
         chosen["compression"] = Compression(options["compression"])
     if options.get("steps_per_sync", 1) > 1:
         chosen["steps_per_sync"] = int(options["steps_per_sync"])
+    if options.get("transport", "tensorflow") != "tensorflow":
+        chosen["transport"] = options["transport"]
+        chosen["timeout_seconds"] = options.get("timeout_seconds")
     if chosen:
         _SETTINGS[strategy] = chosen
     return strategy
@@ -138,8 +146,9 @@ def _innermost(optimizer):
     return optimizer
 
 
-def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync=1):
-    """Makes a Keras optimizer all-reduce compressed and/or every `steps_per_sync` steps.
+def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync=1,
+            transport="tensorflow", timeout_seconds=None):
+    """Makes a Keras optimizer all-reduce compressed, every `steps_per_sync` steps, over tcp.
 
     Works on the innermost optimizer (inside a `LossScaleOptimizer`, which
     unscales gradients before they reach it). Installing twice changes nothing.
@@ -149,6 +158,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         strategy: the strategy it runs under.
         compression: a `Compression` value. Defaults to `"none"`.
         steps_per_sync: steps per all-reduce. Defaults to `1`.
+        transport: `"tensorflow"` or `"tcp"` (connects the workers' ring now, so
+            every worker must install at the same point). Defaults to `"tensorflow"`.
+        timeout_seconds: how long the tcp ring waits for a neighbour.
 
     Returns:
         The optimizer that now all-reduces this way.
@@ -157,15 +169,21 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if getattr(optimizer, _MARK, None) is not None:
         return optimizer
     compression = check_compression(compression)
-    if compression != Compression.NONE:
-        wire = tf.as_dtype(compression.value)
+    wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
+    if transport == "tcp":
+        from mgpu_tf import transport as transport_lib
+
+        ring = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
+        object.__setattr__(optimizer, "_all_reduce_sum_gradients", functools.partial(
+            transport_lib.all_reduce_gradients, ring=ring, wire_dtype=wire))
+    elif wire is not None:
         object.__setattr__(optimizer, "_all_reduce_sum_gradients",
                            functools.partial(compressed_all_reduce, wire_dtype=wire))
     if steps_per_sync > 1:
         from mgpu_tf import accumulation
 
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
-    object.__setattr__(optimizer, _MARK, (compression, steps_per_sync))
+    object.__setattr__(optimizer, _MARK, (compression, steps_per_sync, transport))
     return optimizer
 
 

@@ -2,7 +2,7 @@
 
 `define_flags()` adds `--strategy`, `--simulate_devices`, `--num_gpus`,
 `--devices`, `--all_reduce`, `--num_packs`, `--bytes_per_pack`, `--compression`,
-`--steps_per_sync`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`.
+`--steps_per_sync`, `--transport`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`.
 A bad value fails when flags are parsed, with the same message `make_strategy`
 gives, because the check is `make_strategy`'s own.
 
@@ -38,6 +38,7 @@ _OPTION_FLAGS = {
     "bytes_per_pack": "bytes_per_pack",
     "compression": "compression",
     "steps_per_sync": "steps_per_sync",
+    "transport": "transport",
     "precision": "precision",
     "tpu": "tpu",
     "worker_hosts": "worker_hosts",
@@ -83,6 +84,8 @@ def define_flags(flag_values=flags.FLAGS):
                         flag_values=flag_values)
     flags.DEFINE_integer("steps_per_sync", None, strategies.OPTIONS["steps_per_sync"],
                          flag_values=flag_values)
+    flags.DEFINE_string("transport", None, strategies.OPTIONS["transport"],
+                        flag_values=flag_values)
     flags.DEFINE_string("precision", None, strategies.OPTIONS["precision"],
                         flag_values=flag_values)
     flags.DEFINE_string("tpu", None, strategies.OPTIONS["tpu"], flag_values=flag_values)

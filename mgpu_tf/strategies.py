@@ -21,6 +21,7 @@ from mgpu_tf import communication
 from mgpu_tf import devices as devices_lib
 from mgpu_tf import failures
 from mgpu_tf import precision as precision_lib
+from mgpu_tf import transport
 
 __all__ = [
     "StrategyKind",
@@ -332,6 +333,8 @@ def validate_options(kind, options):
         out["compression"] = communication.check_compression(options["compression"])
     if "steps_per_sync" in options:
         out["steps_per_sync"] = _check_int("steps_per_sync", options["steps_per_sync"], 1)
+    if "transport" in options:
+        out["transport"] = transport.check_transport(options["transport"])
     if "precision" in options:
         out["precision"] = precision_lib.check_precision(options["precision"])
     if "tpu" in options and not isinstance(options["tpu"], str):
@@ -547,7 +550,7 @@ register_strategy("multi_worker", "data parallel over several machines (TF_CONFI
                   _build_multi_worker,
                   options=("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
                            "worker_hosts", "task_index", "compression", "steps_per_sync",
-                           "precision"),
+                           "transport", "precision"),
                   aliases=("multi_worker_mirrored",),
                   strategy_types=(tf.distribute.MultiWorkerMirroredStrategy,))
 register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu, options=("tpu", "precision"),
@@ -558,9 +561,9 @@ def prepare_model(model, strategy):
     """Readies a Keras model for a strategy, so one script runs under every strategy.
 
     Data-parallel strategies need nothing (the model was built in `strategy.scope()`)
-    and get the model back unchanged, unless `make_strategy` was given `compression`
-    or `steps_per_sync`: then the optimizer `model.compile` receives is made to
-    all-reduce that way (see `mgpu_tf.communication`). Strategies that place layers
+    and get the model back unchanged, unless `make_strategy` was given `compression`,
+    `steps_per_sync` or `transport`: then the optimizer `model.compile` receives is
+    made to all-reduce that way (see `mgpu_tf.communication`). Strategies that place layers
     on devices (such as `"model_parallel"`) return the placed model.
 
     Args:

@@ -127,13 +127,14 @@ def test_accumulation_with_compression_keeps_the_update_count(problem):
 
 
 @pytest.mark.multiworker
-def test_two_workers_match_unaccumulated_update_on_same_examples(problem, tmp_path):
+@pytest.mark.parametrize("transport", ["tensorflow", "tcp"])
+def test_two_workers_match_unaccumulated_update_on_same_examples(problem, tmp_path, transport):
     x, y, weights = problem
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
     code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path,
-                                json.dumps({"steps_per_sync": 3}))
+                                json.dumps({"steps_per_sync": 3, "transport": transport}))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
     expected = _reference_sgd(problem, 3)
     for index in (0, 1):

@@ -121,17 +121,32 @@ def test_compile_after_prepare_model_gets_the_compression(problem):
                           "float16")
 
 
-@pytest.mark.multiworker
-def test_two_workers_update_is_the_rounded_float32_update(problem, tmp_path):
+def _train_two_workers(problem, tmp_path, options):
     x, y, weights = problem
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
-    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path,
-                                json.dumps({"compression": "float16"}))
+    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path, json.dumps(options))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
-    grads = _replica_gradients(x, y, weights, 2)
     for index in (0, 1):
         saved = np.load(tmp_path / f"worker{index}.npz")
-        trained = [saved[f"arr_{i}"] for i in range(len(weights))]
+        yield [saved[f"arr_{i}"] for i in range(len(weights))]
+
+
+@pytest.mark.multiworker
+@pytest.mark.parametrize("transport", ["tensorflow", "tcp"])
+def test_two_workers_update_is_the_rounded_float32_update(problem, tmp_path, transport):
+    x, y, weights = problem
+    grads = _replica_gradients(x, y, weights, 2)
+    for trained in _train_two_workers(problem, tmp_path,
+                                      {"compression": "float16", "transport": transport}):
         _check_rounded_update(trained, weights, grads, "float16")
+
+
+@pytest.mark.multiworker
+def test_two_workers_over_the_tcp_ring_make_the_float32_update(problem, tmp_path):
+    x, y, weights = problem
+    exact = _hand_update(weights, _replica_gradients(x, y, weights, 2), None)
+    for trained in _train_two_workers(problem, tmp_path, {"transport": "tcp"}):
+        for t, e in zip(trained, exact):
+            np.testing.assert_allclose(t, e, rtol=1e-5, atol=1e-6)

@@ -57,6 +57,8 @@ def test_worker_hosts_and_task_index(flag_values):
     (["--strategy=multi_worker", "--worker_hosts=127.0.0.1:1", "--task_index=4"],
      "`task_index` must be in 0..0"),
     (["--simulate_devices=2"], r"simulate_devices\(2\) must be called before TensorFlow starts"),
+    (["--strategy=multi_worker", "--transport=udp"], "`transport` must be one of tensorflow, tcp"),
+    (["--strategy=mirrored", "--transport=tcp"], "`transport` does not apply to strategy"),
 ])
 def test_bad_values_fail_at_parse_time_with_make_strategys_message(flag_values, argv, match):
     with pytest.raises(flags.IllegalFlagValueError, match=match):

@@ -1,0 +1,156 @@
+"""The `transport="tcp"` option: gradients cross between workers over `mgpu_tf.ring`.
+
+Under `MultiWorkerMirroredStrategy` every all-reduce goes through TensorFlow's
+collectives, whose CPU transport is gRPC. This module gives the gradients'
+all-reduce its own wire: a ring of TCP connections between the workers, set up
+once through the strategy (each worker opens a port and the ports are
+all-gathered), then driven from the training step. The ring's schedule is
+built from TensorFlow ops, so the additions run as TensorFlow kernels in the
+wire dtype, and only the transfers leave the graph (`tf.numpy_function`).
+Everything else (variables, the logged loss and metrics) still goes through
+the strategy.
+
+It needs one replica per worker (one CPU, or one GPU per worker), and the
+train step must not be compiled with XLA (Keras' default under a strategy).
+
+Example (on every worker):
+
+```python
+strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp")
+with strategy.scope():
+    model = mgpu_tf.prepare_model(build_model(), strategy)
+    model.compile(optimizer="adam", loss="mse")
+```
+"""
+
+import functools
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from mgpu_tf import ring as ring_lib
+
+__all__ = ["TRANSPORTS", "check_transport", "connect", "ring_all_reduce", "all_reduce_gradients"]
+
+TRANSPORTS = ("tensorflow", "tcp")
+# How long a transfer waits for a neighbour when no timeout_seconds was given.
+DEFAULT_TIMEOUT_SECONDS = 600.0
+
+_RINGS = weakref.WeakKeyDictionary()
+
+
+def check_transport(value):
+    """Returns `value` as one of `TRANSPORTS`.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    name = value.lower() if isinstance(value, str) else value
+    if name not in TRANSPORTS:
+        raise ValueError(
+            f"`transport` must be one of {', '.join(TRANSPORTS)}. Received: transport={value!r}")
+    return name
+
+
+def _workers(strategy):
+    """`(task_type, task_id, host)` of every worker in one fixed order, and this one's rank."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        raise ValueError(
+            "transport='tcp' applies to strategy 'multi_worker'. Received: a "
+            f"{type(strategy).__name__}. Drop transport or use make_strategy('multi_worker').")
+    spec = resolver.cluster_spec().as_dict()
+    tasks = []
+    for task_type in ("chief", "worker"):
+        jobs = spec.get(task_type, [])
+        if isinstance(jobs, dict):
+            jobs = [jobs[i] for i in sorted(jobs)]
+        tasks += [(task_type, i, address.rpartition(":")[0]) for i, address in enumerate(jobs)]
+    if not tasks:  # a single process: no cluster at all
+        return [("worker", 0, "127.0.0.1")], 0
+    me = (resolver.task_type, resolver.task_id)
+    rank = [(t, i) for t, i, _ in tasks].index(me)
+    return tasks, rank
+
+
+def connect(strategy, *, timeout_seconds=None):
+    """The ring of `strategy`'s workers, made on first use; every worker must call it.
+
+    Each worker opens a port on its own host, the ports are all-gathered through
+    the strategy, and each worker connects to the next one.
+
+    Raises:
+        ValueError: for a strategy other than multi_worker, or one with more
+            than one replica per worker.
+        mgpu_tf.ring.PeerLostError: when a neighbour does not connect in time.
+    """
+    if strategy in _RINGS:
+        return _RINGS[strategy]
+    tasks, rank = _workers(strategy)
+    if strategy.num_replicas_in_sync != len(tasks):
+        raise ValueError(
+            "transport='tcp' needs one replica per worker. Received: "
+            f"{strategy.num_replicas_in_sync} replicas on {len(tasks)} workers. Give each "
+            "worker one device (e.g. CUDA_VISIBLE_DEVICES) or use transport='tensorflow'.")
+    listener = ring_lib.listen(tasks[rank][2])
+    port = listener.getsockname()[1]
+    timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
+    try:
+        pairs = _all_gather(strategy, [[rank, port]])
+        ports = {int(r): int(p) for r, p in pairs}
+        peers = [(host, ports[r]) for r, (_, _, host) in enumerate(tasks)]
+        made = ring_lib.Ring(rank, peers, listener, timeout_seconds=timeout)
+    except BaseException:
+        listener.close()
+        raise
+    _RINGS[strategy] = made
+    return made
+
+
+def _all_gather(strategy, rows):
+    """Every worker's `rows` (int64), stacked in replica order, as numpy."""
+    @tf.function
+    def gather():
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_gather(
+            tf.constant(rows, tf.int64), axis=0))
+
+    return strategy.experimental_local_results(gather())[0].numpy()
+
+
+def ring_all_reduce(ring, flat):
+    """Sums 1-D tensor `flat` over the ring's workers, in `flat`'s dtype."""
+    sizes = ring.chunk_sizes(int(flat.shape[0]))
+    parts = tf.split(flat, sizes)
+    for phase, out, into in ring.schedule():
+        received = tf.numpy_function(functools.partial(ring.exchange, count=sizes[into]),
+                                     [parts[out]], flat.dtype, stateful=True,
+                                     name="ring_exchange")
+        received.set_shape([sizes[into]])
+        parts[into] = parts[into] + received if phase == "reduce" else received
+    return tf.concat(parts, 0)
+
+
+def all_reduce_gradients(grads_and_vars, *, ring, wire_dtype=None):
+    """Sums `(gradient, variable)` pairs over the workers through `ring`.
+
+    Stands in for Keras' `TFOptimizer._all_reduce_sum_gradients`: one ring
+    all-reduce of all gradients, flattened into one buffer in `wire_dtype`
+    (default: each gradient's own dtype, which must then agree). Outside
+    replica context the pairs come back as they are; `None` gradients stay.
+    """
+    grads_and_vars = list(grads_and_vars)
+    if not tf.distribute.get_replica_context():
+        return grads_and_vars
+    present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
+    if not present:
+        return grads_and_vars
+    grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
+    wire = tf.as_dtype(wire_dtype or grads[0].dtype)
+    flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
+    summed = ring_all_reduce(ring, flat)
+    sizes = [int(np.prod(g.shape)) for g in grads]
+    out = list(grads_and_vars)
+    for i, g, piece in zip(present, grads, tf.split(summed, sizes)):
+        out[i] = (tf.cast(tf.reshape(piece, g.shape), g.dtype), grads_and_vars[i][1])
+    return out

@@ -1,0 +1,123 @@
+"""The TCP ring all-reduce on its own: workers as threads of this process, real sockets.
+
+The reference is numpy's sum of every worker's buffer.
+"""
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from mgpu_tf import ring
+
+
+def _run_ring(size, work, *, timeout_seconds=10.0):
+    """Runs `work(ring, rank)` on `size` connected workers; returns their results by rank."""
+    listeners = [ring.listen("127.0.0.1") for _ in range(size)]
+    peers = [("127.0.0.1", l.getsockname()[1]) for l in listeners]
+    results, errors = [None] * size, [None] * size
+
+    def worker(rank):
+        try:
+            with ring.Ring(rank, peers, listeners[rank], timeout_seconds=timeout_seconds) as r:
+                results[rank] = work(r, rank)
+        except Exception as error:  # reported below, by rank
+            errors[rank] = error
+
+    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return results, errors
+
+
+@pytest.mark.parametrize("size, length", [(2, 10), (3, 997), (4, 3), (3, 0), (2, 1), (5, 1001)])
+def test_every_worker_gets_the_sum_of_all_buffers(size, length):
+    rng = np.random.default_rng(size * 1000 + length)
+    buffers = [rng.normal(size=length).astype(np.float32) for _ in range(size)]
+    originals = [b.copy() for b in buffers]
+    results, errors = _run_ring(size, lambda r, rank: r.all_reduce(buffers[rank]))
+    assert errors == [None] * size
+    expected = np.sum(buffers, axis=0)
+    for rank in range(size):
+        np.testing.assert_allclose(results[rank], expected, rtol=1e-6, atol=1e-6)
+        # The same bits everywhere, and the inputs untouched.
+        np.testing.assert_array_equal(results[rank], results[0])
+        np.testing.assert_array_equal(buffers[rank], originals[rank])
+
+
+def test_sixteen_bit_buffers_are_summed_in_their_own_dtype():
+    buffers = [np.full(7, value, np.float16) for value in (1.0, 2.0 ** -11, 2.0 ** -11)]
+    results, errors = _run_ring(3, lambda r, rank: r.all_reduce(buffers[rank]))
+    assert errors == [None] * 3
+    # Chunk c (sizes 2, 2, 3) starts at worker c and is added to at c+1, then c+2,
+    # rounding to float16 each time: (1 + e) + e = 1 for chunks 0 and 2, since
+    # 1 + 2**-11 rounds to 1 (ties to even); (e + e) + 1 = 1 + 2**-10 for chunk 1.
+    expected = np.array([1, 1, 1 + 2.0 ** -10, 1 + 2.0 ** -10, 1, 1, 1], np.float16)
+    for result in results:
+        assert result.dtype == np.float16
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_a_worker_that_leaves_is_named_by_its_neighbour():
+    def work(r, rank):
+        if rank == 1:
+            r.close()
+            return None
+        return r.all_reduce(np.ones(1000, np.float32))
+
+    start = time.monotonic()
+    results, errors = _run_ring(3, work)
+    assert time.monotonic() - start < 10
+    lost = [str(e) for e in errors if e is not None]
+    assert lost and all(isinstance(e, ring.PeerLostError) for e in errors if e is not None)
+    assert any("worker 1 (127.0.0.1:" in message for message in lost), lost
+
+
+def test_a_neighbour_that_never_connects_times_out_with_its_name():
+    listener = ring.listen("127.0.0.1")
+    silent = ring.listen("127.0.0.1")  # listens, never accepts nor connects
+    peers = [("127.0.0.1", listener.getsockname()[1]), ("127.0.0.1", silent.getsockname()[1])]
+    start = time.monotonic()
+    with pytest.raises(ring.PeerLostError, match=r"worker 1 \(127\.0\.0\.1:\d+\) did not connect"):
+        ring.Ring(0, peers, listener, timeout_seconds=1.0)
+    assert time.monotonic() - start < 10
+    silent.close()
+
+
+def test_a_stranger_on_the_port_is_turned_away():
+    listeners = [ring.listen("127.0.0.1") for _ in range(2)]
+    peers = [("127.0.0.1", l.getsockname()[1]) for l in listeners]
+    stranger = socket.create_connection(peers[0])
+    stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    results = [None, None]
+
+    def worker(rank):
+        with ring.Ring(rank, peers, listeners[rank], timeout_seconds=10) as r:
+            results[rank] = r.all_reduce(np.full(4, rank + 1.0, np.float32))
+
+    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    stranger.close()
+    for result in results:
+        np.testing.assert_array_equal(result, [3.0] * 4)
+
+
+@pytest.mark.parametrize("rank", [-1, 2])
+def test_a_rank_outside_the_ring_is_refused(rank):
+    listener = ring.listen("127.0.0.1")
+    with pytest.raises(ValueError, match=r"`rank` must be in \[0, 2\). Received: rank="):
+        ring.Ring(rank, [("127.0.0.1", 1), ("127.0.0.1", 2)], listener)
+    assert listener.fileno() == -1, "the listener was left open"
+
+
+def test_one_worker_is_its_own_ring():
+    listener = ring.listen("127.0.0.1")
+    with ring.Ring(0, [listener.getsockname()], listener) as r:
+        np.testing.assert_array_equal(r.all_reduce(np.arange(5.0)), np.arange(5.0))
