@@ -21,6 +21,7 @@ print(scaling.format_table(results))
 """
 
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -96,7 +97,14 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
                ("workers-float16-steps4", " float16, steps_per_sync=4",
                 (("compression", "float16"), ("steps_per_sync", 4))),
                ("workers-mixed_bfloat16", " mixed_bfloat16",
-                (("precision", "mixed_bfloat16"),))]
+                (("precision", "mixed_bfloat16"),)),
+               ("workers-tcp", " transport=tcp", (("transport", "tcp"),)),
+               ("workers-tcp-float16", " tcp, float16",
+                (("transport", "tcp"), ("compression", "float16"))),
+               ("workers-tcp-steps4", " tcp, steps_per_sync=4",
+                (("transport", "tcp"), ("steps_per_sync", 4))),
+               ("workers-tcp-float16-steps4", " tcp, float16, steps_per_sync=4",
+                (("transport", "tcp"), ("compression", "float16"), ("steps_per_sync", 4)))]
     settings = [
         Setting("process1", "1 process x 1 thread", "process", 1, 1, b, group="devices"),
         Setting("processN", f"1 process x {n} threads", "process", 1, n, b, group="process"),
@@ -145,18 +153,24 @@ def _dataset(spec, batch, steps):
             .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
 
 
-def _time_collectives(strategy, model, wire, repeats=20):
+def _time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
     """Seconds of collectives as the step sends them, for the cost model.
 
     Returns the all-reduce of the model's gradients, the all-reduce of one
     number (the fixed cost per all-reduce) and the all-gather of 1/N of the
     gradient bytes from each worker, which moves (N-1)/N of them over each
-    link: half of what the ring all-reduce moves, with no arithmetic.
+    link: half of what the ring all-reduce moves, with no arithmetic. With
+    `transport="tcp"` these go over the toolkit's ring (the all-gather as N-1
+    exchanges of 1/N each), as the step's gradients do.
     """
     import tensorflow as tf
 
     shapes = [tuple(w.shape) for w in model.trainable_weights]
     share = sum(int(np.prod(s)) for s in shapes) // strategy.num_replicas_in_sync
+    if transport == "tcp":
+        from mgpu_tf import transport as transport_lib
+
+        ring = transport_lib.connect(strategy)
 
     def timed(collective):
         @tf.function
@@ -171,10 +185,21 @@ def _time_collectives(strategy, model, wire, repeats=20):
         return (time.perf_counter() - start) / repeats
 
     def all_reduce(shapes_):
+        if transport == "tcp":
+            size = sum(int(np.prod(s)) for s in shapes_)
+            return lambda: transport_lib.ring_all_reduce(ring, tf.ones((size,), wire))
         return lambda: tf.distribute.get_replica_context().all_reduce(
             "SUM", [tf.ones(s, wire) for s in shapes_])
 
     def all_gather():
+        if transport == "tcp":
+            def exchanges():
+                out = tf.ones((share,), wire)
+                for _ in range(strategy.num_replicas_in_sync - 1):
+                    out = tf.numpy_function(functools.partial(ring.exchange, count=share),
+                                            [out], out.dtype, stateful=True)
+                return out
+            return exchanges()
         # The CPU all-gather has no bfloat16 kernel; float16 moves as many bytes.
         dtype = "float16" if wire == "bfloat16" else wire
         return tf.distribute.get_replica_context().all_gather(tf.ones((share,), dtype), axis=0)
@@ -240,7 +265,8 @@ def _run_child(setting, spec, steps):
         wire = options.get("compression", "float32")
         wire = "float32" if wire == "none" else wire
         (result["all_reduce_seconds"], result["latency_seconds"],
-         gather_seconds) = _time_collectives(strategy, model, wire)
+         gather_seconds) = _time_collectives(strategy, model, wire,
+                                             options.get("transport", "tensorflow"))
         result["gradient_bytes"] = cost_model.gradient_bytes(model, wire)
         n = strategy.num_replicas_in_sync
         result["transport_bandwidth"] = (n - 1) / n * result["gradient_bytes"] / max(
