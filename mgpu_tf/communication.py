@@ -173,9 +173,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if transport == "tcp":
         from mgpu_tf import transport as transport_lib
 
-        ring = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
+        connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         object.__setattr__(optimizer, "_all_reduce_sum_gradients", functools.partial(
-            transport_lib.all_reduce_gradients, ring=ring, wire_dtype=wire))
+            transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire))
     elif wire is not None:
         object.__setattr__(optimizer, "_all_reduce_sum_gradients",
                            functools.partial(compressed_all_reduce, wire_dtype=wire))

@@ -32,12 +32,14 @@ import functools
 import itertools
 import logging
 import re
+import weakref
 
 __all__ = [
     "KERAS_20585_VERSIONS",
     "apply_multi_worker_fixes",
     "distinct_collective_keys",
     "multi_worker_fixes_apply",
+    "set_log_mean",
 ]
 
 logger = logging.getLogger("mgpu_tf")
@@ -154,18 +156,57 @@ def _build_from_first_replica(original, trainer):
 
 def _mean_over_replicas(original, trainer):
     """Wraps `reduce_per_replica` to average logs over all workers' replicas."""
-    import tensorflow as tf
 
     @functools.wraps(original)
     def reduce_per_replica(values, strategy, reduction):
         if (reduction in ("auto", "mean")
                 and trainer._collective_all_reduce_multi_worker(strategy)):
-            return tf.nest.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None), values)
+            return _mean_logs(values, strategy)
         return original(values, strategy, reduction)
 
     setattr(reduce_per_replica, _MARK, True)
     return reduce_per_replica
+
+
+_LOG_MEANS = weakref.WeakKeyDictionary()
+
+
+def set_log_mean(strategy, mean):
+    """Makes `strategy`'s workers average their step logs with `mean` instead of a collective.
+
+    `mean(vector)` receives this worker's float32 vector of packed logs (one
+    replica per worker) and returns the mean over workers. `mgpu_tf.transport`
+    sets it so that logs travel over the same ring as the gradients.
+    """
+    _LOG_MEANS[strategy] = mean
+
+
+def _mean_logs(values, strategy):
+    """Averages the step's floating-point logs over replicas in one all-reduce."""
+    import tensorflow as tf
+
+    flat = tf.nest.flatten(values)
+    local = [strategy.experimental_local_results(v)[0] for v in flat]
+    floats = [i for i, v in enumerate(local)
+              if v.dtype.is_floating and v.shape.num_elements() is not None]
+
+    def pack(*logs):
+        return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in logs], 0)
+
+    out = list(flat)
+    if floats:
+        packed = strategy.run(pack, args=tuple(flat[i] for i in floats))
+        if strategy in _LOG_MEANS:
+            mean = _LOG_MEANS[strategy](strategy.experimental_local_results(packed)[0])
+        else:
+            mean = strategy.reduce("MEAN", packed, axis=None)
+        pieces = tf.split(mean, [local[i].shape.num_elements() for i in floats])
+        for i, piece in zip(floats, pieces):
+            out[i] = tf.cast(tf.reshape(piece, local[i].shape), local[i].dtype)
+    for i, v in enumerate(flat):
+        if i not in floats:
+            out[i] = strategy.reduce("MEAN", v, axis=None)
+    return tf.nest.pack_sequence_as(values, out)
 
 
 _KEY_BLOCKS = itertools.count(1)

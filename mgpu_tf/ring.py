@@ -5,7 +5,9 @@ buffers; between two processes of one machine that carries about a tenth of
 what a socket does. This module is the transport alone, with no TensorFlow in
 it: `mgpu_tf.transport` wires it into the training step.
 
-Each worker holds one connection to its right neighbour and one from its left.
+Each worker holds one connection to its right neighbour and one from its left;
+a thread reads every message from the left into a mailbox, keyed by the tag the
+sender put on it, so that all-reduces running at once pair up correctly.
 An all-reduce of N workers is the usual ring: N-1 steps of reduce-scatter, in
 which every worker sends one chunk to the right while it receives and adds one
 from the left, then N-1 steps of all-gather, which pass the summed chunks on.
@@ -23,6 +25,7 @@ with ring.Ring(rank, peers, listener) as r:
 ```
 """
 
+import itertools
 import socket
 import struct
 import threading
@@ -33,6 +36,7 @@ import numpy as np
 __all__ = ["PeerLostError", "Ring", "listen"]
 
 _HELLO = struct.Struct("!4sII")  # magic, sender's rank, ring size
+_HEADER = struct.Struct("!IIQQ")  # op, step, index of the exchange under (op, step), bytes
 _MAGIC = b"MGPU"
 _BUFFER_BYTES = 4 << 20
 
@@ -87,7 +91,9 @@ class Ring:
             except BaseException:
                 self.close()
                 raise
+            self._start_receiving()
         listener.close()
+        self._ops = itertools.count(1)
 
     # ------------------------------------------------------------ set-up
 
@@ -143,36 +149,74 @@ class Ring:
                 raise PeerLostError(f"{self._name(rank)} closed its connection.")
             got += n
 
-    def _exchange(self, send, receive):
-        """Sends `send` to the right while receiving `receive` from the left."""
-        failure = []
+    def _start_receiving(self):
+        """Reads every message from the left into the mailbox, until the connection ends."""
+        self._mailbox, self._failure = {}, None
+        self._arrived = threading.Condition()
+        self._counters, self._count_lock = {}, threading.Lock()
+        self._send_lock = threading.Lock()
+        self._left.settimeout(None)  # idle between steps is fine; waiters time out
+        left = (self.rank - 1) % self.size
 
-        def sender():
+        def receive():
+            header = bytearray(_HEADER.size)
             try:
-                self._right.sendall(send)
-            except OSError as error:
-                failure.append(error)
+                while True:
+                    self._receive(self._left, memoryview(header), left)
+                    op, step, index, nbytes = _HEADER.unpack(bytes(header))
+                    payload = np.empty(nbytes, np.uint8)
+                    self._receive(self._left, memoryview(payload), left)
+                    with self._arrived:
+                        self._mailbox[(op, step, index)] = payload
+                        self._arrived.notify_all()
+            except PeerLostError as error:
+                with self._arrived:
+                    self._failure = error
+                    self._arrived.notify_all()
 
-        thread = threading.Thread(target=sender, daemon=True)
-        thread.start()
-        try:
-            self._receive(self._left, receive, (self.rank - 1) % self.size)
-        finally:
-            thread.join()
-        if failure:
-            raise PeerLostError(
-                f"Lost {self._name((self.rank + 1) % self.size)}: {failure[0]}") from failure[0]
+        self._receiver = threading.Thread(target=receive, name="mgpu_tf-ring", daemon=True)
+        self._receiver.start()
 
-    def exchange(self, send, count):
+    def exchange(self, send, count, op=0, step=0):
         """Sends array `send` to the right neighbour; returns `count` values from the left.
 
-        The values received have `send`'s dtype. Both transfers run at once, so
-        a ring of workers calling it together never waits on itself.
+        The values received have `send`'s dtype. Messages are tagged with `op`,
+        `step` and how many times this worker has exchanged under that tag, so
+        all-reduces that TensorFlow runs concurrently, or in another order on
+        another worker, still pair each message with its counterpart.
+
+        Raises:
+            PeerLostError: when the neighbours are gone or silent for longer
+                than the timeout, or a message has another size than expected.
         """
         send = np.ascontiguousarray(send)
-        received = np.empty(int(count), send.dtype)
-        self._exchange(memoryview(send.view(np.uint8)), memoryview(received.view(np.uint8)))
-        return received
+        with self._count_lock:
+            index = self._counters.get((op, step), 0)
+            self._counters[(op, step)] = index + 1
+        key = (op, step, index)
+        right = (self.rank + 1) % self.size
+        try:
+            with self._send_lock:
+                self._right.sendall(_HEADER.pack(op, step, index, send.nbytes))
+                self._right.sendall(memoryview(send.view(np.uint8)))
+        except OSError as error:
+            raise PeerLostError(f"Lost {self._name(right)}: {error}") from error
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: key in self._mailbox or self._failure,
+                                          timeout=self.timeout):
+                raise PeerLostError(
+                    f"{self._name((self.rank - 1) % self.size)} sent nothing for "
+                    f"{self.timeout} s.")
+            if key not in self._mailbox:
+                raise self._failure
+            payload = self._mailbox.pop(key)
+        expected = int(count) * send.itemsize
+        if payload.size != expected:
+            raise PeerLostError(
+                f"{self._name((self.rank - 1) % self.size)} sent {payload.size} bytes for "
+                f"exchange {key}, where {expected} were expected: the workers do not run "
+                "the same all-reduces.")
+        return payload.view(send.dtype)
 
     def schedule(self):
         """The ring all-reduce as `(phase, send, receive)` chunk indices, in order.
@@ -184,6 +228,10 @@ class Ring:
         n, r = self.size, self.rank
         return ([("reduce", (r - s) % n, (r - s - 1) % n) for s in range(n - 1)]
                 + [("gather", (r - s + 1) % n, (r - s) % n) for s in range(n - 1)])
+
+    def new_op(self):
+        """A tag for one all-reduce in a program: the n-th call gives every worker n."""
+        return next(self._ops)
 
     def chunk_sizes(self, length):
         """How a buffer of `length` values is cut into one chunk per worker."""
@@ -198,16 +246,22 @@ class Ring:
         buffer = np.asarray(buffer)
         if buffer.ndim != 1:
             raise ValueError(f"`buffer` must be 1-D. Received: shape={buffer.shape}")
+        if self.size == 1:
+            return buffer.copy()
         sizes = self.chunk_sizes(buffer.size)
         parts = np.split(buffer.copy(), np.cumsum(sizes)[:-1])
-        for phase, out, into in self.schedule():
-            incoming = self.exchange(parts[out], sizes[into])
+        for step, (phase, out, into) in enumerate(self.schedule()):
+            incoming = self.exchange(parts[out], sizes[into], op=0, step=step)
             parts[into] = parts[into] + incoming if phase == "reduce" else incoming
         return np.concatenate(parts)
 
     def close(self):
         for sock in (self._right, self._left):
             if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
                 sock.close()
         self._right = self._left = None
 

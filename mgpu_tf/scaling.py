@@ -170,7 +170,8 @@ def _time_collectives(strategy, model, wire, transport="tensorflow", repeats=20)
     if transport == "tcp":
         from mgpu_tf import transport as transport_lib
 
-        ring = transport_lib.connect(strategy)
+        connection = transport_lib.connect(strategy)
+        ring = connection.ring
 
     def timed(collective):
         @tf.function
@@ -187,19 +188,17 @@ def _time_collectives(strategy, model, wire, transport="tensorflow", repeats=20)
     def all_reduce(shapes_):
         if transport == "tcp":
             size = sum(int(np.prod(s)) for s in shapes_)
-            return lambda: transport_lib.ring_all_reduce(ring, tf.ones((size,), wire))
+            return lambda: transport_lib.ring_all_reduce(connection, tf.ones((size,), wire))
         return lambda: tf.distribute.get_replica_context().all_reduce(
             "SUM", [tf.ones(s, wire) for s in shapes_])
 
     def all_gather():
         if transport == "tcp":
-            def exchanges():
-                out = tf.ones((share,), wire)
-                for _ in range(strategy.num_replicas_in_sync - 1):
-                    out = tf.numpy_function(functools.partial(ring.exchange, count=share),
-                                            [out], out.dtype, stateful=True)
-                return out
-            return exchanges()
+            out, op = tf.ones((share,), wire), ring.new_op()
+            for step in range(strategy.num_replicas_in_sync - 1):
+                exchange = functools.partial(ring.exchange, count=share, op=op, step=step)
+                out = tf.numpy_function(exchange, [out], out.dtype, stateful=True)
+            return out
         # The CPU all-gather has no bfloat16 kernel; float16 moves as many bytes.
         dtype = "float16" if wire == "bfloat16" else wire
         return tf.distribute.get_replica_context().all_gather(tf.ones((share,), dtype), axis=0)
@@ -398,13 +397,18 @@ def format_table(rows):
                      f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
     bandwidth = next((r["bandwidth"] for r in rows if "bandwidth" in r), None)
     if bandwidth:
-        links = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r]
+        links = []
+        for transport, path in (("tensorflow", "TensorFlow's collectives (all-gather)"),
+                                ("tcp", "the tcp ring (exchanges)")):
+            seen = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r
+                    and r["options"].get("transport", "tensorflow") == transport]
+            if seen:
+                links.append(f"{statistics.median(seen) / 1e9:.2f} GB/s through {path}")
         lines.append(
             f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s over a TCP socket, "
-            f"{statistics.median(links) / 1e9:.2f} GB/s through TensorFlow's collectives "
-            "(all-gather). comm: all-reduce of the gradients alone; tcp, link: the ring "
-            "model with each bandwidth; pred: the cost model's step (1-thread compute of "
-            "a worker's share + link model). ratio: against the 1-process row of the same "
+            f"{', '.join(links)}. comm: all-reduce of the gradients alone; tcp, link: the "
+            "ring model with each bandwidth; pred: the cost model's step (1-thread compute "
+            "of a worker's share + link model). ratio: against the 1-process row of the same "
             "precision, median of the rounds' ratios.")
     return "\n".join(lines)
 

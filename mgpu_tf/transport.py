@@ -7,8 +7,9 @@ once through the strategy (each worker opens a port and the ports are
 all-gathered), then driven from the training step. The ring's schedule is
 built from TensorFlow ops, so the additions run as TensorFlow kernels in the
 wire dtype, and only the transfers leave the graph (`tf.numpy_function`).
-Everything else (variables, the logged loss and metrics) still goes through
-the strategy.
+The step's logs (loss and metrics, averaged over workers every step) take the
+same ring; everything else (variables at creation, the metrics read at the end
+of an epoch) still goes through the strategy.
 
 It needs one replica per worker (one CPU, or one GPU per worker), and the
 train step must not be compiled with XLA (Keras' default under a strategy).
@@ -29,9 +30,11 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf import compat
 from mgpu_tf import ring as ring_lib
 
-__all__ = ["TRANSPORTS", "check_transport", "connect", "ring_all_reduce", "all_reduce_gradients"]
+__all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
+           "all_reduce_gradients"]
 
 TRANSPORTS = ("tensorflow", "tcp")
 # How long a transfer waits for a neighbour when no timeout_seconds was given.
@@ -75,7 +78,7 @@ def _workers(strategy):
 
 
 def connect(strategy, *, timeout_seconds=None):
-    """The ring of `strategy`'s workers, made on first use; every worker must call it.
+    """The `Connection` of `strategy`'s workers, made on first use; every worker must call it.
 
     Each worker opens a port on its own host, the ports are all-gathered through
     the strategy, and each worker connects to the next one.
@@ -104,8 +107,35 @@ def connect(strategy, *, timeout_seconds=None):
     except BaseException:
         listener.close()
         raise
+    made = Connection(made, _ordering_token(strategy))
     _RINGS[strategy] = made
+    # The step's logs take the ring too: one collective fewer per step.
+    compat.set_log_mean(strategy, lambda logs: ring_all_reduce(made, logs) / made.ring.size)
     return made
+
+
+class Connection:
+    """A worker's ring and the variable that keeps its all-reduces in program order.
+
+    TensorFlow does not order stateful ops that share no resource, so two
+    all-reduces of one step (the gradients' and the logs') could start in one
+    order on one worker and in the other order on another, and wait for each
+    other forever. Each all-reduce reads `token` before its first transfer and
+    increments it after its last: ops on one variable run in program order.
+    """
+
+    def __init__(self, ring, token):
+        self.ring = ring
+        self.token = token
+
+
+def _ordering_token(strategy):
+    """A counter variable local to this worker (no communication to read or write it)."""
+    with strategy.scope():
+        token = tf.Variable(0, dtype=tf.int64, trainable=False, name="ring_order",
+                            synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.SUM)
+    return strategy.experimental_local_results(token)[0]
 
 
 def _all_gather(strategy, rows):
@@ -118,21 +148,29 @@ def _all_gather(strategy, rows):
     return strategy.experimental_local_results(gather())[0].numpy()
 
 
-def ring_all_reduce(ring, flat):
-    """Sums 1-D tensor `flat` over the ring's workers, in `flat`'s dtype."""
+def ring_all_reduce(connection, flat):
+    """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype."""
+    ring = connection.ring
     sizes = ring.chunk_sizes(int(flat.shape[0]))
-    parts = tf.split(flat, sizes)
-    for phase, out, into in ring.schedule():
-        received = tf.numpy_function(functools.partial(ring.exchange, count=sizes[into]),
-                                     [parts[out]], flat.dtype, stateful=True,
+    with tf.control_dependencies([connection.token.read_value()]):
+        parts = tf.split(flat, sizes)
+    # Each all-reduce tags its messages, so a mismatch is an error, never wrong sums.
+    op = ring.new_op()
+    for step, (phase, out, into) in enumerate(ring.schedule()):
+        exchange = functools.partial(ring.exchange, count=sizes[into], op=op, step=step)
+        received = tf.numpy_function(exchange, [parts[out]], flat.dtype, stateful=True,
                                      name="ring_exchange")
         received.set_shape([sizes[into]])
         parts[into] = parts[into] + received if phase == "reduce" else received
-    return tf.concat(parts, 0)
+    summed = tf.concat(parts, 0)
+    with tf.control_dependencies([summed]):
+        increment = connection.token.assign_add(1)
+    with tf.control_dependencies([increment]):
+        return tf.identity(summed)
 
 
-def all_reduce_gradients(grads_and_vars, *, ring, wire_dtype=None):
-    """Sums `(gradient, variable)` pairs over the workers through `ring`.
+def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
+    """Sums `(gradient, variable)` pairs over the workers through `connection`.
 
     Stands in for Keras' `TFOptimizer._all_reduce_sum_gradients`: one ring
     all-reduce of all gradients, flattened into one buffer in `wire_dtype`
@@ -148,7 +186,7 @@ def all_reduce_gradients(grads_and_vars, *, ring, wire_dtype=None):
     grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
     wire = tf.as_dtype(wire_dtype or grads[0].dtype)
     flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
-    summed = ring_all_reduce(ring, flat)
+    summed = ring_all_reduce(connection, flat)
     sizes = [int(np.prod(g.shape)) for g in grads]
     out = list(grads_and_vars)
     for i, g, piece in zip(present, grads, tf.split(summed, sizes)):

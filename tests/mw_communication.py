@@ -2,8 +2,9 @@
 
 Usage: `python mw_communication.py DATA.npz OUT_DIR OPTIONS_JSON`. DATA.npz holds
 `x`, `y`, `global_batch` and the initial weights `w0`, `w1`, ...; OPTIONS_JSON is
-a JSON object of make_strategy options. Each worker writes its final weights and
-the optimizer's update count to OUT_DIR/worker<index>.npz.
+a JSON object of make_strategy options. Each worker writes its final weights,
+the optimizer's update count and the loss logged after each batch to
+OUT_DIR/worker<index>.npz.
 """
 
 import json
@@ -16,6 +17,8 @@ from mw_equivalence import build_model, global_batches
 
 
 def main(data_path, out_dir, options_json):
+    import keras
+
     import mgpu_tf
     from mgpu_tf import cluster
 
@@ -25,11 +28,14 @@ def main(data_path, out_dir, options_json):
     with strategy.scope():
         # Compiled before prepare_model: the options go into its optimizer at once.
         model = mgpu_tf.prepare_model(build_model(weights), strategy)
+    batch_losses = []
+    logger = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: batch_losses.append(float(logs["loss"])))
     model.fit(global_batches(data["x"], data["y"], int(data["global_batch"])),
-              epochs=1, shuffle=False, verbose=0)
+              epochs=1, shuffle=False, verbose=0, callbacks=[logger])
     index = cluster.detect_cluster().task_index
     np.savez(pathlib.Path(out_dir) / f"worker{index}.npz", *model.get_weights(),
-             updates=int(model.optimizer.iterations.numpy()))
+             updates=int(model.optimizer.iterations.numpy()), batch_losses=batch_losses)
     print(f"worker {index} of {strategy.num_replicas_in_sync} replicas: done")
 
 

@@ -122,14 +122,21 @@ def test_compile_after_prepare_model_gets_the_compression(problem):
 
 
 def _train_two_workers(problem, tmp_path, options):
+    """Trains one global batch on 2 workers; yields each worker's weights.
+
+    Also checks the loss each worker logged for the step: the mean over both
+    workers' halves, i.e. the loss of the initial weights on the whole batch.
+    """
     x, y, weights = problem
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
     code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path, json.dumps(options))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    whole_batch_loss = float(np.mean((build_model(weights)(x).numpy() - y) ** 2))
     for index in (0, 1):
         saved = np.load(tmp_path / f"worker{index}.npz")
+        np.testing.assert_allclose(saved["batch_losses"], [whole_batch_loss], rtol=1e-5)
         yield [saved[f"arr_{i}"] for i in range(len(weights))]
 
 
