@@ -355,7 +355,8 @@ def summarise(settings, runs):
     by_group = {r["group"]: r for r in rows}
     names = {s.group: s.name for s in settings}
     compute = by_group.get("compute")
-    bandwidth = cost_model.measure_loopback_bandwidth()
+    # A ring of two sends and receives at once: two opposite streams share the loopback.
+    bandwidth = cost_model.measure_loopback_bandwidth(streams=2)
     for row in rows:
         same_precision = row["mode"] != "process" and "mixed_bfloat16" in row["group"]
         base = "process mixed_bfloat16" if same_precision else "process"
@@ -405,7 +406,8 @@ def format_table(rows):
             if seen:
                 links.append(f"{statistics.median(seen) / 1e9:.2f} GB/s through {path}")
         lines.append(
-            f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s over a TCP socket, "
+            f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s each way over two TCP "
+            "sockets at once, "
             f"{', '.join(links)}. comm: all-reduce of the gradients alone; tcp, link: the "
             "ring model with each bandwidth; pred: the cost model's step (1-thread compute "
             "of a worker's share + link model). ratio: against the 1-process row of the same "
