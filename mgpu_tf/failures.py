@@ -29,10 +29,10 @@ logger = logging.getLogger("mgpu_tf")
 DEFAULT_HEARTBEAT_SECONDS = 10
 
 _TASK = re.compile(r"/job:(chief|worker)(?:/replica:\d+)?/task:(\d+)")
-_LOST_MARKERS = ("stopped sending heartbeats", "unhealthy", "Connection reset by peer",
-                 "Socket closed", "failed to connect", "Connection refused",
-                 "has been disconnected", "DEADLINE_EXCEEDED", "Deadline Exceeded",
-                 "timed out")
+_LOST_MARKERS = ("ring: lost", "stopped sending heartbeats", "unhealthy",
+                 "Connection reset by peer", "Socket closed", "failed to connect",
+                 "Connection refused", "has been disconnected", "DEADLINE_EXCEEDED",
+                 "Deadline Exceeded", "timed out")
 
 
 class WorkerLostError(RuntimeError):
@@ -101,7 +101,7 @@ def lost_task(error):
         return None
     # The lost task is the one named after the marker ("unhealthy ...: /job:worker/task:1"
     # or "remote target /job:worker/replica:0/task:0"); the reporter comes before it.
-    for marker in ("stopped sending heartbeats", "remote target"):
+    for marker in ("ring: lost", "stopped sending heartbeats", "remote target"):
         at = text.find(marker)
         if at >= 0:
             match = _TASK.search(text, at)

@@ -74,15 +74,18 @@ class Ring:
             once the left neighbour has connected.
         timeout_seconds: how long a connection or one transfer may wait for a
             neighbour before `PeerLostError`. `None` waits forever.
+        names: how errors name each worker. Defaults to `"worker R (host:port)"`.
     """
 
-    def __init__(self, rank, peers, listener, *, timeout_seconds=60.0):
+    def __init__(self, rank, peers, listener, *, timeout_seconds=60.0, names=None):
         self.rank = int(rank)
         self.size = len(peers)
         if self.size < 1 or not 0 <= self.rank < self.size:
             listener.close()
             raise ValueError(f"`rank` must be in [0, {self.size}). Received: rank={rank!r}")
         self.peers = [tuple(p) for p in peers]
+        self.names = list(names) if names is not None else [
+            f"worker {r} ({host}:{port})" for r, (host, port) in enumerate(self.peers)]
         self.timeout = timeout_seconds
         self._right = self._left = None
         if self.size > 1:
@@ -97,9 +100,8 @@ class Ring:
 
     # ------------------------------------------------------------ set-up
 
-    def _name(self, rank):
-        host, port = self.peers[rank]
-        return f"worker {rank} ({host}:{port})"
+    def _lost(self, rank, why):
+        return PeerLostError(f"ring: lost {self.names[rank]}: {why}")
 
     def _connect(self, listener):
         right = (self.rank + 1) % self.size
@@ -112,8 +114,7 @@ class Ring:
                 break
             except OSError as error:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise PeerLostError(
-                        f"Could not connect to {self._name(right)}: {error}") from error
+                    raise self._lost(right, f"could not connect: {error}") from error
                 time.sleep(0.05)
         self._right.sendall(_HELLO.pack(_MAGIC, self.rank, self.size))
         listener.settimeout(self.timeout)
@@ -121,8 +122,7 @@ class Ring:
             try:
                 connection, _ = listener.accept()
             except OSError as error:
-                raise PeerLostError(
-                    f"{self._name(left)} did not connect within {self.timeout} s") from error
+                raise self._lost(left, f"it did not connect within {self.timeout} s") from error
             _tune(connection, self.timeout)
             hello = bytearray(_HELLO.size)
             try:
@@ -144,9 +144,9 @@ class Ring:
             try:
                 n = sock.recv_into(view[got:])
             except OSError as error:
-                raise PeerLostError(f"Lost {self._name(rank)}: {error}") from error
+                raise self._lost(rank, error) from error
             if n == 0:
-                raise PeerLostError(f"{self._name(rank)} closed its connection.")
+                raise self._lost(rank, "it closed its connection.")
             got += n
 
     def _start_receiving(self):
@@ -200,20 +200,19 @@ class Ring:
                 self._right.sendall(_HEADER.pack(op, step, index, send.nbytes))
                 self._right.sendall(memoryview(send.view(np.uint8)))
         except OSError as error:
-            raise PeerLostError(f"Lost {self._name(right)}: {error}") from error
+            raise self._lost(right, error) from error
         with self._arrived:
             if not self._arrived.wait_for(lambda: key in self._mailbox or self._failure,
                                           timeout=self.timeout):
-                raise PeerLostError(
-                    f"{self._name((self.rank - 1) % self.size)} sent nothing for "
-                    f"{self.timeout} s.")
+                raise self._lost((self.rank - 1) % self.size,
+                                 f"it sent nothing for {self.timeout} s.")
             if key not in self._mailbox:
                 raise self._failure
             payload = self._mailbox.pop(key)
         expected = int(count) * send.itemsize
         if payload.size != expected:
             raise PeerLostError(
-                f"{self._name((self.rank - 1) % self.size)} sent {payload.size} bytes for "
+                f"ring: {self.names[(self.rank - 1) % self.size]} sent {payload.size} bytes for "
                 f"exchange {key}, where {expected} were expected: the workers do not run "
                 "the same all-reduces.")
         return payload.view(send.dtype)

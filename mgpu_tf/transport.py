@@ -57,7 +57,7 @@ def check_transport(value):
 
 
 def _workers(strategy):
-    """`(task_type, task_id, host)` of every worker in one fixed order, and this one's rank."""
+    """`(task_type, task_id, address)` of every worker in one fixed order, and this one's rank."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
         raise ValueError(
@@ -69,12 +69,16 @@ def _workers(strategy):
         jobs = spec.get(task_type, [])
         if isinstance(jobs, dict):
             jobs = [jobs[i] for i in sorted(jobs)]
-        tasks += [(task_type, i, address.rpartition(":")[0]) for i, address in enumerate(jobs)]
+        tasks += [(task_type, i, address) for i, address in enumerate(jobs)]
     if not tasks:  # a single process: no cluster at all
-        return [("worker", 0, "127.0.0.1")], 0
+        return [("worker", 0, "127.0.0.1:0")], 0
     me = (resolver.task_type, resolver.task_id)
     rank = [(t, i) for t, i, _ in tasks].index(me)
     return tasks, rank
+
+
+def _host(address):
+    return address.rpartition(":")[0].strip("[]")
 
 
 def connect(strategy, *, timeout_seconds=None):
@@ -96,14 +100,15 @@ def connect(strategy, *, timeout_seconds=None):
             "transport='tcp' needs one replica per worker. Received: "
             f"{strategy.num_replicas_in_sync} replicas on {len(tasks)} workers. Give each "
             "worker one device (e.g. CUDA_VISIBLE_DEVICES) or use transport='tensorflow'.")
-    listener = ring_lib.listen(tasks[rank][2])
+    listener = ring_lib.listen(_host(tasks[rank][2]))
     port = listener.getsockname()[1]
     timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     try:
         pairs = _all_gather(strategy, [[rank, port]])
         ports = {int(r): int(p) for r, p in pairs}
-        peers = [(host, ports[r]) for r, (_, _, host) in enumerate(tasks)]
-        made = ring_lib.Ring(rank, peers, listener, timeout_seconds=timeout)
+        peers = [(_host(address), ports[r]) for r, (_, _, address) in enumerate(tasks)]
+        made = ring_lib.Ring(rank, peers, listener, timeout_seconds=timeout, names=[
+            f"/job:{task_type}/task:{index} ({address})" for task_type, index, address in tasks])
     except BaseException:
         listener.close()
         raise

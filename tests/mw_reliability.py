@@ -5,6 +5,7 @@ MODE is `train` (2 workers, 3 epochs, BackupAndRestore in OUT_DIR/backup, final
 weights to OUT_DIR/final.npz, each step's (start, epoch, batch) appended to
 OUT_DIR/steps-<worker>.txt) or `files` (one epoch with every chief-only writer).
 The kill happens on the first start of the group only (MGPU_TF_RESTART=0).
+MGPU_TF_TEST_TRANSPORT picks the make_strategy transport (default: tensorflow).
 """
 
 import json
@@ -64,9 +65,10 @@ def main():
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     out.mkdir(parents=True, exist_ok=True)
     timeout = float(os.environ.get("MGPU_TF_BENCH_TIMEOUT", "5"))
-    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=timeout)
+    transport = os.environ.get("MGPU_TF_TEST_TRANSPORT", "tensorflow")
+    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=timeout, transport=transport)
     with strategy.scope():
-        model = _model()
+        model = mgpu_tf.prepare_model(_model(), strategy)
     if mode == "train":
         with failures.worker_failures():
             model.fit(_data(), epochs=EPOCHS, verbose=0, callbacks=[

@@ -49,9 +49,11 @@ def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
 
 
 @pytest.mark.multiworker
-def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path):
+@pytest.mark.parametrize("transport", ["tensorflow", "tcp"])
+def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path, transport):
     configs = launcher.worker_tf_configs(2)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
+               MGPU_TF_TEST_TRANSPORT=transport)
     processes = [
         subprocess.Popen([sys.executable, str(SCRIPT), "train", str(tmp_path), "1", "0", "3"],
                          env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ from mgpu_tf import ring
 def _run_ring(size, work, *, timeout_seconds=10.0):
     """Runs `work(ring, rank)` on `size` connected workers; returns their results by rank."""
     listeners = [ring.listen("127.0.0.1") for _ in range(size)]
-    peers = [("127.0.0.1", l.getsockname()[1]) for l in listeners]
+    peers = [("127.0.0.1", listener.getsockname()[1]) for listener in listeners]
     results, errors = [None] * size, [None] * size
 
     def worker(rank):
@@ -74,7 +74,7 @@ def test_a_worker_that_leaves_is_named_by_its_neighbour():
     assert time.monotonic() - start < 10
     lost = [str(e) for e in errors if e is not None]
     assert lost and all(isinstance(e, ring.PeerLostError) for e in errors if e is not None)
-    assert any("worker 1 (127.0.0.1:" in message for message in lost), lost
+    assert any("ring: lost worker 1 (127.0.0.1:" in message for message in lost), lost
 
 
 def test_a_neighbour_that_never_connects_times_out_with_its_name():
@@ -82,7 +82,8 @@ def test_a_neighbour_that_never_connects_times_out_with_its_name():
     silent = ring.listen("127.0.0.1")  # listens, never accepts nor connects
     peers = [("127.0.0.1", listener.getsockname()[1]), ("127.0.0.1", silent.getsockname()[1])]
     start = time.monotonic()
-    with pytest.raises(ring.PeerLostError, match=r"worker 1 \(127\.0\.0\.1:\d+\) did not connect"):
+    lost = r"ring: lost worker 1 \(127\.0\.0\.1:\d+\): it did not connect"
+    with pytest.raises(ring.PeerLostError, match=lost):
         ring.Ring(0, peers, listener, timeout_seconds=1.0)
     assert time.monotonic() - start < 10
     silent.close()
@@ -90,7 +91,7 @@ def test_a_neighbour_that_never_connects_times_out_with_its_name():
 
 def test_a_stranger_on_the_port_is_turned_away():
     listeners = [ring.listen("127.0.0.1") for _ in range(2)]
-    peers = [("127.0.0.1", l.getsockname()[1]) for l in listeners]
+    peers = [("127.0.0.1", listener.getsockname()[1]) for listener in listeners]
     stranger = socket.create_connection(peers[0])
     stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
     results = [None, None]
