@@ -50,7 +50,8 @@ def worker_tf_configs(workers, *, port=None, host="127.0.0.1"):
         host: the address every worker listens on. Defaults to `"127.0.0.1"`.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise LaunchError(f"`workers` must be an integer of at least 1. Received: workers={workers!r}")
+        raise LaunchError(
+            f"`workers` must be an integer of at least 1. Received: workers={workers!r}")
     if port is None:
         ports = free_ports(workers, host)
     else:
@@ -146,7 +147,8 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         raise LaunchError(f"`command` must hold strings only. Received: command={command!r}")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise LaunchError(
-            f"`max_restarts` must be an integer of at least 0. Received: max_restarts={max_restarts!r}")
+            "`max_restarts` must be an integer of at least 0. "
+            f"Received: max_restarts={max_restarts!r}")
     worker_tf_configs(workers, port=port, host=host)  # checks before anything starts
     output = sys.stdout if output is None else output
     if host not in _LOOPBACK:

@@ -53,6 +53,7 @@ def test_a_kubernetes_pod_shows_where_its_cluster_came_from():
 
 
 def test_an_invalid_tf_config_is_named_and_fails_the_command():
-    code, rows = _env({"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}'})
+    code, rows = _env({"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, '
+                                    '"task": {"type": "worker", "index": 3}}'})
     assert code == 1
     assert rows["cluster"].startswith("INVALID: TF_CONFIG['task']['index'] must be in 0..0")

@@ -13,7 +13,8 @@ def _config(cluster_spec, task_type="worker", index=0):
 
 
 def test_parses_a_worker_cluster():
-    config = mgpu_tf.parse_tf_config(json.dumps(_config({"worker": ["h1:2222", "h2:2222"]}, index=1)))
+    config = mgpu_tf.parse_tf_config(
+        json.dumps(_config({"worker": ["h1:2222", "h2:2222"]}, index=1)))
     assert config.num_workers == 2
     assert (config.task_type, config.task_index, config.address) == ("worker", 1, "h2:2222")
     assert not config.is_chief
@@ -67,17 +68,23 @@ def test_detect_cluster_reads_tf_config(monkeypatch):
     (_config({"boss": ["a:1"]}), "TF_CONFIG\\['cluster'\\] has an unknown role 'boss'"),
     (_config({"worker": "a:1"}), r"TF_CONFIG\['cluster'\]\['worker'\] must be a non-empty list"),
     (_config({"worker": ["a"]}), r"TF_CONFIG\['cluster'\]\['worker'\]\[0\] must be a 'host:port'"),
-    (_config({"worker": ["a:70000"]}), r"must end in a port between 1 and 65535. Received: 'a:70000'"),
+    (_config({"worker": ["a:70000"]}),
+     r"must end in a port between 1 and 65535. Received: 'a:70000'"),
     (_config({"worker": ["a:0"]}), "must end in a port between 1 and 65535"),
     (_config({"worker": [":80"]}), "must name a host before the port"),
     (_config({"worker": ["a:1", "a:1"]}), "Address 'a:1' appears twice"),
-    (_config({"chief": ["a:1", "b:1"]}, "chief"), "TF_CONFIG\\['cluster'\\]\\['chief'\\] may hold one address"),
+    (_config({"chief": ["a:1", "b:1"]}, "chief"),
+     "TF_CONFIG\\['cluster'\\]\\['chief'\\] may hold one address"),
     (_config({"worker": ["a:1"], "ps": ["b:1"]}), "TF_CONFIG names 'ps' tasks"),
-    (_config({"evaluator": ["a:1"]}, "evaluator"), "TF_CONFIG\\['cluster'\\] needs a 'chief' or 'worker'"),
+    (_config({"evaluator": ["a:1"]}, "evaluator"),
+     "TF_CONFIG\\['cluster'\\] needs a 'chief' or 'worker'"),
     ({"cluster": {"worker": ["a:1"]}}, r"TF_CONFIG\['task'\] must be an object"),
-    (_config({"worker": ["a:1"]}, "chief"), "TF_CONFIG\\['task'\\]\\['type'\\] is 'chief', which is not a role"),
-    (_config({"worker": ["a:1"]}, "worker", "0"), r"TF_CONFIG\['task'\]\['index'\] must be an integer"),
-    (_config({"worker": ["a:1", "b:1"]}, "worker", 2), r"TF_CONFIG\['task'\]\['index'\] must be in 0..1"),
+    (_config({"worker": ["a:1"]}, "chief"),
+     "TF_CONFIG\\['task'\\]\\['type'\\] is 'chief', which is not a role"),
+    (_config({"worker": ["a:1"]}, "worker", "0"),
+     r"TF_CONFIG\['task'\]\['index'\] must be an integer"),
+    (_config({"worker": ["a:1", "b:1"]}, "worker", 2),
+     r"TF_CONFIG\['task'\]\['index'\] must be in 0..1"),
     (_config({"worker": ["a:1"]}, "worker", -1), r"must be in 0..0"),
 ])
 def test_malformed_tf_config_quotes_the_offending_part(value, match):

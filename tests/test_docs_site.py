@@ -65,5 +65,6 @@ def test_troubleshooting_sections_link_their_issue():
     for section in sections:
         if section.startswith("Errors that point at the fix"):
             continue
-        assert re.search(r"\*\*Upstream:\*\* \[[\w-]+/[\w-]+#\d+\]\(https://github\.com/", section), (
+        upstream = r"\*\*Upstream:\*\* \[[\w-]+/[\w-]+#\d+\]\(https://github\.com/"
+        assert re.search(upstream, section), (
             section.splitlines()[0])

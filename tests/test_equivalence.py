@@ -9,7 +9,6 @@ import pathlib
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import mgpu_tf
 from mw_equivalence import build_model, global_batches
@@ -19,7 +18,6 @@ WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_equivalence.py")
 STEPS = 3
 GLOBAL_BATCH = 8
 TOLERANCE = 1e-5
-
 
 
 @pytest.fixture(scope="module")

@@ -132,5 +132,6 @@ def test_the_launcher_restarts_at_most_max_restarts_times(tmp_path):
                "import os, sys; print('start', os.environ['MGPU_TF_RESTART']); sys.exit(3)"]
     assert launcher.launch(command, 1, max_restarts=2, output=out) == 3
     assert re.findall(r"start (\d)", out.getvalue()) == ["0", "1", "2"]
-    with pytest.raises(launcher.LaunchError, match="`max_restarts` must be an integer of at least 0"):
+    with pytest.raises(launcher.LaunchError,
+                       match="`max_restarts` must be an integer of at least 0"):
         launcher.launch(command, 1, max_restarts=-1)

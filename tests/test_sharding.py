@@ -298,7 +298,8 @@ def test_wrong_types():
     with pytest.raises(TypeError, match=r"`source` must be a tf\.data\.Dataset of single "
                                         r"examples"):
         mgpu_tf.shard_dataset(np.zeros(4), _strategy("default"), 4)
-    with pytest.raises(TypeError, match=r"`strategy` must be a strategy, such as mgpu_tf\.make_strategy"):
+    with pytest.raises(TypeError,
+                       match=r"`strategy` must be a strategy, such as mgpu_tf\.make_strategy"):
         mgpu_tf.shard_dataset(_ids(4), "mirrored", 4)
     with pytest.raises(TypeError, match=r"`global_batch_size` must be an integer"):
         mgpu_tf.shard_dataset(_ids(4), _strategy("default"), 4.0)
