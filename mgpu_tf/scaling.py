@@ -429,7 +429,8 @@ def write_plot(rows, path):
     import matplotlib.pyplot as plt
 
     one = next((r for r in rows if r["group"] == "devices" and r["count"] == 1), None)
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(9, 4.5))
+    axes.set_prop_cycle(color=plt.cm.tab20.colors)
     for group in dict.fromkeys(r["group"] for r in rows if r["group"] != "compute"):
         members = sorted((r for r in rows if r["group"] == group), key=lambda r: r["count"])
         if group.startswith(("workers", "model_parallel")) and one is not None:
@@ -443,7 +444,7 @@ def write_plot(rows, path):
     axes.set_xlabel("devices / workers / stages")
     axes.set_ylabel("examples/s")
     axes.set_xticks(sorted({r["count"] for r in rows}))
-    axes.legend(fontsize=7)
+    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -11,8 +11,12 @@ The step's logs (loss and metrics, averaged over workers every step) take the
 same ring; everything else (variables at creation, the metrics read at the end
 of an epoch) still goes through the strategy.
 
-It needs one replica per worker (one CPU, or one GPU per worker), and the
-train step must not be compiled with XLA (Keras' default under a strategy).
+It needs one replica per worker (one CPU, or one GPU per worker), and a train
+step that is not compiled with XLA (Keras compiles none under a strategy unless
+`jit_compile=True` is passed). A worker waits `timeout_seconds` (default 600 s)
+for a neighbour's part before it gives up; a neighbour that dies closes its
+connections, which stops the others at once with `mgpu_tf.ring.PeerLostError`
+(`WorkerLostError` inside `mgpu_tf.failures.worker_failures()`).
 
 Example (on every worker):
 
@@ -112,6 +116,7 @@ def connect(strategy, *, timeout_seconds=None):
     except BaseException:
         listener.close()
         raise
+    weakref.finalize(strategy, made.close)  # the receiving thread would keep it alive
     made = Connection(made, _ordering_token(strategy))
     _RINGS[strategy] = made
     # The step's logs take the ring too: one collective fewer per step.

@@ -68,23 +68,25 @@ def test_list_names_every_setting(capsys):
     assert main(["bench", "--list", "--workers", "4"]) == 0
     out = capsys.readouterr().out
     for key in ("process1", "processN", "mirrored", "workers", "workers-float16",
-                "workers-steps4", "model_parallel"):
+                "workers-steps4", "workers-tcp", "model_parallel"):
         assert key in out
     assert "4 workers float16" in out
 
 
 @pytest.mark.multiworker
 def test_bench_prints_a_table_and_writes_json_and_png(capsys, tmp_path):
-    argv = ["bench", "--only", "process1,processN,compute,workers-float16,model_parallel",
+    argv = ["bench", "--only",
+            "process1,processN,compute,workers-float16,workers-tcp-float16,model_parallel",
             "--width", "16", "--depth", "2", "--steps", "2", "--rounds", "1",
             "--global-batch", "32", "--out", str(tmp_path)]
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert "2/5" in captured.err  # the progress bar
+    assert "2/6" in captured.err  # the progress bar
     assert "1 process x 2 threads" in captured.out and "loopback bandwidth" in captured.out
     data = json.loads((tmp_path / "bench.json").read_text())
     rows = {r["key"]: r for r in data["results"]}
-    assert set(rows) == {"process1", "processN", "compute", "workers-float16", "model_parallel"}
+    assert set(rows) == {"process1", "processN", "compute", "workers-float16",
+                         "workers-tcp-float16", "model_parallel"}
     assert all(r["examples_per_sec"] > 0 for r in rows.values())
     workers = rows["workers-float16"]
     assert workers["options"] == {"compression": "float16"}
@@ -93,5 +95,10 @@ def test_bench_prints_a_table_and_writes_json_and_png(capsys, tmp_path):
     for key in ("all_reduce_seconds", "model_all_reduce_seconds", "predicted_step_seconds",
                 "ratio"):
         assert workers[key] > 0
+    ring = rows["workers-tcp-float16"]
+    assert ring["options"] == {"transport": "tcp", "compression": "float16"}
+    assert ring["gradient_bytes"] == workers["gradient_bytes"]
+    assert ring["all_reduce_seconds"] > 0 and ring["transport_bandwidth"] > 0
+    assert "through the tcp ring" in captured.out
     assert data["meta"]["global_batch"] == 32
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
