@@ -10,9 +10,9 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "ClusterConfig": "mgpu_tf.cluster",
-    "ClusterConfigError": "mgpu_tf.cluster",
-    "parse_tf_config": "mgpu_tf.cluster",
+    "ClusterConfig": "mgpu_tf.tf_config",
+    "ClusterConfigError": "mgpu_tf.tf_config",
+    "parse_tf_config": "mgpu_tf.tf_config",
     "DevicesAlreadyInitializedError": "mgpu_tf.devices",
     "simulate_devices": "mgpu_tf.devices",
     "ModelParallel": "mgpu_tf.model_parallel",
