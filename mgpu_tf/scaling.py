@@ -85,7 +85,9 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
     """The settings `mgpu-tf bench` runs for N devices or workers.
 
     A 1-thread process on `global_batch // n` examples gives the computation
-    one worker does per step, for the cost model.
+    one worker does per step, and one worker alone under multi_worker on as
+    many examples gives its whole step without communication: the compute
+    term of the cost model's predicted step.
     """
     b = global_batch
     workers = [("workers", "", ()), ("workers-float16", " float16", (("compression", "float16"),)),
@@ -110,6 +112,8 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
         Setting("processN", f"1 process x {n} threads", "process", 1, n, b, group="process"),
         Setting("compute", f"1 thread, batch {b // n}", "process", 1, 1, b // n,
                 group="compute"),
+        Setting("worker1", f"1 worker, batch {b // n}", "workers", 1, 1, b // n,
+                group="compute-worker"),
         Setting("mirrored", f"{n} simulated devices", "mirrored", n, n, b, group="devices"),
         *[Setting(key, f"{n} workers{label}", "workers", n, 1, b, options, group=key)
           for key, label, options in workers],
@@ -354,7 +358,9 @@ def summarise(settings, runs):
         rows.append(row)
     by_group = {r["group"]: r for r in rows}
     names = {s.group: s.name for s in settings}
-    compute = by_group.get("compute")
+    # A worker's step alone under multi_worker (the strategy's own work included),
+    # else its bare computation.
+    compute = by_group.get("compute-worker") or by_group.get("compute")
     # A ring of two sends and receives at once: two opposite streams share the loopback.
     bandwidth = cost_model.measure_loopback_bandwidth(streams=2)
     for row in rows:
@@ -365,7 +371,7 @@ def summarise(settings, runs):
             pairs = zip(runs[row["name"]], runs[names[base]])
             row["ratio"] = statistics.median(
                 r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
-        if "all_reduce_seconds" in row:
+        if "all_reduce_seconds" in row and row["count"] > 1:
             row["bandwidth"] = bandwidth
             row["model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
                 row["gradient_bytes"], row["count"], bandwidth, row["latency_seconds"])
@@ -402,6 +408,7 @@ def format_table(rows):
         for transport, path in (("tensorflow", "TensorFlow's collectives (all-gather)"),
                                 ("tcp", "the tcp ring (exchanges)")):
             seen = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r
+                    and r["count"] > 1
                     and r["options"].get("transport", "tensorflow") == transport]
             if seen:
                 links.append(f"{statistics.median(seen) / 1e9:.2f} GB/s through {path}")
@@ -409,9 +416,10 @@ def format_table(rows):
             f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s each way over two TCP "
             "sockets at once, "
             f"{', '.join(links)}. comm: all-reduce of the gradients alone; tcp, link: the "
-            "ring model with each bandwidth; pred: the cost model's step (1-thread compute "
-            "of a worker's share + link model). ratio: against the 1-process row of the same "
-            "precision, median of the rounds' ratios.")
+            "ring model with each bandwidth; pred: the cost model's step (a worker's "
+            "measured step alone under multi_worker, else its 1-thread computation, + link "
+            "model). ratio: against the 1-process row of the same precision, median of the "
+            "rounds' ratios.")
     return "\n".join(lines)
 
 
@@ -431,7 +439,7 @@ def write_plot(rows, path):
     one = next((r for r in rows if r["group"] == "devices" and r["count"] == 1), None)
     figure, axes = plt.subplots(figsize=(9, 4.5))
     axes.set_prop_cycle(color=plt.cm.tab20.colors)
-    for group in dict.fromkeys(r["group"] for r in rows if r["group"] != "compute"):
+    for group in dict.fromkeys(r["group"] for r in rows if not r["group"].startswith("compute")):
         members = sorted((r for r in rows if r["group"] == group), key=lambda r: r["count"])
         if group.startswith(("workers", "model_parallel")) and one is not None:
             members = [one] + members
