@@ -25,7 +25,6 @@ with ring.Ring(rank, peers, listener) as r:
 ```
 """
 
-import itertools
 import socket
 import struct
 import threading
@@ -96,7 +95,6 @@ class Ring:
                 raise
             self._start_receiving()
         listener.close()
-        self._ops = itertools.count(1)
 
     # ------------------------------------------------------------ set-up
 
@@ -227,10 +225,6 @@ class Ring:
         n, r = self.size, self.rank
         return ([("reduce", (r - s) % n, (r - s - 1) % n) for s in range(n - 1)]
                 + [("gather", (r - s + 1) % n, (r - s) % n) for s in range(n - 1)])
-
-    def new_op(self):
-        """A tag for one all-reduce in a program: the n-th call gives every worker n."""
-        return next(self._ops)
 
     def chunk_sizes(self, length):
         """How a buffer of `length` values is cut into one chunk per worker."""

@@ -28,6 +28,7 @@ import os
 import statistics
 import subprocess
 import sys
+import zlib
 import time
 
 import numpy as np
@@ -192,13 +193,14 @@ def _time_collectives(strategy, model, wire, transport="tensorflow", repeats=20)
     def all_reduce(shapes_):
         if transport == "tcp":
             size = sum(int(np.prod(s)) for s in shapes_)
-            return lambda: transport_lib.ring_all_reduce(connection, tf.ones((size,), wire))
+            return lambda: transport_lib.ring_all_reduce(
+                connection, tf.ones((size,), wire), f"bench {size}")
         return lambda: tf.distribute.get_replica_context().all_reduce(
             "SUM", [tf.ones(s, wire) for s in shapes_])
 
     def all_gather():
         if transport == "tcp":
-            out, op = tf.ones((share,), wire), ring.new_op()
+            out, op = tf.ones((share,), wire), zlib.crc32(b"bench exchange")
             for step in range(strategy.num_replicas_in_sync - 1):
                 exchange = functools.partial(ring.exchange, count=share, op=op, step=step)
                 out = tf.numpy_function(exchange, [out], out.dtype, stateful=True)

@@ -30,6 +30,7 @@ with strategy.scope():
 
 import functools
 import weakref
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -120,7 +121,8 @@ def connect(strategy, *, timeout_seconds=None):
     made = Connection(made, _ordering_token(strategy))
     _RINGS[strategy] = made
     # The step's logs take the ring too: one collective fewer per step.
-    compat.set_log_mean(strategy, lambda logs: ring_all_reduce(made, logs) / made.ring.size)
+    compat.set_log_mean(strategy,
+                        lambda logs: ring_all_reduce(made, logs, "logs") / made.ring.size)
     return made
 
 
@@ -158,14 +160,19 @@ def _all_gather(strategy, rows):
     return strategy.experimental_local_results(gather())[0].numpy()
 
 
-def ring_all_reduce(connection, flat):
-    """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype."""
+def ring_all_reduce(connection, flat, name="all_reduce"):
+    """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
+
+    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`): a worker
+    that runs another all-reduce than its neighbours gets an error, not wrong
+    sums. It does not depend on tracing, so a worker that retraces its step (a
+    last batch of another size) still pairs with one that does not.
+    """
     ring = connection.ring
     sizes = ring.chunk_sizes(int(flat.shape[0]))
     with tf.control_dependencies([connection.token.read_value()]):
         parts = tf.split(flat, sizes)
-    # Each all-reduce tags its messages, so a mismatch is an error, never wrong sums.
-    op = ring.new_op()
+    op = zlib.crc32(name.encode())
     for step, (phase, out, into) in enumerate(ring.schedule()):
         exchange = functools.partial(ring.exchange, count=sizes[into], op=op, step=step)
         received = tf.numpy_function(exchange, [parts[out]], flat.dtype, stateful=True,
@@ -196,7 +203,7 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
     grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
     wire = tf.as_dtype(wire_dtype or grads[0].dtype)
     flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
-    summed = ring_all_reduce(connection, flat)
+    summed = ring_all_reduce(connection, flat, "gradients")
     sizes = [int(np.prod(g.shape)) for g in grads]
     out = list(grads_and_vars)
     for i, g, piece in zip(present, grads, tf.split(summed, sizes)):
