@@ -28,8 +28,8 @@ import os
 import statistics
 import subprocess
 import sys
-import zlib
 import time
+import zlib
 
 import numpy as np
 
