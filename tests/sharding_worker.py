@@ -5,9 +5,11 @@ Usage: `python sharding_worker.py DIR`. DIR holds TFRecord files the test wrote:
 `one-00.tfrecord`. Each result is printed as one `TAG json` line. After the line
 `CONTROL` the script runs TensorFlow's own `experimental_distribute_dataset`, so
 the test can tell its autoshard warning from ours (there must be none before it).
+MGPU_TF_TEST_TRANSPORT picks the make_strategy transport (default: tensorflow).
 """
 
 import json
+import os
 import pathlib
 import sys
 
@@ -37,7 +39,8 @@ def seen(strategy, data):
 
 
 def main(directory):
-    strategy = mgpu_tf.make_strategy("multi_worker")
+    strategy = mgpu_tf.make_strategy(
+        "multi_worker", transport=os.environ.get("MGPU_TF_TEST_TRANSPORT", "tensorflow"))
     workers = strategy.num_replicas_in_sync
 
     for tag, call in [
@@ -62,7 +65,7 @@ def main(directory):
 
     x, y, initial = problem(100)
     with strategy.scope():
-        model = build_model(initial)
+        model = mgpu_tf.prepare_model(build_model(initial), strategy)
     weights = [2, 1] if workers == 2 else None
     model.fit(mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 12,
                                     weights=weights), epochs=1, shuffle=False, verbose=0)
@@ -70,7 +73,7 @@ def main(directory):
 
     _, _, initial = problem(100, seed=1)
     with strategy.scope():
-        model = build_model(initial)
+        model = mgpu_tf.prepare_model(build_model(initial), strategy)
     model.fit(mgpu_tf.shard_dataset([str(directory / "fit-*.tfrecord")], strategy, 12,
                                     parse=parse_xy), epochs=1, shuffle=False, verbose=0)
     report("WEIGHTS_file", to_json(model.get_weights()))

@@ -53,17 +53,20 @@ def _file_steps(sizes, per_worker):
             for s in range(steps)]
 
 
-@pytest.fixture(params=[2, 3], scope="module")
+# Worker counts, and the transport of the gradients and logs: the tcp ring must pair
+# its messages when workers' last batches differ (weights [2, 1], 100 examples).
+@pytest.fixture(params=[(2, "tensorflow"), (3, "tensorflow"), (2, "tcp"), (3, "tcp")],
+                ids=lambda p: f"{p[0]}-{p[1]}", scope="module")
 def launch(request, tmp_path_factory):
-    workers = request.param
-    directory = tmp_path_factory.mktemp(f"sharding{workers}")
+    workers, transport = request.param
+    directory = tmp_path_factory.mktemp(f"sharding{workers}{transport}")
     x, y, _ = problem(997, seed=2)
     write_records(directory, x, y, ID_FILES, prefix="ids")
     write_records(directory, x, y, [10], prefix="one")
     x, y, _ = problem(100, seed=1)
     write_records(directory, x, y, FIT_FILES[workers], prefix="fit")
     code, outputs = run_workers(WORKER_SCRIPT, workers, directory,
-                                env=_VERBOSE_AUTOSHARD)
+                                env=dict(_VERBOSE_AUTOSHARD, MGPU_TF_TEST_TRANSPORT=transport))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-5000:]}"
     return workers, outputs, {i: _results(out) for i, out in outputs.items()}
 
