@@ -125,3 +125,15 @@ def test_upstream_tape_still_leaves_gradients_unplaced():
     gradient_matmuls = [op for op in graph.get_operations()
                         if op.type == "MatMul" and "gradient_tape" in op.name]
     assert gradient_matmuls and all(op.device == "" for op in gradient_matmuls)
+
+
+def test_a_keras_without_the_private_hook_gets_a_clear_error(monkeypatch):
+    from mgpu_tf.model_parallel import placement
+
+    layer = keras.layers.Dense(2)
+    with tf.device("/device:CPU:0"):
+        layer.build((None, 3))
+    monkeypatch.setattr(type(layer.kernel), "_initialize", None)
+    with pytest.raises(RuntimeError, match=r"through Keras' private `Variable._initialize`, "
+                                           r"which Keras \S+ does not have"):
+        placement.place_variables([layer], "/device:CPU:1")

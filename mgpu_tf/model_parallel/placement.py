@@ -41,7 +41,18 @@ def place_variables(layers, device):
             with tf.device(device):
                 # Keras' TensorFlow Variable keeps its storage in `_value`; a new
                 # tf.Variable made under this device scope lives on `device`.
-                variable._initialize(tf.identity(variable.value))
+                _reinitialize(variable, tf.identity(variable.value))
+
+
+def _reinitialize(variable, value):
+    """Gives a Keras variable new storage through Keras' private `_initialize`."""
+    initialize = getattr(variable, "_initialize", None)
+    if not callable(initialize):
+        raise RuntimeError(
+            "ModelParallel moves each variable to its stage's device through Keras' private "
+            f"`Variable._initialize`, which Keras {keras.__version__} does not have (Keras "
+            "3.0 to 3.15 do). Install one of those Keras versions to place stages.")
+    initialize(value)
 
 
 def place_optimizer(optimizer, devices_by_variable):
