@@ -1,0 +1,222 @@
+"""The tf.data pipelines of a sharding layout: who reads what, and each replica's batches.
+
+`mgpu_tf.sharding` checks a request and `mgpu_tf.shard_plan` computes its
+layout; this module builds the input pipelines that follow it. A replica's
+pipeline reads its worker's examples and keeps its own. On one machine every
+replica runs such a pipeline, so records are parsed only after that choice:
+each is parsed once, not once per replica. Replicas with nothing left get empty
+batches up to the planned number of steps, and uneven steps carry the
+loss-correction weights of `mgpu_tf.replica_weights`.
+"""
+
+import logging
+
+import tensorflow as tf
+
+from mgpu_tf import replica_weights
+from mgpu_tf import shard_plan as plan_lib
+from mgpu_tf import shard_source
+
+__all__ = ["distribute", "probe_all"]
+
+logger = logging.getLogger("mgpu_tf")
+
+# Examples held by the shuffle buffer of a file source; the file order is shuffled too.
+_FILE_SHUFFLE_BUFFER = 10_000
+_FILE_READERS = 4
+
+
+def probe_all(request):
+    """The whole source as one data set (a function's is called for one pipeline)."""
+    if request.source_kind == "function":
+        return shard_source.call_function(request.source, request.context())
+    return request.source
+
+
+def _shuffle(dataset, request, size):
+    if request.seed is None:
+        return dataset
+    return dataset.shuffle(max(1, size), seed=request.seed, reshuffle_each_iteration=True)
+
+
+def _parsed(request, examples, parse):
+    return request.examples(examples) if parse else examples
+
+
+def _read_files(files):
+    names = tf.data.Dataset.from_tensor_slices(list(files))
+    return names, lambda names: names.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(len(files), _FILE_READERS),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _file_examples(request, files, size, parse):
+    names, read = _read_files(files)
+    examples = read(_shuffle(names, request, len(files)))
+    return _shuffle(_parsed(request, examples, parse), request,
+                    min(size, _FILE_SHUFFLE_BUFFER))
+
+
+def _global_examples(request, plan, parse):
+    """All examples, in an order that is the same on every worker."""
+    if request.source_kind == "files":
+        return _file_examples(request, request.files, plan.num_examples, parse)
+    return _shuffle(_parsed(request, probe_all(request), parse), request, plan.num_examples)
+
+
+def _worker_examples(request, plan, worker, parse):
+    """The stream of one worker under the `"file"` and `"off"` policies."""
+    if plan.worker_files is not None:
+        return _file_examples(request, plan.worker_files[worker],
+                              plan.worker_examples[worker], parse)
+    if request.source_kind == "function":
+        examples = shard_source.call_function(request.source,
+                                              request.context(worker, plan.num_workers))
+        return _shuffle(_parsed(request, examples, parse), request,
+                        plan.worker_examples[worker])
+    return _global_examples(request, plan, parse)
+
+
+def _empty_batch(spec):
+    """A batch of no examples, for a data set of examples of `spec`."""
+    return tf.nest.map_structure(
+        lambda s: tf.zeros([0] + [d if d is not None else 0 for d in s.shape], s.dtype), spec)
+
+
+def _keep(batch, positions):
+    """The rows of `batch` at `positions` (a sorted block pattern), cut to its length."""
+    length = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+    rows = positions[: tf.reduce_sum(tf.cast(positions < length, tf.int32))]
+    return tf.nest.map_structure(lambda t: tf.gather(t, rows), batch)
+
+
+def _positions(pattern, owner):
+    return tf.constant([p for p, o in enumerate(pattern) if o == owner], tf.int64)
+
+
+def _worker_batches(request, plan, worker, parse):
+    """One worker's batches, one per step, until its examples run out."""
+    size = plan.worker_batch_sizes[worker]
+    drop = request.drop_remainder
+    if plan.policy != plan_lib.ShardPolicy.DATA:
+        examples = _worker_examples(request, plan, worker, parse)
+        return examples.take(plan.worker_examples[worker]).batch(max(size, 1),
+                                                                 drop_remainder=drop)
+    examples = _global_examples(request, plan, parse)
+    if plan.num_workers == 1:
+        return examples.batch(size, drop_remainder=drop)
+    if len(set(plan.worker_batch_sizes)) == 1:
+        # Equal shares: the round robin of each block is every n-th example.
+        return examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
+            plan.num_workers, worker).batch(size, drop_remainder=drop)
+    mine = _positions(plan.pattern, worker)
+    blocks = examples.batch(plan.global_batch_size, drop_remainder=drop)
+    return blocks.enumerate().map(lambda _, block: _keep(block, mine),
+                                  num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _replica_batches(request, plan, worker, replica):
+    """One replica's non-empty batches, in step order (only the last may be short)."""
+    size = plan.batch_sizes[worker * plan.replicas_per_worker + replica]
+    local = plan.local_sizes(worker)
+    drop = request.drop_remainder
+    if len(set(plan.batch_sizes)) == 1 and plan.policy == plan_lib.ShardPolicy.DATA:
+        # Every R-th example from offset w + W * l: read all, parse only its own.
+        examples = _global_examples(request, plan, parse=False)
+        examples = examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
+            plan.num_replicas, worker + plan.num_workers * replica)
+        return request.examples(examples).batch(size, drop_remainder=drop)
+    if len(set(local)) == 1 and plan.policy != plan_lib.ShardPolicy.DATA:
+        examples = _worker_examples(request, plan, worker, parse=False).take(
+            plan.worker_examples[worker]).shard(plan.replicas_per_worker, replica)
+        return request.examples(examples).batch(size, drop_remainder=drop)
+    batches = _worker_batches(request, plan, worker, parse=False)
+    if plan.replicas_per_worker > 1:
+        mine = _positions(plan_lib.smooth_pattern(tuple(local)), replica)
+        batches = batches.enumerate().map(lambda _, batch: _keep(batch, mine),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+    if request.parse is None:
+        return batches
+    # Parsed after the cut, so that each replica parses only its own examples.
+    return request.examples(batches.unbatch()).batch(size)
+
+
+def _weigh(request, plan, step, batch):
+    """Adds the loss-correction weights when replicas' batches can differ."""
+    if not (plan.uneven and plan.num_replicas > 1 and request.can_weigh):
+        return batch
+    tail = tf.constant(plan.tail_totals or (plan.global_batch_size,), tf.int64)
+    index = tf.clip_by_value(step - plan.full_steps, 0, len(tail) - 1)
+    step_total = tf.where(step < plan.full_steps,
+                          tf.constant(plan.global_batch_size, tf.int64), tail[index])
+    weights = replica_weights.correction_weights(batch, step_total, plan.num_replicas)
+    return replica_weights.attach_weights(batch, weights)
+
+
+def _finish(request, plan, batches, filled, steps=None):
+    """Pads `filled` non-empty batches with empty ones to `plan.steps`, weighs, finishes."""
+    if filled < plan.steps:
+        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
+    if plan.uneven and plan.num_replicas > 1 and request.can_weigh:
+        batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
+                                          num_parallel_calls=tf.data.AUTOTUNE)
+    if steps is not None:
+        batches = batches.apply(tf.data.experimental.assert_cardinality(steps))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def _replica_dataset(request, plan, worker, replica):
+    """Exactly `plan.steps` batches for one replica: its pieces, then empty batches."""
+    share = plan.shares[worker * plan.replicas_per_worker + replica]
+    batches = _replica_batches(request, plan, worker, replica) if share.batches else (
+        tf.data.Dataset.from_tensors(_empty_batch(request.spec)).take(0))
+    return _finish(request, plan, batches.take(share.batches), share.batches, plan.steps)
+
+
+def _worker_dataset(request, plan, worker):
+    """All local replicas' batches, in turn, for one multi-worker input pipeline."""
+    if plan.replicas_per_worker == 1:
+        return _replica_dataset(request, plan, worker, 0)
+    own = max(plan.shares[worker * plan.replicas_per_worker + r].batches
+              for r in range(plan.replicas_per_worker))
+    batches = _worker_batches(request, plan, worker, parse=True)
+    if own < plan.steps:
+        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
+
+    pattern = plan_lib.smooth_pattern(tuple(plan.local_sizes(worker)))
+
+    def pieces(step, batch):
+        parts = [tf.data.Dataset.from_tensors(
+            _weigh(request, plan, step, _keep(batch, _positions(pattern, r))))
+            for r in range(plan.replicas_per_worker)]
+        out = parts[0]
+        for part in parts[1:]:
+            out = out.concatenate(part)
+        return out
+
+    # The cardinality stays unknown: TensorFlow would count batches, not steps.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return batches.enumerate().flat_map(pieces).prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def distribute(request, plan):
+    """What `model.fit` takes under the request's strategy, for the planned layout."""
+    if plan.uneven and plan.num_replicas > 1 and not request.can_weigh:
+        logger.warning(
+            "mgpu_tf: examples are not (x, y) tuples, so replicas' unequal batches in the "
+            "last step(s) are not reweighted; their loss is slightly biased.")
+    strategy = request.strategy
+    if request.kind == "default":
+        return _replica_dataset(request, plan, 0, 0)
+    if request.kind == "mirrored":
+        return strategy.distribute_datasets_from_function(
+            lambda context: _replica_dataset(request, plan, 0, context.input_pipeline_id),
+            options=tf.distribute.InputOptions(
+                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA))
+    return strategy.distribute_datasets_from_function(
+        lambda context: _worker_dataset(request, plan, context.input_pipeline_id))

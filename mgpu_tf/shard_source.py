@@ -1,0 +1,93 @@
+"""The sources `shard_dataset` reads: checked, called and counted.
+
+A source is a `tf.data.Dataset` of single examples, TFRecord files, or a
+function of `tf.distribute.InputContext` returning such a data set. This module
+rejects what cannot be sharded (batched, empty or endless data sets, examples
+that are not dense tensors) and counts examples, reading a source only when its
+size is unknown; the record counts of files are kept for later calls.
+"""
+
+import tensorflow as tf
+
+__all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file"]
+
+# (path, size, modification time) -> number of records.
+_RECORD_COUNTS = {}
+
+
+def _batch_op(dataset):
+    """Names the batching transformation a data set applies last, if any."""
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        name = type(node).__name__
+        if "unbatch" in name.lower():
+            continue
+        if "batch" in name.lower() or "DenseToRagged" in name:
+            return name.strip("_")
+        try:
+            pending += list(node._inputs())
+        except (AttributeError, TypeError):
+            continue
+    return None
+
+
+def check_dataset(dataset):
+    """Rejects a data set that is batched, empty or endless, with the fix in the error."""
+    batched = _batch_op(dataset)
+    if batched:
+        raise ValueError(
+            f"`source` must be a data set of single examples, but it is already batched "
+            f"(it applies {batched}). Received: source={dataset!r}. Remove the .batch() "
+            "call: shard_dataset batches with global_batch_size."
+        )
+    cardinality = int(dataset.cardinality())
+    if cardinality == 0:
+        raise ValueError(
+            f"`source` is an empty data set. Received: source={dataset!r}. Pass a data set "
+            "with at least one example."
+        )
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise ValueError(
+            f"`source` repeats forever, so an epoch has no end. Received: source={dataset!r}. "
+            "Remove the .repeat() call: fit repeats the data set every epoch."
+        )
+
+
+def check_spec(spec):
+    """Rejects examples that are not made of dense tensors."""
+    for leaf in tf.nest.flatten(spec):
+        if not isinstance(leaf, tf.TensorSpec):
+            raise TypeError(
+                "shard_dataset needs examples made of dense tensors. Received an example "
+                f"with {leaf}. Convert ragged or sparse parts to dense tensors in `parse`."
+            )
+
+
+def call_function(function, context):
+    """Calls a function source for one input pipeline and checks what it returns."""
+    dataset = function(context)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise TypeError(
+            "The `source` function must return a tf.data.Dataset of single examples. "
+            f"Received: {type(dataset).__name__} from source={function!r}"
+        )
+    check_dataset(dataset)
+    return dataset
+
+
+def count(dataset):
+    """Examples in `dataset`: its cardinality when known, else counted by reading it."""
+    cardinality = int(dataset.cardinality())
+    if cardinality >= 0:
+        return cardinality
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def count_file(path):
+    """Records in a TFRecord file, read once per file version and kept."""
+    stat = tf.io.gfile.stat(path)
+    key = (path, stat.length, stat.mtime_nsec)
+    if key not in _RECORD_COUNTS:
+        _RECORD_COUNTS[key] = count(tf.data.TFRecordDataset(path))
+    return _RECORD_COUNTS[key]
