@@ -6,13 +6,12 @@ names (so a flag can choose), options checked before TensorFlow's runtime starts
 (TensorFlow rejects many combinations late, or ignores them silently), an
 `"auto"` choice that says what it chose, and the Keras fixes that multi-worker
 training needs (see `mgpu_tf.compat`).
+
+The names live in `mgpu_tf.registry` and the options are checked by
+`mgpu_tf.options`; both are re-exported here, where plugins and flags find them.
 """
 
-import dataclasses
-import enum
-import importlib
 import logging
-import numbers
 
 import tensorflow as tf
 
@@ -21,328 +20,21 @@ from mgpu_tf import communication
 from mgpu_tf import devices as devices_lib
 from mgpu_tf import failures
 from mgpu_tf import precision as precision_lib
-from mgpu_tf import transport
+from mgpu_tf.options import validate_options  # noqa: F401 - re-exported
+from mgpu_tf.registry import (  # noqa: F401 - re-exported
+    OPTIONS,
+    StrategyKind,
+    available_strategies,
+    entries,
+    entry,
+    register_option,
+    register_strategy,
+    resolve_kind,
+)
 
-__all__ = [
-    "StrategyKind",
-    "register_strategy",
-    "available_strategies",
-    "resolve_kind",
-    "auto_choice",
-    "validate_options",
-    "make_strategy",
-    "strategy_kind",
-    "prepare_model",
-    "register_option",
-    "OPTIONS",
-]
+__all__ = ["auto_choice", "make_strategy", "strategy_kind", "prepare_model"]
 
 logger = logging.getLogger("mgpu_tf")
-
-
-class StrategyKind(str, enum.Enum):
-    """The built-in strategy names."""
-
-    AUTO = "auto"
-    DEFAULT = "default"
-    ONE_DEVICE = "one_device"
-    MIRRORED = "mirrored"
-    MULTI_WORKER = "multi_worker"
-    TPU = "tpu"
-
-    def __str__(self):
-        return self.value
-
-
-# Every option make_strategy knows, with a one-line description (used by --help).
-OPTIONS = {
-    "devices": "device names, or how many local devices to use",
-    "num_gpus": "how many local GPUs to use (mirrored)",
-    "all_reduce": "all-reduce algorithm: auto, nccl, hierarchical_copy, "
-    "reduce_to_one (one machine); auto, ring, nccl (several)",
-    "num_packs": "how many packs gradients are grouped into (nccl, hierarchical_copy)",
-    "bytes_per_pack": "gradient bytes per all-reduce pack across workers (0: automatic)",
-    "timeout_seconds": "seconds a collective waits for a peer, and a silent worker counts "
-    "as lost, before failing (default: collectives wait, workers lost after 10 s)",
-    "cluster": "a TF_CONFIG dictionary or JSON string",
-    "worker_hosts": "'host:port' of every worker, instead of cluster",
-    "task_index": "this process' index in worker_hosts",
-    "tpu": "TPU address or name",
-    "model": "auto only: a built Keras model; one too big for a device gets model_parallel "
-    "(one machine) or hybrid (several workers) instead of data parallelism",
-    "device_memory": "auto only, with model: memory of each device, e.g. '16GiB' "
-    "(default: the GPUs' memory, or RAM shared by the CPU devices)",
-    **communication.OPTION_HELP,
-    **precision_lib.OPTION_HELP,
-}
-
-_ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
-_MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    name: str
-    description: str
-    build: object
-    options: frozenset
-    strategy_types: tuple
-
-
-_REGISTRY = {}
-_ALIASES = {}
-_OPTION_CHECKS = {}
-
-# Modules that register further strategies; imported when the registry is first read.
-_PLUGINS = ("mgpu_tf.model_parallel", "mgpu_tf.hybrid")
-_plugins_loaded = False
-
-
-def _load_plugins():
-    global _plugins_loaded
-    if not _plugins_loaded:
-        _plugins_loaded = True
-        for module in _PLUGINS:
-            importlib.import_module(module)
-
-
-def register_strategy(name, description, build, *, options=(), aliases=(),
-                      strategy_types=()):
-    """Adds a strategy name to the registry.
-
-    Args:
-        name: the short lowercase name.
-        description: one line saying what it is.
-        build: a function of the validated options dictionary returning the strategy.
-        options: option names the strategy accepts.
-        aliases: other names for it.
-        strategy_types: classes of the objects it returns, for `strategy_kind`.
-    """
-    unknown = set(options) - set(OPTIONS)
-    if unknown:
-        raise ValueError(f"Unknown options {sorted(unknown)} for strategy {name!r}.")
-    _REGISTRY[name] = _Entry(name, description, build, frozenset(options),
-                             tuple(strategy_types))
-    for alias in aliases:
-        _ALIASES[alias] = name
-
-
-def register_option(name, description, check=None):
-    """Adds an option name that strategies registered later may accept.
-
-    Args:
-        name: the option's keyword.
-        description: one line saying what it is.
-        check: a function of the value that returns it normalised or raises
-            `TypeError`/`ValueError`; `validate_options` calls it, so flags and
-            `make_strategy` reject a bad value before anything is built.
-    """
-    OPTIONS.setdefault(name, description)
-    if check is not None:
-        _OPTION_CHECKS[name] = check
-
-
-def available_strategies():
-    """Returns `{name: description}` for every registered strategy name."""
-    _load_plugins()
-    return {name: entry.description for name, entry in _REGISTRY.items()}
-
-
-def resolve_kind(kind):
-    """Returns the registered name for `kind` (a name, alias or `StrategyKind`).
-
-    Raises:
-        TypeError: when `kind` is not a string.
-        KeyError: when the name is unknown; the message lists the known names.
-    """
-    if not isinstance(kind, str):
-        raise TypeError(f"`kind` must be a strategy name. Received: kind={kind!r}")
-    _load_plugins()
-    name = str(kind.value if isinstance(kind, enum.Enum) else kind).strip().lower()
-    name = _ALIASES.get(name, name)
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        aliases = ", ".join(f"{a} ({t})" for a, t in sorted(_ALIASES.items()))
-        raise KeyError(
-            f"Unknown strategy {kind!r}. Known strategies: {known}; aliases: {aliases}."
-        )
-    return name
-
-
-# ---------------------------------------------------------------- validation
-
-
-def _check_int(name, value, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"`{name}` must be an integer. Received: {name}={value!r}")
-    if value < minimum:
-        raise ValueError(f"`{name}` must be at least {minimum}. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_devices(kind, value):
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        count = _check_int("devices", value, 1)
-        present = devices_lib.local_devices()
-        if count > len(present):
-            raise ValueError(
-                f"`devices` asks for {count} devices but this process has "
-                f"{len(present)} ({', '.join(present)}). Received: devices={count}. "
-                f"Use devices<={len(present)}, or call "
-                f"mgpu_tf.simulate_devices({count}) first to split the CPU."
-            )
-        return present[:count]
-    if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
-        raise TypeError(
-            "`devices` must be a non-empty list of device names or a count. "
-            f"Received: devices={value!r}"
-        )
-    names = [devices_lib.canonical_device(d) for d in value]
-    if len(set(names)) != len(names):
-        raise ValueError(f"`devices` names a device twice. Received: devices={list(value)!r}")
-    for name in names:
-        spec = tf.DeviceSpec.from_string(name)
-        if spec.job is not None and spec.job != "localhost":
-            continue  # remote devices are checked by TensorFlow when it connects
-        present = devices_lib.planned_logical_devices(spec.device_type)
-        if name.split("/device:")[-1] not in [p.split("/device:")[-1] for p in present]:
-            listed = ", ".join(devices_lib.local_devices("CPU") + devices_lib.local_devices("GPU"))
-            raise ValueError(
-                f"`devices` names {value[names.index(name)]!r}, which does not exist. "
-                f"Devices here: {listed}. Received: devices={list(value)!r}. "
-                "To have more CPU devices, call mgpu_tf.simulate_devices(N) first."
-            )
-    return names
-
-
-def _check_all_reduce(kind, value):
-    allowed = _MULTI_WORKER_ALL_REDUCE if kind == "multi_worker" else _ONE_MACHINE_ALL_REDUCE
-    if not isinstance(value, str) or value.lower() not in allowed:
-        other = (
-            " ('ring' is for multi_worker)" if value == "ring" else
-            " ('hierarchical_copy' and 'reduce_to_one' are for one machine)"
-            if value in ("hierarchical_copy", "reduce_to_one") else ""
-        )
-        raise ValueError(
-            f"`all_reduce` for {kind} must be one of {', '.join(allowed)}{other}. "
-            f"Received: all_reduce={value!r}"
-        )
-    value = value.lower()
-    if value == "nccl" and not devices_lib.nccl_available():
-        alternative = "ring" if kind == "multi_worker" else "hierarchical_copy"
-        raise ValueError(
-            "`all_reduce='nccl'` needs NCCL, which runs only on Linux with GPUs and a "
-            f"CUDA build of TensorFlow; this machine has none. Received: all_reduce='nccl'. "
-            f"Use all_reduce='{alternative}' (or 'auto')."
-        )
-    return value
-
-
-def validate_options(kind, options):
-    """Checks options for a strategy without starting TensorFlow's runtime.
-
-    Args:
-        kind: a registered strategy name or alias (not `"auto"`).
-        options: the keyword options given to `make_strategy`.
-
-    Returns:
-        A new dictionary of normalised options.
-
-    Raises:
-        TypeError: for an unknown option or a value of the wrong type.
-        ValueError: for a value or combination the strategy cannot use.
-    """
-    kind = resolve_kind(kind)
-    entry = _REGISTRY[kind]
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(
-            f"make_strategy() got unknown option(s) {unknown}. "
-            f"Options: {', '.join(OPTIONS)}."
-        )
-    options = {k: v for k, v in options.items() if v is not None}
-    for name in options:
-        if name not in entry.options:
-            takers = sorted(n for n, e in _REGISTRY.items() if name in e.options and n != "auto")
-            raise ValueError(
-                f"`{name}` does not apply to strategy {kind!r}; it applies to "
-                f"{', '.join(takers) or 'no strategy'}. Received: {name}={options[name]!r}"
-            )
-    out = dict(options)
-    if "devices" in options and "num_gpus" in options:
-        raise ValueError(
-            "Pass `devices` or `num_gpus`, not both. Received: "
-            f"devices={options['devices']!r}, num_gpus={options['num_gpus']!r}"
-        )
-    if "devices" in options:
-        out["devices"] = _check_devices(kind, options["devices"])
-        if kind == "one_device" and len(out["devices"]) != 1:
-            raise ValueError(
-                "`devices` for one_device must name exactly one device. "
-                f"Received: devices={options['devices']!r}. Use 'mirrored' for several."
-            )
-    if "num_gpus" in options:
-        count = _check_int("num_gpus", options["num_gpus"], 0)
-        present = devices_lib.local_devices("GPU")
-        if count > len(present):
-            raise ValueError(
-                f"`num_gpus` asks for {count} GPUs but this machine has {len(present)}. "
-                f"Received: num_gpus={count}. Use num_gpus<={len(present)}, or "
-                "devices=N with mgpu_tf.simulate_devices(N) on a CPU."
-            )
-        out["num_gpus"] = count
-    if "all_reduce" in options:
-        out["all_reduce"] = _check_all_reduce(kind, options["all_reduce"])
-    if "num_packs" in options:
-        out["num_packs"] = _check_int("num_packs", options["num_packs"], 1)
-        if out.get("all_reduce") not in ("nccl", "hierarchical_copy"):
-            raise ValueError(
-                "`num_packs` applies only to all_reduce='nccl' or 'hierarchical_copy'. "
-                f"Received: num_packs={options['num_packs']!r}, "
-                f"all_reduce={out.get('all_reduce', 'auto')!r}. Pass one of those too."
-            )
-    if "bytes_per_pack" in options:
-        out["bytes_per_pack"] = _check_int("bytes_per_pack", options["bytes_per_pack"], 0)
-    if "timeout_seconds" in options:
-        value = options["timeout_seconds"]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(
-                f"`timeout_seconds` must be a number. Received: timeout_seconds={value!r}"
-            )
-        if not value > 0:
-            raise ValueError(
-                f"`timeout_seconds` must be positive. Received: timeout_seconds={value!r}"
-            )
-        out["timeout_seconds"] = float(value)
-    if "cluster" in options and ("worker_hosts" in options or "task_index" in options):
-        raise ValueError(
-            "Pass `cluster` or `worker_hosts` with `task_index`, not both. Received: "
-            f"cluster={options['cluster']!r}, worker_hosts={options.get('worker_hosts')!r}"
-        )
-    if "cluster" in options:
-        value = options["cluster"]
-        if not isinstance(value, cluster_lib.ClusterConfig):
-            value = cluster_lib.parse_tf_config(value, source="cluster")
-        out["cluster"] = value
-    elif "worker_hosts" in options or "task_index" in options:
-        out["cluster"] = cluster_lib.cluster_from_hosts(
-            options.get("worker_hosts"), options.get("task_index"))
-        out.pop("worker_hosts", None)
-        out.pop("task_index", None)
-    if "compression" in options:
-        out["compression"] = communication.check_compression(options["compression"])
-    if "steps_per_sync" in options:
-        out["steps_per_sync"] = _check_int("steps_per_sync", options["steps_per_sync"], 1)
-    if "transport" in options:
-        out["transport"] = transport.check_transport(options["transport"])
-    if "precision" in options:
-        out["precision"] = precision_lib.check_precision(options["precision"])
-    if "tpu" in options and not isinstance(options["tpu"], str):
-        raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={options['tpu']!r}")
-    for name, check in _OPTION_CHECKS.items():
-        if name in out:
-            out[name] = check(out[name])
-    return out
 
 
 # ------------------------------------------------------------------ builders
@@ -512,7 +204,7 @@ def make_strategy(kind="auto", **options):
     checked = validate_options(name, options)
     if "precision" in checked:
         precision_lib.set_precision(checked["precision"])
-    return communication.attach(_REGISTRY[name].build(checked), checked)
+    return communication.attach(entry(name).build(checked), checked)
 
 
 def strategy_kind(strategy):
@@ -521,9 +213,8 @@ def strategy_kind(strategy):
     Raises:
         TypeError: when `strategy` is not a strategy.
     """
-    _load_plugins()
-    for name, entry in _REGISTRY.items():
-        if entry.strategy_types and isinstance(strategy, entry.strategy_types):
+    for name, registered in entries().items():
+        if registered.strategy_types and isinstance(strategy, registered.strategy_types):
             return name
     if isinstance(strategy, tf.distribute.Strategy):
         if type(strategy).__name__ == "_DefaultDistributionStrategy":
