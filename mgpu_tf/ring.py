@@ -48,11 +48,12 @@ def listen(host, port=0):
     """Opens the socket the left neighbour will connect to; returns it.
 
     Args:
-        host: the address to bind, the worker's own host as the cluster names it.
+        host: the address to bind, the worker's own host as the cluster names it
+            (a name, an IPv4 address, or an IPv6 address without brackets).
         port: the port; `0` (the default) lets the system pick a free one.
     """
-    listener = socket.create_server((host, port), backlog=8)
-    return listener
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=8)
 
 
 def _tune(sock, timeout):
@@ -87,14 +88,16 @@ class Ring:
             f"worker {r} ({host}:{port})" for r, (host, port) in enumerate(self.peers)]
         self.timeout = timeout_seconds
         self._right = self._left = None
-        if self.size > 1:
-            try:
-                self._connect(listener)
-            except BaseException:
-                self.close()
-                raise
-            self._start_receiving()
-        listener.close()
+        try:
+            if self.size > 1:
+                try:
+                    self._connect(listener)
+                except BaseException:
+                    self.close()
+                    raise
+                self._start_receiving()
+        finally:
+            listener.close()
 
     # ------------------------------------------------------------ set-up
 

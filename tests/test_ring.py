@@ -122,3 +122,26 @@ def test_one_worker_is_its_own_ring():
     listener = ring.listen("127.0.0.1")
     with ring.Ring(0, [listener.getsockname()], listener) as r:
         np.testing.assert_array_equal(r.all_reduce(np.arange(5.0)), np.arange(5.0))
+
+
+def test_workers_on_ipv6_loopback_form_a_ring():
+    try:
+        probe = ring.listen("::1")
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    probe.close()
+    listeners = [ring.listen("::1") for _ in range(2)]
+    peers = [("::1", listener.getsockname()[1]) for listener in listeners]
+    results = [None, None]
+
+    def worker(rank):
+        with ring.Ring(rank, peers, listeners[rank], timeout_seconds=10) as r:
+            results[rank] = r.all_reduce(np.full(3, rank + 1.0, np.float32))
+
+    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    for result in results:
+        np.testing.assert_array_equal(result, [3.0] * 3)
