@@ -70,8 +70,8 @@ class Ring:
     Args:
         rank: this worker's position, `0 <= rank < len(peers)`.
         peers: `(host, port)` of every worker's listener, in rank order.
-        listener: this worker's listening socket (from `listen`); it is closed
-            once the left neighbour has connected.
+        listener: this worker's listening socket (from `listen`); the ring
+            closes it once the left neighbour has connected (or has failed to).
         timeout_seconds: how long a connection or one transfer may wait for a
             neighbour before `PeerLostError`. `None` waits forever.
         names: how errors name each worker. Defaults to `"worker R (host:port)"`.
@@ -222,8 +222,8 @@ class Ring:
         """The ring all-reduce as `(phase, send, receive)` chunk indices, in order.
 
         In phase `"reduce"` the chunk received is added to this worker's chunk
-        of that index; in phase `"gather"` it replaces it. After every step the
-        buffer is the sum over workers.
+        of that index; in phase `"gather"` it replaces it. After the last step
+        every chunk is the sum over workers, on every worker.
         """
         n, r = self.size, self.rank
         return ([("reduce", (r - s) % n, (r - s - 1) % n) for s in range(n - 1)]
