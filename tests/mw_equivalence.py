@@ -17,8 +17,8 @@ import tensorflow as tf
 LEARNING_RATE = 0.1
 
 
-def build_model(weights):
-    """Returns the compiled test model with the given initial weights."""
+def build_model(weights, momentum=0.0):
+    """Returns the compiled test model with the given initial weights (SGD, `momentum`)."""
     model = keras.Sequential([
         keras.Input((5,)),
         keras.layers.Dense(16, activation="tanh"),
@@ -27,7 +27,7 @@ def build_model(weights):
     ])
     if weights is not None:
         model.set_weights(weights)
-    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
+    model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=momentum), loss="mse")
     return model
 
 

@@ -14,25 +14,12 @@ import numpy as np
 import pytest
 
 import mgpu_tf
-from mw_equivalence import global_batches
+from mw_equivalence import build_model, global_batches
 from workers import run_workers
 
 WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_communication.py")
 GLOBAL_BATCH = 4
 TOLERANCE = 1e-5
-
-
-def _model(weights=None, momentum=0.0):
-    model = keras.Sequential([
-        keras.Input((5,)),
-        keras.layers.Dense(16, activation="tanh"),
-        keras.layers.Dense(8, activation="tanh"),
-        keras.layers.Dense(1),
-    ])
-    if weights is not None:
-        model.set_weights(weights)
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=momentum), loss="mse")
-    return model
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +28,14 @@ def problem():
     x = rng.normal(size=(6 * 2 * GLOBAL_BATCH, 5)).astype("float32")
     y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] * x[:, 2:3]).astype("float32")
     weights = [rng.normal(scale=0.5, size=w.shape).astype("float32")
-               for w in _model().get_weights()]
+               for w in build_model(None).get_weights()]
     return x, y, weights
 
 
 def _reference(problem, steps_per_sync, momentum):
     """Plain Keras, default strategy: one step per steps_per_sync global batches."""
     x, y, weights = problem
-    model = _model(weights, momentum)
+    model = build_model(weights, momentum)
     model.fit(x, y, batch_size=GLOBAL_BATCH * steps_per_sync, epochs=1, shuffle=False,
               verbose=0)
     return model.get_weights()
@@ -80,7 +67,7 @@ def test_keras_own_accumulation_still_fails_under_mirrored(problem):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
-        model = _model(weights)
+        model = build_model(weights)
         model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
                       loss="mse")
     with pytest.raises(Exception, match="merge_call"):
@@ -94,7 +81,7 @@ def test_mirrored_matches_unaccumulated_update_on_same_examples(
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices, steps_per_sync=steps_per_sync)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(_model(weights, momentum), strategy)
+        model = mgpu_tf.prepare_model(build_model(weights, momentum), strategy)
     history = model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     steps = len(x) // GLOBAL_BATCH
     assert int(model.optimizer.iterations.numpy()) == steps // steps_per_sync
@@ -108,7 +95,7 @@ def test_steps_per_sync_one_is_every_step(problem):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=1)
     with strategy.scope():
-        model = _model(weights)
+        model = build_model(weights)
         assert mgpu_tf.prepare_model(model, strategy) is model
     model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     assert _relative_difference(model.get_weights(), _reference(problem, 1, 0.0)) < TOLERANCE
@@ -119,7 +106,7 @@ def test_accumulation_with_compression_keeps_the_update_count(problem):
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=2,
                                      compression="bfloat16")
     with strategy.scope():
-        model = mgpu_tf.prepare_model(_model(weights), strategy)
+        model = mgpu_tf.prepare_model(build_model(weights), strategy)
     model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == len(x) // GLOBAL_BATCH // 2
     # bfloat16 keeps 8 bits: the update is the accumulated one to within its rounding.
