@@ -13,10 +13,18 @@ import pytest
 from mgpu_tf import ring
 
 
-def _run_ring(size, work, *, timeout_seconds=10.0):
-    """Runs `work(ring, rank)` on `size` connected workers; returns their results by rank."""
-    listeners = [ring.listen("127.0.0.1") for _ in range(size)]
-    peers = [("127.0.0.1", listener.getsockname()[1]) for listener in listeners]
+def _listen(size, host="127.0.0.1"):
+    """`size` listeners on `host`, and the `(host, port)` peers list they make."""
+    listeners = [ring.listen(host) for _ in range(size)]
+    return listeners, [(host, listener.getsockname()[1]) for listener in listeners]
+
+
+def _run_ring(size, work, *, timeout_seconds=10.0, listening=None):
+    """Runs `work(ring, rank)` on `size` connected workers; returns results and errors by rank.
+
+    `listening` is `_listen`'s result when the test needs the ports first.
+    """
+    listeners, peers = listening or _listen(size)
     results, errors = [None] * size, [None] * size
 
     def worker(rank):
@@ -90,22 +98,13 @@ def test_a_neighbour_that_never_connects_times_out_with_its_name():
 
 
 def test_a_stranger_on_the_port_is_turned_away():
-    listeners = [ring.listen("127.0.0.1") for _ in range(2)]
-    peers = [("127.0.0.1", listener.getsockname()[1]) for listener in listeners]
-    stranger = socket.create_connection(peers[0])
+    listening = _listen(2)
+    stranger = socket.create_connection(listening[1][0])
     stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
-    results = [None, None]
-
-    def worker(rank):
-        with ring.Ring(rank, peers, listeners[rank], timeout_seconds=10) as r:
-            results[rank] = r.all_reduce(np.full(4, rank + 1.0, np.float32))
-
-    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    results, errors = _run_ring(
+        2, lambda r, rank: r.all_reduce(np.full(4, rank + 1.0, np.float32)), listening=listening)
     stranger.close()
+    assert errors == [None, None]
     for result in results:
         np.testing.assert_array_equal(result, [3.0] * 4)
 
@@ -130,18 +129,9 @@ def test_workers_on_ipv6_loopback_form_a_ring():
     except OSError:
         pytest.skip("this machine has no IPv6 loopback")
     probe.close()
-    listeners = [ring.listen("::1") for _ in range(2)]
-    peers = [("::1", listener.getsockname()[1]) for listener in listeners]
-    results = [None, None]
-
-    def worker(rank):
-        with ring.Ring(rank, peers, listeners[rank], timeout_seconds=10) as r:
-            results[rank] = r.all_reduce(np.full(3, rank + 1.0, np.float32))
-
-    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
+    results, errors = _run_ring(
+        2, lambda r, rank: r.all_reduce(np.full(3, rank + 1.0, np.float32)),
+        listening=_listen(2, "::1"))
+    assert errors == [None, None]
     for result in results:
         np.testing.assert_array_equal(result, [3.0] * 3)
