@@ -87,6 +87,8 @@ class Ring:
         self.names = list(names) if names is not None else [
             f"worker {r} ({host}:{port})" for r, (host, port) in enumerate(self.peers)]
         self.timeout = timeout_seconds
+        # Neighbours' ranks, and the connections to and from them.
+        self.right, self.left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         self._right = self._left = None
         try:
             if self.size > 1:
@@ -105,17 +107,15 @@ class Ring:
         return PeerLostError(f"ring: lost {self.names[rank]}: {why}")
 
     def _connect(self, listener):
-        right = (self.rank + 1) % self.size
-        left = (self.rank - 1) % self.size
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
-                self._right = _tune(socket.create_connection(self.peers[right], self.timeout),
+                self._right = _tune(socket.create_connection(self.peers[self.right], self.timeout),
                                     self.timeout)
                 break
             except OSError as error:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise self._lost(right, f"could not connect: {error}") from error
+                    raise self._lost(self.right, f"could not connect: {error}") from error
                 time.sleep(0.05)
         self._right.sendall(_HELLO.pack(_MAGIC, self.rank, self.size))
         listener.settimeout(self.timeout)
@@ -123,16 +123,17 @@ class Ring:
             try:
                 connection, _ = listener.accept()
             except OSError as error:
-                raise self._lost(left, f"it did not connect within {self.timeout} s") from error
+                raise self._lost(self.left,
+                                 f"it did not connect within {self.timeout} s") from error
             _tune(connection, self.timeout)
             hello = bytearray(_HELLO.size)
             try:
-                self._receive(connection, memoryview(hello), left)
+                self._receive(connection, memoryview(hello), self.left)
             except PeerLostError:
                 connection.close()
                 continue
             magic, sender, size = _HELLO.unpack(bytes(hello))
-            if (magic, sender, size) == (_MAGIC, left, self.size):
+            if (magic, sender, size) == (_MAGIC, self.left, self.size):
                 self._left = connection
             else:  # not our neighbour: someone else knocked on the port
                 connection.close()
@@ -157,16 +158,15 @@ class Ring:
         self._counters, self._count_lock = {}, threading.Lock()
         self._send_lock = threading.Lock()
         self._left.settimeout(None)  # idle between steps is fine; waiters time out
-        left = (self.rank - 1) % self.size
 
         def receive():
             header = bytearray(_HEADER.size)
             try:
                 while True:
-                    self._receive(self._left, memoryview(header), left)
+                    self._receive(self._left, memoryview(header), self.left)
                     op, step, index, nbytes = _HEADER.unpack(bytes(header))
                     payload = np.empty(nbytes, np.uint8)
-                    self._receive(self._left, memoryview(payload), left)
+                    self._receive(self._left, memoryview(payload), self.left)
                     with self._arrived:
                         self._mailbox[(op, step, index)] = payload
                         self._arrived.notify_all()
@@ -195,25 +195,23 @@ class Ring:
             index = self._counters.get((op, step), 0)
             self._counters[(op, step)] = index + 1
         key = (op, step, index)
-        right = (self.rank + 1) % self.size
         try:
             with self._send_lock:
                 self._right.sendall(_HEADER.pack(op, step, index, send.nbytes))
                 self._right.sendall(memoryview(send.view(np.uint8)))
         except OSError as error:
-            raise self._lost(right, error) from error
+            raise self._lost(self.right, error) from error
         with self._arrived:
             if not self._arrived.wait_for(lambda: key in self._mailbox or self._failure,
                                           timeout=self.timeout):
-                raise self._lost((self.rank - 1) % self.size,
-                                 f"it sent nothing for {self.timeout} s.")
+                raise self._lost(self.left, f"it sent nothing for {self.timeout} s.")
             if key not in self._mailbox:
                 raise self._failure
             payload = self._mailbox.pop(key)
         expected = int(count) * send.itemsize
         if payload.size != expected:
             raise PeerLostError(
-                f"ring: {self.names[(self.rank - 1) % self.size]} sent {payload.size} bytes for "
+                f"ring: {self.names[self.left]} sent {payload.size} bytes for "
                 f"exchange {key}, where {expected} were expected: the workers do not run "
                 "the same all-reduces.")
         return payload.view(send.dtype)
