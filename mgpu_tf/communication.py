@@ -43,6 +43,7 @@ __all__ = [
     "prepare",
     "install",
     "compressed_all_reduce",
+    "sum_gradients",
 ]
 
 
@@ -194,15 +195,27 @@ def compressed_all_reduce(grads_and_vars, *, wire_dtype=tf.float16):
     for all gradients, in replica context; outside it, the pairs come back as
     they are. `None` gradients stay `None`.
     """
-    context = tf.distribute.get_replica_context()
+    def total(grads):
+        sent = [tf.cast(g, wire_dtype) if g.dtype.is_floating else g for g in grads]
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, sent)
+
+    return sum_gradients(grads_and_vars, total)
+
+
+def sum_gradients(grads_and_vars, total):
+    """Sums `(gradient, variable)` pairs over replicas with `total(gradients)`.
+
+    The frame of every stand-in for Keras' `_all_reduce_sum_gradients`: in
+    replica context, `total` gets the gradients that are not `None` and returns
+    their sums, each cast back here to its gradient's dtype; outside replica
+    context, or with no gradient at all, the pairs come back as they are.
+    """
     grads_and_vars = list(grads_and_vars)
-    if not context:
-        return grads_and_vars
     present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
+    if not tf.distribute.get_replica_context() or not present:
+        return grads_and_vars
     grads = [grads_and_vars[i][0] for i in present]
-    sent = [tf.cast(g, wire_dtype) if g.dtype.is_floating else g for g in grads]
-    summed = context.all_reduce(tf.distribute.ReduceOp.SUM, sent) if sent else []
     out = list(grads_and_vars)
-    for i, g, s in zip(present, grads, summed):
+    for i, g, s in zip(present, grads, total(grads)):
         out[i] = (tf.cast(s, g.dtype), grads_and_vars[i][1])
     return out

@@ -35,6 +35,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf import communication
 from mgpu_tf import compat
 from mgpu_tf import ring as ring_lib
 
@@ -194,18 +195,12 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
     (default: each gradient's own dtype, which must then agree). Outside
     replica context the pairs come back as they are; `None` gradients stay.
     """
-    grads_and_vars = list(grads_and_vars)
-    if not tf.distribute.get_replica_context():
-        return grads_and_vars
-    present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
-    if not present:
-        return grads_and_vars
-    grads = [tf.convert_to_tensor(grads_and_vars[i][0]) for i in present]
-    wire = tf.as_dtype(wire_dtype or grads[0].dtype)
-    flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
-    summed = ring_all_reduce(connection, flat, "gradients")
-    sizes = [int(np.prod(g.shape)) for g in grads]
-    out = list(grads_and_vars)
-    for i, g, piece in zip(present, grads, tf.split(summed, sizes)):
-        out[i] = (tf.cast(tf.reshape(piece, g.shape), g.dtype), grads_and_vars[i][1])
-    return out
+    def total(grads):
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        wire = tf.as_dtype(wire_dtype or grads[0].dtype)
+        flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
+        summed = ring_all_reduce(connection, flat, "gradients")
+        sizes = [int(np.prod(g.shape)) for g in grads]
+        return [tf.reshape(piece, g.shape) for g, piece in zip(grads, tf.split(summed, sizes))]
+
+    return communication.sum_gradients(grads_and_vars, total)
