@@ -12,46 +12,29 @@
 
 import argparse
 import io
-import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 from mgpu_tf import launcher
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "mw_reliability.py"
+sys.path.insert(0, str(SCRIPT.parent))
+import mw_reliability  # noqa: E402 - the worker script, from tests/
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
 STEPS_PER_EPOCH, EPOCHS = 8, 3
 
 
 def _detection(timeout_seconds, out):
-    configs = launcher.worker_tf_configs(2)
     env = dict(ENV, MGPU_TF_BENCH_TIMEOUT=str(timeout_seconds))
-    processes = [subprocess.Popen(
-        [sys.executable, str(SCRIPT), "train", str(out), "1", "0", "3"],
-        env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True) for c in configs]
-    try:
-        processes[1].wait(timeout=300)
-        died = time.monotonic()
-        output, _ = processes[0].communicate(timeout=300)
-        seconds = time.monotonic() - died
-    finally:
-        for p in processes:
-            p.kill()
+    _, _, output, seconds = mw_reliability.run_with_a_kill(
+        out, env, death_timeout=300, stop_timeout=300)
     named = "WorkerLostError: worker 1 (" in output
     return seconds, named
-
-
-def _weights(path):
-    with np.load(path) as data:
-        return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
 def _restart(root):
@@ -68,8 +51,8 @@ def _restart(root):
     repeated = len(done) - len(set(done))
     lost = len(expected - set(done))
     difference = max(float(np.max(np.abs(a - b) / (np.abs(a) + 1e-12)))
-                     for a, b in zip(_weights(clean / "final.npz"),
-                                     _weights(restarted / "final.npz")))
+                     for a, b in zip(mw_reliability.weights(clean / "final.npz"),
+                                     mw_reliability.weights(restarted / "final.npz")))
     return repeated, lost, difference
 
 

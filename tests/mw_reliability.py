@@ -12,16 +12,49 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import callbacks, failures
+from mgpu_tf import callbacks, failures, launcher
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 256, 8, 32, 3
+
+
+def weights(path):
+    """The arrays of an `.npz` file written by `np.savez(path, *arrays)`, in order."""
+    with np.load(path) as data:
+        return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def run_with_a_kill(out, env, *, death_timeout, stop_timeout):
+    """Trains on 2 workers, started by hand, where worker 1 SIGKILLs itself at epoch 0, batch 3.
+
+    Returns `(tf_configs, processes, survivor's output, seconds from the death
+    until the survivor stopped)`; both processes are gone on return.
+    """
+    configs = launcher.worker_tf_configs(2)
+    processes = [
+        subprocess.Popen([sys.executable, str(pathlib.Path(__file__).resolve()), "train",
+                          str(out), "1", "0", "3"],
+                         env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+        for c in configs]
+    try:
+        processes[1].wait(timeout=death_timeout)
+        died = time.monotonic()
+        output, _ = processes[0].communicate(timeout=stop_timeout)
+        seconds = time.monotonic() - died
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()
+    return configs, processes, output, seconds
 
 
 def _data():

@@ -1,26 +1,19 @@
 """Reliability with real workers: lost workers, restart and resume, chief-only writes."""
 
-import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 
+import mw_reliability
 from mgpu_tf import callbacks, launcher
 from workers import run_workers
 
 SCRIPT = pathlib.Path(__file__).with_name("mw_reliability.py")
-
-
-def _weights(path):
-    with np.load(path) as data:
-        return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
 def _steps(path):
@@ -36,7 +29,8 @@ def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), max_restarts=1,
                            grace_seconds=3, output=open(tmp_path / "log.txt", "w"))
     assert code == 0, (tmp_path / "log.txt").read_text()[-3000:]
-    clean, restarted = _weights(tmp_path / "clean" / "final.npz"), _weights(out / "final.npz")
+    clean = mw_reliability.weights(tmp_path / "clean" / "final.npz")
+    restarted = mw_reliability.weights(out / "final.npz")
     for a, b in zip(clean, restarted):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
     steps = _steps(out / "steps-0.txt")
@@ -51,22 +45,10 @@ def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
 @pytest.mark.multiworker
 @pytest.mark.parametrize("transport", ["tensorflow", "tcp"])
 def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path, transport):
-    configs = launcher.worker_tf_configs(2)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
                MGPU_TF_TEST_TRANSPORT=transport)
-    processes = [
-        subprocess.Popen([sys.executable, str(SCRIPT), "train", str(tmp_path), "1", "0", "3"],
-                         env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-        for c in configs]
-    try:
-        processes[1].wait(timeout=180)
-        died = time.monotonic()
-        output, _ = processes[0].communicate(timeout=60)
-        detected = time.monotonic() - died
-    finally:
-        for p in processes:
-            p.kill()
+    configs, processes, output, detected = mw_reliability.run_with_a_kill(
+        tmp_path, env, death_timeout=180, stop_timeout=60)
     assert processes[1].returncode == -9
     assert processes[0].returncode != 0
     address = configs[0]["cluster"]["worker"][1]
