@@ -20,7 +20,7 @@ import tempfile
 
 import numpy as np
 
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "mw_reliability.py"
 sys.path.insert(0, str(SCRIPT.parent))

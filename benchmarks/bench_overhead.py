@@ -168,7 +168,7 @@ def _measure(variant, strategy, args):
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
         lines = out.splitlines()
     else:
-        from mgpu_tf import launcher
+        from mgpu_tf.cluster import launcher
 
         # One thread per worker process, like one device each.
         env.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")

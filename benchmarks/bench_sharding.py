@@ -149,7 +149,7 @@ def _launch(setting, args):
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         lines = out.stdout.splitlines()
     else:
-        from mgpu_tf import launcher
+        from mgpu_tf.cluster import launcher
 
         buffer = io.StringIO()
         code = launcher.launch(command, 2, env=env, output=buffer)

@@ -175,7 +175,7 @@ def set_log_mean(strategy, mean):
     """Makes `strategy`'s workers average their step logs with `mean` instead of a collective.
 
     `mean(vector)` receives this worker's float32 vector of packed logs (one
-    replica per worker) and returns the mean over workers. `mgpu_tf.transport`
+    replica per worker) and returns the mean over workers. `mgpu_tf.comm.transport`
     sets it so that logs travel over the same ring as the gradients.
     """
     _LOG_MEANS[strategy] = mean

@@ -24,8 +24,10 @@ app.run(main)
 
 from absl import flags
 
-from mgpu_tf import devices as devices_lib
-from mgpu_tf import strategies
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import factory
+from mgpu_tf.strategies import options as options_lib
+from mgpu_tf.strategies import registry
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags"]
 
@@ -63,41 +65,41 @@ def define_flags(flag_values=flags.FLAGS):
         return
     flags.DEFINE_string(
         "strategy", "auto",
-        "Distribution strategy: " + ", ".join(strategies.available_strategies()) + ".",
+        "Distribution strategy: " + ", ".join(factory.available_strategies()) + ".",
         flag_values=flag_values)
     flags.DEFINE_integer("simulate_devices", 0,
                          "Split the device into N logical devices (0: off).",
                          flag_values=flag_values)
     flags.DEFINE_enum("simulate_device_type", "CPU", ["CPU", "GPU"],
                       "Device type --simulate_devices splits.", flag_values=flag_values)
-    flags.DEFINE_list("devices", None, strategies.OPTIONS["devices"] +
+    flags.DEFINE_list("devices", None, registry.OPTIONS["devices"] +
                       " (comma-separated names, or one number).", flag_values=flag_values)
-    flags.DEFINE_integer("num_gpus", None, strategies.OPTIONS["num_gpus"],
+    flags.DEFINE_integer("num_gpus", None, registry.OPTIONS["num_gpus"],
                          flag_values=flag_values)
-    flags.DEFINE_string("all_reduce", None, strategies.OPTIONS["all_reduce"],
+    flags.DEFINE_string("all_reduce", None, registry.OPTIONS["all_reduce"],
                         flag_values=flag_values)
-    flags.DEFINE_integer("num_packs", None, strategies.OPTIONS["num_packs"],
+    flags.DEFINE_integer("num_packs", None, registry.OPTIONS["num_packs"],
                          flag_values=flag_values)
-    flags.DEFINE_integer("bytes_per_pack", None, strategies.OPTIONS["bytes_per_pack"],
+    flags.DEFINE_integer("bytes_per_pack", None, registry.OPTIONS["bytes_per_pack"],
                          flag_values=flag_values)
-    flags.DEFINE_string("compression", None, strategies.OPTIONS["compression"],
+    flags.DEFINE_string("compression", None, registry.OPTIONS["compression"],
                         flag_values=flag_values)
-    flags.DEFINE_integer("steps_per_sync", None, strategies.OPTIONS["steps_per_sync"],
+    flags.DEFINE_integer("steps_per_sync", None, registry.OPTIONS["steps_per_sync"],
                          flag_values=flag_values)
-    flags.DEFINE_string("transport", None, strategies.OPTIONS["transport"],
+    flags.DEFINE_string("transport", None, registry.OPTIONS["transport"],
                         flag_values=flag_values)
-    flags.DEFINE_string("precision", None, strategies.OPTIONS["precision"],
+    flags.DEFINE_string("precision", None, registry.OPTIONS["precision"],
                         flag_values=flag_values)
-    flags.DEFINE_string("tpu", None, strategies.OPTIONS["tpu"], flag_values=flag_values)
-    flags.DEFINE_list("worker_hosts", None, strategies.OPTIONS["worker_hosts"] +
+    flags.DEFINE_string("tpu", None, registry.OPTIONS["tpu"], flag_values=flag_values)
+    flags.DEFINE_list("worker_hosts", None, registry.OPTIONS["worker_hosts"] +
                       " (comma-separated).", flag_values=flag_values)
-    flags.DEFINE_integer("task_index", None, strategies.OPTIONS["task_index"],
+    flags.DEFINE_integer("task_index", None, registry.OPTIONS["task_index"],
                          flag_values=flag_values)
-    flags.DEFINE_list("balance", None, strategies.OPTIONS["balance"] +
+    flags.DEFINE_list("balance", None, registry.OPTIONS["balance"] +
                       " (comma-separated counts).", flag_values=flag_values)
-    flags.DEFINE_integer("microbatches", None, strategies.OPTIONS["microbatches"],
+    flags.DEFINE_integer("microbatches", None, registry.OPTIONS["microbatches"],
                          flag_values=flag_values)
-    flags.DEFINE_integer("devices_per_worker", None, strategies.OPTIONS["devices_per_worker"],
+    flags.DEFINE_integer("devices_per_worker", None, registry.OPTIONS["devices_per_worker"],
                          flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.
@@ -130,11 +132,11 @@ def _validate(values):
         count = values["simulate_devices"]
         if count:
             devices_lib.simulate_devices(count, values["simulate_device_type"])
-        kind = strategies.resolve_kind(values["strategy"])
+        kind = registry.resolve_kind(values["strategy"])
         if kind != "auto":
-            strategies.validate_options(kind, _options(values))
-    except (KeyError, TypeError, ValueError, RuntimeError) as error:
-        message = error.args[0] if isinstance(error, KeyError) else str(error)
+            options_lib.validate_options(kind, _options(values))
+    except (TypeError, ValueError, RuntimeError) as error:
+        message = str(error)
         raise flags.ValidationError(message) from None
     return True
 
@@ -148,4 +150,4 @@ def strategy_options(flag_values=flags.FLAGS):
 def make_strategy_from_flags(flag_values=flags.FLAGS):
     """Returns `make_strategy(*strategy_options(flag_values))`'s strategy."""
     kind, options = strategy_options(flag_values)
-    return strategies.make_strategy(kind, **options)
+    return factory.make_strategy(kind, **options)

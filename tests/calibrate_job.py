@@ -11,7 +11,7 @@ import time
 import keras
 import numpy as np
 
-from mgpu_tf import cluster
+from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.train import build_model
 
 _STEPS, _BATCH = 20, 64

@@ -1,6 +1,6 @@
 """Running local workers with the environment a deployment gives them (no TF_CONFIG).
 
-`mgpu_tf.launcher` hands every worker a TF_CONFIG, which `detect_cluster` reads
+`mgpu_tf.cluster.launcher` hands every worker a TF_CONFIG, which `detect_cluster` reads
 first; to test detection from Kubernetes or SLURM variables, each worker here gets
 exactly its own environment and nothing else of the cluster.
 """

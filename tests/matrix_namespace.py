@@ -8,7 +8,9 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import mgpu_tf
-from mgpu_tf import cluster, kubernetes, launcher
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import kubernetes
+from mgpu_tf.cluster import launcher
 from mgpu_tf import flags as mgpu_flags
 from model_parallel_models import residual, with_batch_norm
 

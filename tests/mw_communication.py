@@ -20,7 +20,7 @@ def main(data_path, out_dir, options_json):
     import keras
 
     import mgpu_tf
-    from mgpu_tf import cluster
+    from mgpu_tf.cluster import detect as cluster
 
     strategy = mgpu_tf.make_strategy("multi_worker", **json.loads(options_json))
     data = np.load(data_path)

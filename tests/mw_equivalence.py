@@ -46,7 +46,7 @@ def global_batches(x, y, global_batch):
 
 def main(data_path, out_dir):
     import mgpu_tf
-    from mgpu_tf import cluster
+    from mgpu_tf.cluster import detect as cluster
 
     strategy = mgpu_tf.make_strategy("multi_worker")
     data = np.load(data_path)

@@ -21,7 +21,9 @@ import numpy as np
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import callbacks, failures, launcher
+from mgpu_tf import callbacks
+from mgpu_tf.cluster import failures
+from mgpu_tf.cluster import launcher
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 256, 8, 32, 3
 

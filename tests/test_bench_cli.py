@@ -6,7 +6,7 @@ import re
 import keras
 import pytest
 
-from mgpu_tf import cost_model
+from mgpu_tf.planner import cost_model
 from mgpu_tf.cli import main
 
 

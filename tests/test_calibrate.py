@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mgpu_tf import calibrate
+from mgpu_tf.cluster import calibrate
 from mgpu_tf.cli import main as cli_main
 
 _JOB = pathlib.Path(__file__).with_name("calibrate_job.py")

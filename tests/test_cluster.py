@@ -5,7 +5,8 @@ import json
 import pytest
 
 import mgpu_tf
-from mgpu_tf import cluster
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import tf_config
 
 
 def _config(cluster_spec, task_type="worker", index=0):
@@ -21,33 +22,33 @@ def test_parses_a_worker_cluster():
 
 
 def test_worker_zero_is_chief_without_a_chief_role():
-    assert cluster.parse_tf_config(_config({"worker": ["h1:1", "h2:1"]})).is_chief
+    assert tf_config.parse_tf_config(_config({"worker": ["h1:1", "h2:1"]})).is_chief
 
 
 def test_chief_role_is_the_chief():
     spec = {"chief": ["c:1"], "worker": ["w:1"]}
-    assert cluster.parse_tf_config(_config(spec, "chief")).is_chief
-    assert not cluster.parse_tf_config(_config(spec, "worker")).is_chief
-    assert cluster.parse_tf_config(_config(spec, "chief")).num_workers == 2
+    assert tf_config.parse_tf_config(_config(spec, "chief")).is_chief
+    assert not tf_config.parse_tf_config(_config(spec, "worker")).is_chief
+    assert tf_config.parse_tf_config(_config(spec, "chief")).num_workers == 2
 
 
 def test_round_trips_to_tf_config():
     value = _config({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, index=1)
-    assert json.loads(cluster.parse_tf_config(value).to_json()) == value
+    assert json.loads(tf_config.parse_tf_config(value).to_json()) == value
 
 
 def test_ipv6_addresses_are_accepted():
-    assert cluster.parse_address("[::1]:2222") == ("::1", 2222)
+    assert tf_config.parse_address("[::1]:2222") == ("::1", 2222)
 
 
 def test_cluster_from_hosts_matches_the_hand_written_tf_config():
-    built = cluster.cluster_from_hosts("h1:10, h2:10", 1)
+    built = tf_config.cluster_from_hosts("h1:10, h2:10", 1)
     assert built.to_tf_config() == _config({"worker": ["h1:10", "h2:10"]}, index=1)
     assert built.source == "worker_hosts"
 
 
 def test_cluster_resolver_describes_the_same_cluster():
-    resolver = cluster.cluster_from_hosts(["h1:10", "h2:10"], 1).cluster_resolver()
+    resolver = tf_config.cluster_from_hosts(["h1:10", "h2:10"], 1).cluster_resolver()
     assert resolver.cluster_spec().as_dict() == {"worker": ["h1:10", "h2:10"]}
     assert (resolver.task_type, resolver.task_id) == ("worker", 1)
 
@@ -89,7 +90,7 @@ def test_detect_cluster_reads_tf_config(monkeypatch):
 ])
 def test_malformed_tf_config_quotes_the_offending_part(value, match):
     with pytest.raises(mgpu_tf.ClusterConfigError, match=match):
-        cluster.parse_tf_config(value)
+        tf_config.parse_tf_config(value)
 
 
 def test_invalid_tf_config_in_the_environment_fails_make_strategy_at_once(monkeypatch):
@@ -106,5 +107,5 @@ def test_invalid_tf_config_in_the_environment_fails_make_strategy_at_once(monkey
     (["a:1", "a:1"], 0, "Address 'a:1' appears twice"),
 ])
 def test_bad_host_lists(hosts, index, match):
-    with pytest.raises(cluster.ClusterConfigError, match=match):
-        cluster.cluster_from_hosts(hosts, index)
+    with pytest.raises(tf_config.ClusterConfigError, match=match):
+        tf_config.cluster_from_hosts(hosts, index)

@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import communication
+from mgpu_tf.comm import compression
+from mgpu_tf.comm import prepare as communication
 from mw_equivalence import LEARNING_RATE, build_model, global_batches
 from workers import run_workers
 
@@ -73,9 +74,9 @@ def _check_rounded_update(trained, weights, grads, wire):
 
 @pytest.mark.parametrize("value, expected", [
     ("float16", "float16"), ("BFLOAT16", "bfloat16"), ("none", "none"),
-    (communication.Compression.FLOAT16, "float16")])
+    (compression.Compression.FLOAT16, "float16")])
 def test_check_compression_accepts_the_names(value, expected):
-    assert communication.check_compression(value) == expected
+    assert compression.check_compression(value) == expected
 
 
 @pytest.mark.parametrize("value", ["fp8", "float32", 16, None])

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from deploy_workers import run_together, run_with_environments
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
 
 _DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "deployment.md"

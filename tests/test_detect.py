@@ -9,7 +9,11 @@ import json
 import pytest
 
 from deploy_workers import assert_trained_alike, run_with_environments
-from mgpu_tf import cluster, hostlist, launcher, strategies
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import tf_config
+from mgpu_tf.cluster import hostlist
+from mgpu_tf.cluster import launcher
+from mgpu_tf.strategies import factory as strategies
 
 _SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
                     "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
@@ -26,7 +30,7 @@ def clean_environment(monkeypatch):
 
 
 def _pod(index, job="train", jobs="train:3", service="train", port="2222", **extra):
-    """The variables of one pod of an Indexed Job made by mgpu_tf.kubernetes."""
+    """The variables of one pod of an Indexed Job made by mgpu_tf.cluster.kubernetes."""
     return {"JOB_COMPLETION_INDEX": str(index), "MGPU_TF_JOB_NAME": job, "MGPU_TF_JOBS": jobs,
             "MGPU_TF_SERVICE_NAME": service, "MGPU_TF_PORT": port, **extra}
 
@@ -241,7 +245,7 @@ def test_shard_weights_follow_the_cluster():
      "Address 'h:1' appears twice"),
 ])
 def test_bad_environment_fails_with_the_variable_named(environ, match):
-    with pytest.raises(cluster.ClusterConfigError, match=match):
+    with pytest.raises(tf_config.ClusterConfigError, match=match):
         cluster.detect_cluster(environ)
 
 
@@ -252,7 +256,7 @@ def test_bad_environment_fails_with_the_variable_named(environ, match):
     ("2,1", r"one weight per worker \(3, from kubernetes\)"),
 ])
 def test_bad_shard_weights(value, match):
-    with pytest.raises(cluster.ClusterConfigError, match=match):
+    with pytest.raises(tf_config.ClusterConfigError, match=match):
         cluster.shard_weights(_pod(0, MGPU_TF_SHARD_WEIGHTS=value))
 
 

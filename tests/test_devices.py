@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import devices
+from mgpu_tf.strategies import devices
 from tests.workers import run_python
 
 

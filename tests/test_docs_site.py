@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 # Modules whose docstrings name the upstream issues they work around.
-_WORKAROUND_MODULES = ("compat.py", "failures.py", "sharding.py", "callbacks.py",
+_WORKAROUND_MODULES = ("compat.py", "cluster/failures.py", "data/sharding.py", "callbacks.py",
                        "model_parallel/pipeline.py")
 
 

@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from deploy_workers import assert_trained_alike, run_with_environments
-from mgpu_tf import cluster, kubernetes, launcher
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import kubernetes
+from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
 
 # The oldest and newest Kubernetes releases whose schemas kubernetes-validate ships.

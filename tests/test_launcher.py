@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
 
 _ECHO = [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"]

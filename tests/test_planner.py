@@ -8,7 +8,7 @@ import keras
 import pytest
 
 import mgpu_tf
-from mgpu_tf import strategies
+from mgpu_tf.strategies import factory as strategies
 from mgpu_tf.cli import main as cli_main
 from mgpu_tf.planner import PlanError, memory, parse_size, recommend
 from model_parallel_models import mlp
@@ -123,7 +123,7 @@ def test_the_step_time_is_the_ring_all_reduce_cost_model():
 
 
 def test_an_unknown_interconnect_lists_the_known_ones():
-    with pytest.raises(KeyError, match="Unknown interconnect 'infiniband'. Known: pcie, nvlink"):
+    with pytest.raises(ValueError, match="Unknown interconnect 'infiniband'. Known: pcie, nvlink"):
         mgpu_tf.plan(mlp(), devices=2, global_batch_size=8, interconnect="infiniband")
 
 

@@ -7,7 +7,7 @@ from absl import flags
 
 import mgpu_tf
 from mgpu_tf import flags as mgpu_flags
-from mgpu_tf import precision
+from mgpu_tf.strategies import precision
 from workers import run_workers
 
 COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16",

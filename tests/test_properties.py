@@ -7,7 +7,7 @@ from absl import flags
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgpu_tf import cluster
+from mgpu_tf.cluster import tf_config
 from mgpu_tf import flags as mgpu_flags
 
 _JSON = st.recursive(
@@ -30,12 +30,12 @@ _SHAPED = st.fixed_dictionaries({
 
 def _parse_or_our_error(value):
     try:
-        config = cluster.parse_tf_config(value)
-    except cluster.ClusterConfigError:
+        config = tf_config.parse_tf_config(value)
+    except tf_config.ClusterConfigError:
         return None
     # A result is a usable cluster: the task is inside it and round-trips.
     assert config.cluster[config.task_type][config.task_index] == config.address
-    assert cluster.parse_tf_config(config.to_json()) == config
+    assert tf_config.parse_tf_config(config.to_json()) == config
     return config
 
 
@@ -63,8 +63,8 @@ def test_any_text(text):
        st.none() | st.integers(-2, 5) | st.text(max_size=2))
 def test_host_lists(hosts, index):
     try:
-        config = cluster.cluster_from_hosts(hosts, index)
-    except cluster.ClusterConfigError:
+        config = tf_config.cluster_from_hosts(hosts, index)
+    except tf_config.ClusterConfigError:
         return
     assert config.address == config.cluster["worker"][index]
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import mw_reliability
-from mgpu_tf import callbacks, launcher
+from mgpu_tf import callbacks
+from mgpu_tf.cluster import launcher
 from workers import run_workers
 
 SCRIPT = pathlib.Path(__file__).with_name("mw_reliability.py")

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from mgpu_tf import ring
+from mgpu_tf.comm import ring
 
 
 def _listen(size, host="127.0.0.1"):

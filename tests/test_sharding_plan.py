@@ -1,8 +1,8 @@
-"""The epoch layout of mgpu_tf.shard_plan against shares worked out by hand."""
+"""The epoch layout of mgpu_tf.data.plan against shares worked out by hand."""
 
 import pytest
 
-from mgpu_tf import shard_plan
+from mgpu_tf.data import plan as shard_plan
 
 
 def _examples(plan):

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import strategies
+from mgpu_tf.strategies import factory as strategies
 
 
 def test_available_strategies_lists_every_builtin_with_a_description():
@@ -117,7 +117,7 @@ def test_auto_with_a_named_tpu_chooses_tpu():
 
 
 @pytest.mark.parametrize("kind, options, error, match", [
-    ("bogus", {}, KeyError, "Unknown strategy 'bogus'. Known strategies: auto, default"),
+    ("bogus", {}, ValueError, "Unknown strategy 'bogus'. Known strategies: auto, default"),
     (3, {}, TypeError, "`kind` must be a strategy name"),
     ("mirrored", {"devise": 2}, TypeError, r"make_strategy\(\) got unknown option"),
     ("default", {"num_packs": 2}, ValueError, "`num_packs` does not apply to strategy 'default'"),

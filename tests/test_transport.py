@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf import transport
+from mgpu_tf.comm import transport
 
 
 @pytest.mark.parametrize("value, expected", [("tcp", "tcp"), ("TCP", "tcp"),

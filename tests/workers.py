@@ -5,7 +5,7 @@ import os
 import re
 import sys
 
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 
 __all__ = ["run_workers", "run_python"]
 

@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from mgpu_tf import scaling
+from mgpu_tf.planner.bench import scaling
 
 __all__ = ["add_parser", "bench_command"]
 

@@ -2,7 +2,9 @@
 
 import sys
 
-from mgpu_tf import calibrate, launcher
+from mgpu_tf.cluster import calibrate
+
+from mgpu_tf.cluster import launcher
 
 __all__ = ["add_parser", "calibrate_command"]
 

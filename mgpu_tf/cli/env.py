@@ -20,7 +20,9 @@ def environment_report():
     import tensorflow as tf
 
     import mgpu_tf
-    from mgpu_tf import cluster, strategies
+    from mgpu_tf.cluster import detect as cluster
+    from mgpu_tf.cluster import tf_config
+    from mgpu_tf.strategies import factory as strategies
 
     rows = [
         ("mgpu_tf", mgpu_tf.__version__),
@@ -44,7 +46,7 @@ def environment_report():
         else:
             rows.append(("cluster", f"valid, from {config.source}: {config.to_json()} "
                          f"(chief: {config.is_chief})"))
-    except cluster.ClusterConfigError as error:
+    except tf_config.ClusterConfigError as error:
         rows.append(("cluster", f"INVALID: {error}"))
     for kind in ("CPU", "GPU"):
         logical = [d.name for d in tf.config.list_logical_devices(kind)]

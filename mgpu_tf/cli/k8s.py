@@ -3,7 +3,9 @@
 import argparse
 import sys
 
-from mgpu_tf import cluster, kubernetes
+from mgpu_tf.cluster import detect as cluster
+
+from mgpu_tf.cluster import kubernetes
 
 __all__ = ["add_parser", "k8s_command"]
 

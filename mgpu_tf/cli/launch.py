@@ -3,7 +3,7 @@
 import signal
 import sys
 
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 
 __all__ = ["add_parser", "launch_command"]
 

@@ -117,7 +117,7 @@ def plan_command(args):
             global_batch_size=args.global_batch_size, optimizer=args.optimizer,
             workers=args.workers, interconnect=args.interconnect, bandwidth=args.bandwidth,
             latency=args.latency, measure_compute=not args.no_measure)
-    except (ValueError, TypeError, KeyError) as error:
+    except (ValueError, TypeError) as error:
         print(f"mgpu-tf plan: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1 if type(error).__name__ == "PlanError" else 2
     print(result)

@@ -3,24 +3,21 @@
 `wrapper` is the wrapper (`ModelParallel`), `balance` the partitioners, `partition`
 the cutting of a model into stages, `microbatch` the splitting of a batch,
 `pipeline` the placed forward and backward schedule, `placement` the variables and
-optimizer updates on their devices, `strategy` the `"model_parallel"` strategy.
+optimizer updates on their devices, `strategy` the `"model_parallel"` strategy, and
+`hybrid/` a pipeline in each worker with data parallelism across workers.
 """
 
-from mgpu_tf.model_parallel.balance import (
-    Balance,
-    balance_by_params,
-    balance_by_time,
-    balance_by_uniform,
-)
-from mgpu_tf.model_parallel.strategy import ModelParallelStrategy
-from mgpu_tf.model_parallel.wrapper import ModelParallel, StagePlan
+from mgpu_tf import lazy_exports
 
-__all__ = [
-    "Balance",
-    "ModelParallel",
-    "ModelParallelStrategy",
-    "StagePlan",
-    "balance_by_params",
-    "balance_by_time",
-    "balance_by_uniform",
-]
+_EXPORTS = {
+    "Balance": "mgpu_tf.model_parallel.balance",
+    "balance_by_params": "mgpu_tf.model_parallel.balance",
+    "balance_by_time": "mgpu_tf.model_parallel.balance",
+    "balance_by_uniform": "mgpu_tf.model_parallel.balance",
+    "ModelParallel": "mgpu_tf.model_parallel.wrapper",
+    "StagePlan": "mgpu_tf.model_parallel.wrapper",
+    "ModelParallelStrategy": "mgpu_tf.model_parallel.strategy",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("hybrid",))

@@ -19,8 +19,8 @@ import contextlib
 
 import tensorflow as tf
 
-from mgpu_tf import devices as devices_lib
-from mgpu_tf import strategies
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import registry
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import wrapper
 
@@ -87,11 +87,11 @@ def _build(options):
                                  microbatches=options.get("microbatches", 1))
 
 
-strategies.register_option("balance", "how layers are shared among model_parallel stages: "
-                           "uniform, params, time, or layer counts", check=wrapper.check_balance)
-strategies.register_option("microbatches", "micro-batches per batch in the model_parallel "
-                           "pipeline", check=microbatch.check_microbatches)
-strategies.register_strategy(
+registry.register_option("balance", "how layers are shared among model_parallel stages: "
+                         "uniform, params, time, or layer counts", check=wrapper.check_balance)
+registry.register_option("microbatches", "micro-batches per batch in the model_parallel "
+                         "pipeline", check=microbatch.check_microbatches)
+registry.register_strategy(
     "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
     options=("devices", "balance", "microbatches"),
     strategy_types=(ModelParallelStrategy,))

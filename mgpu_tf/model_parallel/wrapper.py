@@ -15,7 +15,7 @@ import numbers
 import keras
 import numpy as np
 
-from mgpu_tf import strategies
+from mgpu_tf.strategies import options as options_lib
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import partition
@@ -133,7 +133,7 @@ class ModelParallel(keras.Model):
                  input_shape=None, **kwargs):
         balance = check_balance(balance)
         microbatches = microbatch.check_microbatches(microbatches)
-        devices = strategies.validate_options("model_parallel", {"devices": devices})["devices"]
+        devices = options_lib.check_devices("model_parallel", devices)
         if not isinstance(model, keras.Model):
             raise TypeError(f"`model` must be a Keras model. Received: model={model!r}")
         _build(model, input_shape)

@@ -3,11 +3,13 @@
 `memory` adds up what each device holds (parameters, gradients, optimizer slots,
 traced activations), `interconnect` names the links and their default figures,
 `timing` measures a step's compute here, and `recommend` ranks the options by
-the seed's rules (`plan`, and the choice `make_strategy("auto", model=...)` makes).
+the seed's rules (`plan`, and the choice `make_strategy("auto", model=...)` makes);
+`cost_model` predicts an all-reduce's time, and `bench/` measures on this machine
+what the predictions say (`mgpu-tf bench`).
 The names load on first use, so `mgpu-tf plan --help` answers without TensorFlow.
 """
 
-import importlib
+from mgpu_tf import lazy_exports
 
 _EXPORTS = {
     "Footprint": "mgpu_tf.planner.memory",
@@ -20,12 +22,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mgpu_tf.planner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

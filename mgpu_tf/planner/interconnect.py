@@ -3,7 +3,7 @@
 These are the defaults `mgpu_tf.plan` and `mgpu-tf plan --interconnect` use, and the
 one place they are written down (docs/planner.md lists them). A ring all-reduce
 over N devices takes 2(N - 1) hops, so its fixed cost is 2(N - 1) times the
-latency; the time per byte comes from `mgpu_tf.cost_model`.
+latency; the time per byte comes from `mgpu_tf.planner.cost_model`.
 """
 
 import dataclasses
@@ -59,13 +59,13 @@ def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
         latency: seconds per hop, instead of the named link's.
 
     Raises:
-        KeyError: for an unknown name; the message lists the known ones.
+        ValueError: for an unknown name; the message lists the known ones.
         ValueError: for a bandwidth that is not positive or a negative latency.
     """
     name = str(interconnect).strip().lower()
     if name not in INTERCONNECTS:
-        raise KeyError(f"Unknown interconnect {interconnect!r}. Known: "
-                       f"{', '.join(INTERCONNECTS)}. Or pass bandwidth= in bytes per second.")
+        raise ValueError(f"Unknown interconnect {interconnect!r}. Known: "
+                         f"{', '.join(INTERCONNECTS)}. Or pass bandwidth= in bytes per second.")
     link = INTERCONNECTS[name]
     for label, value, positive in (("bandwidth", bandwidth, True), ("latency", latency, False)):
         if value is None:
@@ -75,7 +75,7 @@ def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
             raise ValueError(f"`{label}` must be a {'positive' if positive else 'non-negative'}"
                              f" number. Received: {label}={value!r}")
     if name == "loopback" and bandwidth is None:
-        from mgpu_tf import cost_model
+        from mgpu_tf.planner import cost_model
 
         bandwidth = cost_model.measure_loopback_bandwidth()
     return dataclasses.replace(

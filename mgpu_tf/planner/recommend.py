@@ -11,8 +11,8 @@ import dataclasses
 import math
 import numbers
 
-from mgpu_tf import cost_model
-from mgpu_tf import devices as devices_lib
+from mgpu_tf.planner import cost_model
+from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import memory as memory_lib
 
@@ -247,7 +247,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     slots and activations (measured by tracing a batch through the model). It
     recommends by the seed's rules and predicts the data-parallel step time from the
     measured compute of one replica's batch and a ring all-reduce over the
-    interconnect (`mgpu_tf.cost_model`). Devices may be real, simulated, or declared:
+    interconnect (`mgpu_tf.planner.cost_model`). Devices may be real, simulated, or declared:
     `devices=8, device_memory="80GiB"` plans for hardware this machine does not have.
 
     Example:
@@ -285,7 +285,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     Raises:
         TypeError, ValueError: for arguments of the wrong type or value, such as a
             `device_memory` that is not a size.
-        KeyError: for an unknown interconnect.
+        ValueError: for an unknown interconnect.
         PlanError: when the model does not fit even split over all the devices; the
             message says by how much.
     """
@@ -331,13 +331,14 @@ def auto_strategy(model, kind, reason, options, device_memory=None):
     Raises:
         PlanError: when the model does not fit even fully split.
     """
-    from mgpu_tf import cluster as cluster_lib
+    from mgpu_tf.cluster import detect as cluster_lib
+    from mgpu_tf.cluster import tf_config
 
     workers = 1
     if kind == "multi_worker":
         config = options.get("cluster") or cluster_lib.detect_cluster()
         if isinstance(config, (str, dict)):
-            config = cluster_lib.parse_tf_config(config, source="cluster")
+            config = tf_config.parse_tf_config(config, source="cluster")
         workers = config.num_workers if config is not None else 1
     devices = options.get("devices")
     optimizer = getattr(model, "optimizer", None) or "adam"

@@ -4,7 +4,12 @@
 `model` the `HybridParallel` wrapper that `prepare_model` returns under it.
 """
 
-from mgpu_tf.hybrid.model import HybridParallel
-from mgpu_tf.hybrid.strategy import HybridStrategy
+from mgpu_tf import lazy_exports
 
-__all__ = ["HybridParallel", "HybridStrategy"]
+_EXPORTS = {
+    "HybridParallel": "mgpu_tf.model_parallel.hybrid.model",
+    "HybridStrategy": "mgpu_tf.model_parallel.hybrid.strategy",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -8,12 +8,12 @@ all see the same machine load; the figure of a setting is its median.
 
 Workers also time the all-reduce alone (the gradients' bytes, as the step
 sends them) and a one-number all-reduce (the fixed cost per all-reduce), so
-the measured communication can be set against `mgpu_tf.cost_model`.
+the measured communication can be set against `mgpu_tf.planner.cost_model`.
 
 Example:
 
 ```python
-from mgpu_tf import scaling
+from mgpu_tf.planner.bench import scaling
 settings = scaling.default_settings(2, global_batch=256)
 results = scaling.run_benchmark(settings[:2], rounds=1, steps=5)
 print(scaling.format_table(results))
@@ -173,7 +173,7 @@ def _time_collectives(strategy, model, wire, transport="tensorflow", repeats=20)
     shapes = [tuple(w.shape) for w in model.trainable_weights]
     share = sum(int(np.prod(s)) for s in shapes) // strategy.num_replicas_in_sync
     if transport == "tcp":
-        from mgpu_tf import transport as transport_lib
+        from mgpu_tf.comm import transport as transport_lib
 
         connection = transport_lib.connect(strategy)
         ring = connection.ring
@@ -265,7 +265,7 @@ def _run_child(setting, spec, steps):
     result = {"examples_per_sec": setting.global_batch * steps / seconds[-1],
               "step_seconds": seconds[-1] / steps}
     if setting.mode == "workers":
-        from mgpu_tf import cost_model
+        from mgpu_tf.planner import cost_model
 
         wire = options.get("compression", "float32")
         wire = "float32" if wire == "none" else wire
@@ -286,12 +286,12 @@ def measure(setting, *, spec=ModelSpec(), steps=30, timeout=600):
     """Runs one setting in fresh processes; returns its figures (worker 0's for workers)."""
     payload = json.dumps({"setting": dataclasses.asdict(setting),
                           "spec": dataclasses.asdict(spec), "steps": steps})
-    command = [sys.executable, "-m", "mgpu_tf.scaling", payload]
+    command = [sys.executable, "-m", "mgpu_tf.planner.bench.scaling", payload]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
                KERAS_BACKEND="tensorflow", **_thread_environment(setting.threads))
     env.pop("TF_CONFIG", None)
     if setting.mode == "workers":
-        from mgpu_tf import launcher
+        from mgpu_tf.cluster import launcher
 
         buffer = io.StringIO()
         code = launcher.launch(command, setting.count, env=env, output=buffer)
@@ -347,7 +347,7 @@ def summarise(settings, runs):
     A setting's ratio is the median over rounds of its examples/s over the
     1-process row's (N threads, same precision) in the same round.
     """
-    from mgpu_tf import cost_model
+    from mgpu_tf.planner import cost_model
 
     rows = []
     for s in settings:

@@ -4,9 +4,9 @@ Two formats:
 
 - `"indexed-job"` (the default): a headless Service and an Indexed Job (plain
   Kubernetes, no operator). Pod `i` of Job `name` is reachable as
-  `name-i.service`; the container's environment tells `mgpu_tf.cluster` the rest
+  `name-i.service`; the container's environment tells `mgpu_tf.cluster.detect` the rest
   (`MGPU_TF_JOB_NAME`, `MGPU_TF_JOBS`, `MGPU_TF_SERVICE_NAME`, `MGPU_TF_PORT`; see
-  `mgpu_tf.cluster`), and Kubernetes sets `JOB_COMPLETION_INDEX`. Node pools of
+  `mgpu_tf.cluster.detect`), and Kubernetes sets `JOB_COMPLETION_INDEX`. Node pools of
   different GPUs become one Indexed Job each, sharing the Service, and their
   relative speeds reach the pods as `MGPU_TF_SHARD_WEIGHTS`.
 - `"tfjob"`: a Kubeflow TFJob (`kubeflow.org/v1`), for clusters that run the
@@ -16,7 +16,7 @@ Two formats:
 Example:
 
 ```python
-from mgpu_tf import kubernetes
+from mgpu_tf.cluster import kubernetes
 documents = kubernetes.make_manifests(
     "mnist", ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"],
     image="registry.example.com/mnist:1", workers=4, gpus_per_worker=2)
@@ -30,7 +30,8 @@ import math
 import numbers
 import re
 
-from mgpu_tf import cluster
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import tf_config
 
 __all__ = ["FORMATS", "GPU_RESOURCE", "ManifestError", "NodePool", "parse_node_pool",
            "make_manifests", "pod_environment", "to_yaml"]
@@ -70,7 +71,7 @@ class NodePool:
 def _label(name, what):
     try:
         return cluster.check_dns_label(name, what=what)
-    except cluster.ClusterConfigError as error:
+    except tf_config.ClusterConfigError as error:
         raise ManifestError(str(error)) from None
 
 

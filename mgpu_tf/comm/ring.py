@@ -3,7 +3,7 @@
 TensorFlow's CPU collectives move each buffer through a gRPC call and protocol
 buffers; between two processes of one machine that carries about a tenth of
 what a socket does. This module is the transport alone, with no TensorFlow in
-it: `mgpu_tf.transport` wires it into the training step.
+it: `mgpu_tf.comm.transport` wires it into the training step.
 
 Each worker holds one connection to its right neighbour and one from its left;
 a thread reads every message from the left into a mailbox, keyed by the tag the

@@ -10,10 +10,10 @@ strategy (`attach`) and puts them into the Keras optimizer when
   bytes sent, as Horovod's `Compression.fp16` does. Keras 3 all-reduces in
   `TFOptimizer._all_reduce_sum_gradients` and has no such option.
 - `steps_per_sync=k`: gradients are summed locally for k steps, then
-  all-reduced once and applied once (see `mgpu_tf.accumulation`).
+  all-reduced once and applied once (see `mgpu_tf.comm.accumulation`).
 - `transport="tcp"`: between workers, the gradients' all-reduce runs over the
   toolkit's own TCP ring instead of TensorFlow's gRPC collectives (see
-  `mgpu_tf.transport`); it combines with both options above.
+  `mgpu_tf.comm.transport`); it combines with both options above.
 
 Example:
 
@@ -28,62 +28,20 @@ with strategy.scope():
 ```
 """
 
-import enum
 import functools
 import weakref
 
 import tensorflow as tf
 
-__all__ = [
-    "Compression",
-    "OPTION_HELP",
-    "check_compression",
-    "attach",
-    "settings",
-    "prepare",
-    "install",
-    "compressed_all_reduce",
-    "sum_gradients",
-]
+from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import transport as transport_lib
+from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
 
+__all__ = ["attach", "settings", "prepare", "install"]
 
-class Compression(str, enum.Enum):
-    """The dtype gradients have on the wire during the all-reduce."""
-
-    NONE = "none"
-    FLOAT16 = "float16"
-    BFLOAT16 = "bfloat16"
-
-    def __str__(self):
-        return self.value
-
-
-# make_strategy options this module carries, with their --help line.
-OPTION_HELP = {
-    "compression": "gradient dtype during the all-reduce: none, float16, bfloat16 "
-    "(the update stays float32)",
-    "steps_per_sync": "steps whose gradients are summed locally before one all-reduce "
-    "and one update (1: every step)",
-    "transport": "how gradients travel between workers: tensorflow (its collectives) or "
-    "tcp (the toolkit's socket ring; one replica per worker)",
-}
 
 _SETTINGS = weakref.WeakKeyDictionary()
 _MARK = "_mgpu_tf_communication"
-
-
-def check_compression(value):
-    """Returns `value` as a `Compression`.
-
-    Raises:
-        ValueError: when it is not one of none, float16, bfloat16.
-    """
-    try:
-        return Compression(str(value).lower() if isinstance(value, str) else value)
-    except ValueError:
-        raise ValueError(
-            "`compression` must be one of none, float16, bfloat16. "
-            f"Received: compression={value!r}") from None
 
 
 def attach(strategy, options):
@@ -172,8 +130,6 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     compression = check_compression(compression)
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
     if transport == "tcp":
-        from mgpu_tf import transport as transport_lib
-
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         object.__setattr__(optimizer, "_all_reduce_sum_gradients", functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire))
@@ -181,41 +137,6 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         object.__setattr__(optimizer, "_all_reduce_sum_gradients",
                            functools.partial(compressed_all_reduce, wire_dtype=wire))
     if steps_per_sync > 1:
-        from mgpu_tf import accumulation
-
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     object.__setattr__(optimizer, _MARK, (compression, steps_per_sync, transport))
     return optimizer
-
-
-def compressed_all_reduce(grads_and_vars, *, wire_dtype=tf.float16):
-    """Sums `(gradient, variable)` pairs over replicas with gradients in `wire_dtype`.
-
-    Stands in for Keras' `TFOptimizer._all_reduce_sum_gradients`: one all-reduce
-    for all gradients, in replica context; outside it, the pairs come back as
-    they are. `None` gradients stay `None`.
-    """
-    def total(grads):
-        sent = [tf.cast(g, wire_dtype) if g.dtype.is_floating else g for g in grads]
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, sent)
-
-    return sum_gradients(grads_and_vars, total)
-
-
-def sum_gradients(grads_and_vars, total):
-    """Sums `(gradient, variable)` pairs over replicas with `total(gradients)`.
-
-    The frame of every stand-in for Keras' `_all_reduce_sum_gradients`: in
-    replica context, `total` gets the gradients that are not `None` and returns
-    their sums, each cast back here to its gradient's dtype; outside replica
-    context, or with no gradient at all, the pairs come back as they are.
-    """
-    grads_and_vars = list(grads_and_vars)
-    present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
-    if not tf.distribute.get_replica_context() or not present:
-        return grads_and_vars
-    grads = [grads_and_vars[i][0] for i in present]
-    out = list(grads_and_vars)
-    for i, g, s in zip(present, grads, total(grads)):
-        out[i] = (tf.cast(s, g.dtype), grads_and_vars[i][1])
-    return out

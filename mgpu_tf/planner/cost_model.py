@@ -14,7 +14,7 @@ gives B for workers that share one machine.
 Example:
 
 ```python
-from mgpu_tf import cost_model
+from mgpu_tf.planner import cost_model
 seconds = cost_model.ring_all_reduce_seconds(
     16e6, workers=4, bandwidth=1.25e9, latency=1e-4)  # 16 MB over 10 Gb/s
 step = cost_model.predict_step_seconds(

@@ -1,6 +1,6 @@
 """The cluster a process belongs to, detected from its environment.
 
-The cluster itself, TF_CONFIG parsed and validated, is `mgpu_tf.tf_config`,
+The cluster itself, TF_CONFIG parsed and validated, is `mgpu_tf.cluster.tf_config`,
 whose names this module also exports. TensorFlow's own resolvers for Kubernetes
 and SLURM need the Kubernetes API or SLURM's commands at run time;
 `detect_cluster` builds the same cluster from the variables the pod or `srun`
@@ -14,7 +14,7 @@ Variables read, in this order (the first system found wins):
   `MGPU_TF_JOB_NAME` (this pod's Job), `MGPU_TF_JOBS` (`"name:count,..."`, every
   Job of the cluster in order), `MGPU_TF_SERVICE_NAME` (the headless Service, the
   pods' subdomain) and `MGPU_TF_PORT` (default 2222), all set by the manifests of
-  `mgpu_tf.kubernetes`. Worker `i` of Job `name` is `name-i.service:port`.
+  `mgpu_tf.cluster.kubernetes`. Worker `i` of Job `name` is `name-i.service:port`.
 - SLURM, a step started by `srun`: `SLURM_PROCID`, `SLURM_STEP_NODELIST`,
   `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_TASKS_PER_NODE`, `SLURM_NODEID`,
   `SLURM_LOCALID` and `SLURM_JOB_ID`. Task `l` of node `n` listens on
@@ -35,15 +35,8 @@ import math
 import os
 import re
 
-from mgpu_tf import hostlist
-from mgpu_tf.tf_config import (  # noqa: F401 - part of this module's interface
-    ROLES,
-    ClusterConfig,
-    ClusterConfigError,
-    cluster_from_hosts,
-    parse_address,
-    parse_tf_config,
-)
+from mgpu_tf.cluster import hostlist
+from mgpu_tf.cluster.tf_config import ClusterConfigError, parse_address, parse_tf_config
 
 __all__ = [
     "detect_cluster",
@@ -68,7 +61,7 @@ def detect_cluster(environ=None):
     """Finds the cluster this process belongs to, or `None` on a single machine.
 
     Looks, in this order, at `TF_CONFIG`, a Kubernetes Indexed Job made by
-    `mgpu_tf.kubernetes` and a SLURM step started by `srun` (see the module
+    `mgpu_tf.cluster.kubernetes` and a SLURM step started by `srun` (see the module
     docstring for the variables); the result's `source` says which it found.
     A Kubernetes Job or SLURM step of one task is a single machine (`None`), as
     is an empty or absent TF_CONFIG. `MGPU_TF_HOST_OVERRIDE` then renames hosts.

@@ -1,21 +1,21 @@
 """The tf.data pipelines of a sharding layout: who reads what, and each replica's batches.
 
-`mgpu_tf.sharding` checks a request and `mgpu_tf.shard_plan` computes its
+`mgpu_tf.data.sharding` checks a request and `mgpu_tf.data.plan` computes its
 layout; this module builds the input pipelines that follow it. A replica's
 pipeline reads its worker's examples and keeps its own. On one machine every
 replica runs such a pipeline, so records are parsed only after that choice:
 each is parsed once, not once per replica. Replicas with nothing left get empty
 batches up to the planned number of steps, and uneven steps carry the
-loss-correction weights of `mgpu_tf.replica_weights`.
+loss-correction weights of `mgpu_tf.data.replica_weights`.
 """
 
 import logging
 
 import tensorflow as tf
 
-from mgpu_tf import replica_weights
-from mgpu_tf import shard_plan as plan_lib
-from mgpu_tf import shard_source
+from mgpu_tf.data import replica_weights
+from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import source as shard_source
 
 __all__ = ["distribute", "probe_all"]
 

@@ -57,7 +57,7 @@ def configure_failure_detection(config, timeout_seconds):
     `timeout_seconds` makes every survivor's collectives fail.
 
     Args:
-        config: the `mgpu_tf.cluster.ClusterConfig` of this process.
+        config: the `mgpu_tf.cluster.detect.ClusterConfig` of this process.
         timeout_seconds: seconds without a heartbeat before a worker counts as lost.
 
     Returns:
@@ -117,14 +117,14 @@ def unreachable_tasks(config, *, timeout=1.0):
     A collective that timed out does not say which peer it waited for; a dead
     worker's port no longer accepts connections, a live one's does.
     """
-    from mgpu_tf import cluster as cluster_lib
+    from mgpu_tf.cluster import tf_config
 
     lost = []
     for role, addresses in config.cluster.items():
         for index, address in enumerate(addresses):
             if (role, index) == (config.task_type, config.task_index):
                 continue
-            host, port = cluster_lib.parse_address(address)
+            host, port = tf_config.parse_address(address)
             try:
                 with socket.create_connection((host, port), timeout=timeout):
                     pass
@@ -140,7 +140,7 @@ def worker_failures(config=None):
     Example:
 
     ```python
-    with mgpu_tf.failures.worker_failures():
+    with mgpu_tf.cluster.failures.worker_failures():
         model.fit(dataset, epochs=10)
     ```
 
@@ -159,7 +159,7 @@ def worker_failures(config=None):
             raise
         task_type, task_index = found
         if config is None:
-            from mgpu_tf import cluster
+            from mgpu_tf.cluster import detect as cluster
 
             config = cluster.detect_cluster()
         if task_type is None and config is not None:

@@ -27,7 +27,7 @@ import math
 import numbers
 import re
 
-from mgpu_tf import launcher
+from mgpu_tf.cluster import launcher
 
 __all__ = ["CalibrationError", "SPEED_PATTERN", "parse_speed", "propose_weights", "calibrate"]
 
@@ -80,7 +80,7 @@ def propose_weights(speeds, *, digits=2):
 def calibrate(command, workers, *, env=None, output=None, grace_seconds=10.0):
     """Runs `command` as `workers` local workers and returns the speed each reports.
 
-    The workers run together through `mgpu_tf.launcher.launch` (each with its
+    The workers run together through `mgpu_tf.cluster.launcher.launch` (each with its
     TF_CONFIG, so a script can tell which worker it is), and must measure their
     speed on their own devices (see the module docstring).
 
@@ -96,7 +96,7 @@ def calibrate(command, workers, *, env=None, output=None, grace_seconds=10.0):
         A list of examples per second, one per worker.
 
     Raises:
-        mgpu_tf.launcher.LaunchError: for a bad command or worker count.
+        mgpu_tf.cluster.launcher.LaunchError: for a bad command or worker count.
         CalibrationError: when a worker fails or reports no speed; the message
             holds the end of its output.
     """

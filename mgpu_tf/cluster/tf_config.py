@@ -3,7 +3,7 @@
 TensorFlow reads `TF_CONFIG` late (when a strategy starts its gRPC server) and
 reports a bad one with a stack trace, or by hanging. Here it is checked up front,
 with errors that quote the offending part, and it can be built from a host list.
-Nothing here reads the environment: `mgpu_tf.cluster` finds the variables and
+Nothing here reads the environment: `mgpu_tf.cluster.detect` finds the variables and
 hands their text to `parse_tf_config`.
 
 Example:

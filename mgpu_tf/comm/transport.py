@@ -1,4 +1,4 @@
-"""The `transport="tcp"` option: gradients cross between workers over `mgpu_tf.ring`.
+"""The `transport="tcp"` option: gradients cross between workers over `mgpu_tf.comm.ring`.
 
 Under `MultiWorkerMirroredStrategy` every all-reduce goes through TensorFlow's
 collectives, whose CPU transport is gRPC. This module gives the gradients'
@@ -15,8 +15,8 @@ It needs one replica per worker (one CPU, or one GPU per worker), and a train
 step that is not compiled with XLA (Keras compiles none under a strategy unless
 `jit_compile=True` is passed). A worker waits `timeout_seconds` (default 600 s)
 for a neighbour's part before it gives up; a neighbour that dies closes its
-connections, which stops the others at once with `mgpu_tf.ring.PeerLostError`
-(`WorkerLostError` inside `mgpu_tf.failures.worker_failures()`).
+connections, which stops the others at once with `mgpu_tf.comm.ring.PeerLostError`
+(`WorkerLostError` inside `mgpu_tf.cluster.failures.worker_failures()`).
 
 Example (on every worker):
 
@@ -35,9 +35,9 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf import communication
+from mgpu_tf.comm import compression
 from mgpu_tf import compat
-from mgpu_tf import ring as ring_lib
+from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
            "all_reduce_gradients"]
@@ -96,7 +96,7 @@ def connect(strategy, *, timeout_seconds=None):
     Raises:
         ValueError: for a strategy other than multi_worker, or one with more
             than one replica per worker.
-        mgpu_tf.ring.PeerLostError: when a neighbour does not connect in time.
+        mgpu_tf.comm.ring.PeerLostError: when a neighbour does not connect in time.
     """
     if strategy in _RINGS:
         return _RINGS[strategy]
@@ -203,4 +203,4 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
         sizes = [int(np.prod(g.shape)) for g in grads]
         return [tf.reshape(piece, g.shape) for g, piece in zip(grads, tf.split(summed, sizes))]
 
-    return communication.sum_gradients(grads_and_vars, total)
+    return compression.sum_gradients(grads_and_vars, total)

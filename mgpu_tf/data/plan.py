@@ -4,7 +4,7 @@
 from a `ShardingPlan`: the batch size of every replica, how the examples of each
 step are split between workers and replicas, how many steps an epoch has, and how
 many examples the whole cluster sees in each step (which the loss correction of
-`mgpu_tf.replica_weights` needs). Everything here is plain Python, so a plan is
+`mgpu_tf.data.replica_weights` needs). Everything here is plain Python, so a plan is
 checked, and a bad request rejected, before any data is read.
 
 Layout of one epoch, for `G_w` examples per step on worker `w` (the sum of its

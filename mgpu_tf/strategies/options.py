@@ -9,14 +9,14 @@ import numbers
 
 import tensorflow as tf
 
-from mgpu_tf import cluster as cluster_lib
-from mgpu_tf import communication
-from mgpu_tf import devices as devices_lib
-from mgpu_tf import precision as precision_lib
-from mgpu_tf import registry
-from mgpu_tf import transport
+from mgpu_tf.cluster import tf_config
+from mgpu_tf.comm import compression
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import precision as precision_lib
+from mgpu_tf.strategies import registry
+from mgpu_tf.comm import transport
 
-__all__ = ["validate_options"]
+__all__ = ["check_devices", "validate_options"]
 
 _ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
 _MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
@@ -30,7 +30,12 @@ def _check_int(name, value, minimum):
     return int(value)
 
 
-def _check_devices(kind, value):
+def check_devices(kind, value):
+    """Returns `devices` (a count or names) for strategy `kind` as canonical names.
+
+    Raises:
+        TypeError, ValueError: for a count or name this process cannot give.
+    """
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         count = _check_int("devices", value, 1)
         present = devices_lib.local_devices()
@@ -126,7 +131,7 @@ def validate_options(kind, options):
             f"devices={options['devices']!r}, num_gpus={options['num_gpus']!r}"
         )
     if "devices" in options:
-        out["devices"] = _check_devices(kind, options["devices"])
+        out["devices"] = check_devices(kind, options["devices"])
         if kind == "one_device" and len(out["devices"]) != 1:
             raise ValueError(
                 "`devices` for one_device must name exactly one device. "
@@ -172,16 +177,16 @@ def validate_options(kind, options):
         )
     if "cluster" in options:
         value = options["cluster"]
-        if not isinstance(value, cluster_lib.ClusterConfig):
-            value = cluster_lib.parse_tf_config(value, source="cluster")
+        if not isinstance(value, tf_config.ClusterConfig):
+            value = tf_config.parse_tf_config(value, source="cluster")
         out["cluster"] = value
     elif "worker_hosts" in options or "task_index" in options:
-        out["cluster"] = cluster_lib.cluster_from_hosts(
+        out["cluster"] = tf_config.cluster_from_hosts(
             options.get("worker_hosts"), options.get("task_index"))
         out.pop("worker_hosts", None)
         out.pop("task_index", None)
     if "compression" in options:
-        out["compression"] = communication.check_compression(options["compression"])
+        out["compression"] = compression.check_compression(options["compression"])
     if "steps_per_sync" in options:
         out["steps_per_sync"] = _check_int("steps_per_sync", options["steps_per_sync"], 1)
     if "transport" in options:

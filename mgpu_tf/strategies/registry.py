@@ -1,17 +1,14 @@
 """The names of strategies and of their options, in one registry.
 
-`make_strategy` (in `mgpu_tf.strategies`) looks names up here; flags and
-`--help` read the option descriptions. Strategies other than TensorFlow's own
-(`model_parallel`, `hybrid`) register themselves from their packages, which are
-imported the first time the registry is read.
+`make_strategy` (in `mgpu_tf.strategies.factory`) looks names up here; flags and
+`--help` read the option descriptions. Every strategy registers itself: TensorFlow's
+own from `mgpu_tf.strategies.builtin`, the others (`model_parallel`, `hybrid`) from
+their packages, which `mgpu_tf.strategies.factory` imports. Nothing here imports
+TensorFlow or another part of the toolkit.
 """
 
 import dataclasses
 import enum
-import importlib
-
-from mgpu_tf import communication
-from mgpu_tf import precision as precision_lib
 
 __all__ = [
     "StrategyKind",
@@ -58,8 +55,14 @@ OPTIONS = {
     "(one machine) or hybrid (several workers) instead of data parallelism",
     "device_memory": "auto only, with model: memory of each device, e.g. '16GiB' "
     "(default: the GPUs' memory, or RAM shared by the CPU devices)",
-    **communication.OPTION_HELP,
-    **precision_lib.OPTION_HELP,
+    "compression": "gradient dtype during the all-reduce: none, float16, bfloat16 "
+    "(the update stays float32)",
+    "steps_per_sync": "steps whose gradients are summed locally before one all-reduce "
+    "and one update (1: every step)",
+    "transport": "how gradients travel between workers: tensorflow (its collectives) or "
+    "tcp (the toolkit's socket ring; one replica per worker)",
+    "precision": "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
+    "mixed_bfloat16",
 }
 
 
@@ -76,22 +79,13 @@ _REGISTRY = {}
 _ALIASES = {}
 _OPTION_CHECKS = {}
 
-# Modules that register further strategies; imported when the registry is first read.
-_PLUGINS = ("mgpu_tf.model_parallel", "mgpu_tf.hybrid")
-_plugins_loaded = False
-
-
-def _load_plugins():
-    global _plugins_loaded
-    if not _plugins_loaded:
-        _plugins_loaded = True
-        for module in _PLUGINS:
-            importlib.import_module(module)
-
 
 def register_strategy(name, description, build, *, options=(), aliases=(),
-                      strategy_types=()):
+                      strategy_types=(), override=False):
     """Adds a strategy name to the registry.
+
+    A name or alias that is taken is refused unless `override=True`, so a plugin
+    cannot replace a strategy by accident.
 
     Args:
         name: the short lowercase name.
@@ -100,10 +94,25 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
         options: option names the strategy accepts.
         aliases: other names for it.
         strategy_types: classes of the objects it returns, for `strategy_kind`.
+        override: replace a strategy already registered under `name` or an alias.
+            Defaults to `False`.
+
+    Raises:
+        ValueError: for a taken name or alias without `override=True`, or an
+            option that is not registered.
     """
     unknown = set(options) - set(OPTIONS)
     if unknown:
-        raise ValueError(f"Unknown options {sorted(unknown)} for strategy {name!r}.")
+        raise ValueError(
+            f"Unknown options {sorted(unknown)} for strategy {name!r}. Register them first "
+            "with register_option(name, description).")
+    if not override:
+        for taken in (name, *aliases):
+            if taken in _REGISTRY or taken in _ALIASES:
+                raise ValueError(
+                    f"Strategy name {taken!r} is already registered. Received: name={name!r}, "
+                    f"aliases={tuple(aliases)!r}. Pick another name, or pass override=True "
+                    "to replace it.")
     _REGISTRY[name] = _Entry(name, description, build, frozenset(options),
                              tuple(strategy_types))
     for alias in aliases:
@@ -126,9 +135,14 @@ def register_option(name, description, check=None):
 
 
 def available_strategies():
-    """Returns `{name: description}` for every registered strategy name."""
-    _load_plugins()
-    return {name: entry.description for name, entry in _REGISTRY.items()}
+    """Returns `{name: description}` for every registered strategy name.
+
+    The built-in names come first, in `StrategyKind`'s order, then the others in
+    the order they were registered.
+    """
+    builtin = [kind.value for kind in StrategyKind if kind.value in _REGISTRY]
+    names = builtin + [name for name in _REGISTRY if name not in builtin]
+    return {name: _REGISTRY[name].description for name in names}
 
 
 def resolve_kind(kind):
@@ -136,17 +150,16 @@ def resolve_kind(kind):
 
     Raises:
         TypeError: when `kind` is not a string.
-        KeyError: when the name is unknown; the message lists the known names.
+        ValueError: when the name is unknown; the message lists the known names.
     """
     if not isinstance(kind, str):
         raise TypeError(f"`kind` must be a strategy name. Received: kind={kind!r}")
-    _load_plugins()
     name = str(kind.value if isinstance(kind, enum.Enum) else kind).strip().lower()
     name = _ALIASES.get(name, name)
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY))
         aliases = ", ".join(f"{a} ({t})" for a, t in sorted(_ALIASES.items()))
-        raise KeyError(
+        raise ValueError(
             f"Unknown strategy {kind!r}. Known strategies: {known}; aliases: {aliases}."
         )
     return name
@@ -159,7 +172,6 @@ def entry(name):
 
 def entries():
     """`{name: entry}` of every registered strategy (plugins loaded)."""
-    _load_plugins()
     return dict(_REGISTRY)
 
 

@@ -11,13 +11,13 @@ every example exactly once, in the same number of steps. What it adds over
   warning never appears (tensorflow/tensorflow#49048, #45157, #66851).
 - An uneven last step neither hangs nor drops examples: replicas with nothing
   left get empty batches, and the loss is still the mean over the real examples
-  of the step (`mgpu_tf.replica_weights`).
+  of the step (`mgpu_tf.data.replica_weights`).
 - Weighted shards: `weights=[2, 1]` gives the first worker (or replica) twice the
   examples per step, and the update still equals the single-device update on the
   same global batch. Nothing in `tf.distribute` offers this.
 
-The layout itself is computed in `mgpu_tf.shard_plan`, sources are checked and counted in
-`mgpu_tf.shard_source`, and `mgpu_tf.shard_pipeline` builds the input pipelines;
+The layout itself is computed in `mgpu_tf.data.plan`, sources are checked and counted in
+`mgpu_tf.data.source`, and `mgpu_tf.data.pipeline` builds the input pipelines;
 `describe_sharding` prints the layout.
 
 On one machine each replica gets its own input pipeline
@@ -39,11 +39,11 @@ import os
 
 import tensorflow as tf
 
-from mgpu_tf import replica_weights
-from mgpu_tf import shard_pipeline
-from mgpu_tf import shard_plan as plan_lib
-from mgpu_tf import shard_source
-from mgpu_tf import strategies as strategies_lib
+from mgpu_tf.data import replica_weights
+from mgpu_tf.data import pipeline as shard_pipeline
+from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import source as shard_source
+from mgpu_tf.strategies import factory as strategies_lib
 
 __all__ = ["shard_dataset", "describe_sharding"]
 
@@ -293,7 +293,7 @@ def describe_sharding(source, strategy, global_batch_size, *, policy="auto", wei
         print_table: print the table. Defaults to `True`.
 
     Returns:
-        A `mgpu_tf.shard_plan.ShardingPlan`: per-replica `shares` (examples,
+        A `mgpu_tf.data.plan.ShardingPlan`: per-replica `shares` (examples,
         batches, last-batch size, empty steps), `steps`, `policy` and more.
 
     Raises:
@@ -316,7 +316,7 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     (from `distribute_datasets_from_function`) for mirrored and multi_worker. Every
     replica gets a batch in every step; when the examples run out unevenly some
     batches are short or empty, and sample weights keep the loss the mean over the
-    step's real examples (see `mgpu_tf.replica_weights`). Everything is checked
+    step's real examples (see `mgpu_tf.data.replica_weights`). Everything is checked
     before any example is read; the examples are counted (read only when their
     number is unknown) to plan the epoch.
 

@@ -5,7 +5,7 @@ DeepSpeed's pipeline plus data parallelism is the design followed here. Each
 worker splits the model over its `devices_per_worker` local devices (as
 `"model_parallel"` does) and feeds its share of every global batch; the stages'
 gradients are averaged across workers by a `MultiWorkerMirroredStrategy` made by
-`make_strategy("multi_worker")` (so the cluster, compat fixes and failure
+the `"multi_worker"` builder (so the cluster, compat fixes and failure
 detection are the same), used only as a communicator.
 """
 
@@ -14,9 +14,11 @@ import numbers
 
 import tensorflow as tf
 
-from mgpu_tf import cluster as cluster_lib
-from mgpu_tf import devices as devices_lib
-from mgpu_tf import strategies
+from mgpu_tf.cluster import detect as cluster_lib
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import builtin
+from mgpu_tf.strategies import options as options_lib
+from mgpu_tf.strategies import registry
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import wrapper
 
@@ -43,7 +45,7 @@ class HybridStrategy:
     strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2, microbatches=4)
     with strategy.scope():
         model = build_model()
-    model = mgpu_tf.prepare_model(model, strategy)  # a mgpu_tf.hybrid.HybridParallel
+    model = mgpu_tf.prepare_model(model, strategy)  # a mgpu_tf.model_parallel.hybrid.HybridParallel
     ```
 
     Args:
@@ -74,7 +76,7 @@ class HybridStrategy:
 
     def prepare_model(self, model):
         """Returns `model` as a `HybridParallel` over this worker's devices."""
-        from mgpu_tf.hybrid import model as model_lib
+        from mgpu_tf.model_parallel.hybrid import model as model_lib
 
         if isinstance(model, model_lib.HybridParallel):
             return model
@@ -138,17 +140,17 @@ def _build(options):
     num_workers = config.num_workers if config is not None else 1
     devices = check_layout(options.get("devices_per_worker"), options.get("devices"),
                            num_workers)
-    communicator = strategies.make_strategy(
-        "multi_worker", **{k: options[k] for k in _COMMUNICATION_OPTIONS if k in options})
+    communicator = builtin.build_multi_worker(options_lib.validate_options(
+        "multi_worker", {k: options[k] for k in _COMMUNICATION_OPTIONS if k in options}))
     return HybridStrategy(devices, communicator, num_workers,
                           communicator.cluster_resolver.task_id,
                           balance=options.get("balance", "params"),
                           microbatches=options.get("microbatches", 1))
 
 
-strategies.register_option("devices_per_worker", "hybrid: devices (pipeline stages) of each "
-                           "worker's model-parallel pipeline")
-strategies.register_strategy(
+registry.register_option("devices_per_worker", "hybrid: devices (pipeline stages) of each "
+                         "worker's model-parallel pipeline")
+registry.register_strategy(
     "hybrid", "a model_parallel pipeline in each worker, data parallel across workers",
     _build,
     options=("devices", "devices_per_worker", "balance", "microbatches",

@@ -1,0 +1,1 @@
+"""The scaling benchmark behind `mgpu-tf bench` and `benchmarks/`: fresh processes, timed."""

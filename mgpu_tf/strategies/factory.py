@@ -1,0 +1,172 @@
+"""The strategy factory: one name in, the real `tf.distribute` object out.
+
+`make_strategy("mirrored", devices=2)` returns a `tf.distribute.MirroredStrategy`,
+not a wrapper. What this adds over calling TensorFlow directly: one registry of
+names (so a flag can choose), options checked before TensorFlow's runtime starts
+(TensorFlow rejects many combinations late, or ignores them silently), an
+`"auto"` choice that says what it chose, and the Keras fixes that multi-worker
+training needs (see `mgpu_tf.compat`).
+
+The names live in `mgpu_tf.strategies.registry` and the options are checked by
+`mgpu_tf.strategies.options`. This module is the top of the strategies layer: it
+imports every module that registers a strategy (TensorFlow's own in `builtin`,
+`model_parallel` and `hybrid` from their packages) and the planner, which
+`"auto"` consults when given a model.
+"""
+
+import logging
+
+import tensorflow as tf
+
+from mgpu_tf.cluster import detect as cluster_lib
+from mgpu_tf.comm import prepare as communication
+from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
+from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
+from mgpu_tf.planner import recommend
+from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's strategies
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import precision as precision_lib
+from mgpu_tf.strategies import registry
+from mgpu_tf.strategies.options import validate_options
+from mgpu_tf.strategies.registry import OPTIONS, entries, entry, register_strategy, resolve_kind
+
+__all__ = ["auto_choice", "available_strategies", "make_strategy", "strategy_kind",
+           "prepare_model"]
+
+logger = logging.getLogger("mgpu_tf")
+
+
+def auto_choice(**options):
+    """Returns `(kind, reason)`: what `make_strategy("auto", **options)` would build.
+
+    Reads no more than it must, and starts no TensorFlow runtime.
+    """
+    if options.get("tpu") or cluster_lib.environ_value("TPU_NAME"):
+        return "tpu", "a TPU was named"
+    if devices_lib.physical_devices("TPU"):
+        return "tpu", "this machine has TPU devices"
+    if options.get("cluster") or options.get("worker_hosts"):
+        return "multi_worker", "a cluster was given"
+    config = cluster_lib.detect_cluster()
+    if config is not None and config.num_workers > 1:
+        return "multi_worker", f"{config.source} gives {config.num_workers} workers"
+    devices = options.get("devices")
+    if devices is not None:
+        count = devices if isinstance(devices, int) else len(devices)
+        if count > 1:
+            return "mirrored", f"{count} devices were asked for"
+        return "one_device", "one device was asked for"
+    gpus = devices_lib.physical_devices("GPU")
+    if len(gpus) > 1 or options.get("num_gpus", 0) > 1:
+        return "mirrored", f"{len(gpus)} GPUs found"
+    if len(gpus) == 1:
+        return "one_device", "1 GPU found"
+    return "default", "no TPU, cluster or GPU found"
+
+
+def make_strategy(kind="auto", **options):
+    """Returns the `tf.distribute` strategy named by `kind`.
+
+    All options are checked before TensorFlow's runtime starts; a wrong one fails
+    at once with a message naming it. `"auto"` picks a reachable TPU, else a
+    multi-task cluster from TF_CONFIG, else all GPUs (mirrored; one GPU:
+    one_device), else the default strategy, and logs what it chose and why. Given
+    `model=`, `"auto"` plans its memory first (`mgpu_tf.plan`): a model that does not
+    fit one device gets `"model_parallel"` (one machine) or `"hybrid"` (a cluster)
+    instead of an out-of-memory error at the first step.
+
+    Example:
+
+    ```python
+    import mgpu_tf
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("mirrored")
+    with strategy.scope():
+        model = build_and_compile_model()
+    model.fit(dataset)
+    ```
+
+    Args:
+        kind: a name from `available_strategies()`. Defaults to `"auto"`.
+        **options: see `mgpu_tf.strategies.factory.OPTIONS`; each strategy accepts a subset.
+
+    Returns:
+        The strategy object (`tf.distribute.MirroredStrategy` and so on).
+
+    Raises:
+        ValueError: for an unknown strategy name.
+        TypeError: for an unknown option or a value of the wrong type.
+        ValueError: for a value or combination that strategy cannot use.
+    """
+    name = resolve_kind(kind)
+    if name == "auto":
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            validate_options("default", options)  # raises the unknown-option error
+        model = options.pop("model", None)
+        device_memory = options.pop("device_memory", None)
+        if device_memory is not None and model is None:
+            raise ValueError("`device_memory` is for planning a model: pass `model` too. "
+                             f"Received: device_memory={device_memory!r}, model=None")
+        name, reason = auto_choice(**options)
+        if model is not None:
+            name, reason, options = recommend.auto_strategy(model, name, reason, options,
+                                                            device_memory)
+        logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
+    checked = validate_options(name, options)
+    if "precision" in checked:
+        precision_lib.set_precision(checked["precision"])
+    return communication.attach(entry(name).build(checked), checked)
+
+
+def strategy_kind(strategy):
+    """Returns the registry name of a strategy object (`"mirrored"`, ...).
+
+    Raises:
+        TypeError: when `strategy` is not a strategy.
+    """
+    for name, registered in entries().items():
+        if registered.strategy_types and isinstance(strategy, registered.strategy_types):
+            return name
+    if isinstance(strategy, tf.distribute.Strategy):
+        if type(strategy).__name__ == "_DefaultDistributionStrategy":
+            return "default"
+        return type(strategy).__name__
+    raise TypeError(
+        "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
+        f"Received: strategy={strategy!r}")
+
+
+def available_strategies():
+    """Returns `{name: description}` for every strategy `make_strategy` can build."""
+    return registry.available_strategies()
+
+
+def _resolved_by_make_strategy(options):
+    raise AssertionError("'auto' is resolved by make_strategy")  # never called
+
+
+register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",
+                  _resolved_by_make_strategy,
+                  options=OPTIONS)
+
+
+def prepare_model(model, strategy):
+    """Readies a Keras model for a strategy, so one script runs under every strategy.
+
+    Data-parallel strategies need nothing (the model was built in `strategy.scope()`)
+    and get the model back unchanged, unless `make_strategy` was given `compression`,
+    `steps_per_sync` or `transport`: then the optimizer `model.compile` receives is
+    made to all-reduce that way (see `mgpu_tf.comm.prepare`). Strategies that place layers
+    on devices (such as `"model_parallel"`) return the placed model.
+
+    Args:
+        model: a Keras model, built inside `strategy.scope()`.
+        strategy: what `make_strategy` returned.
+
+    Returns:
+        The model to compile and fit.
+    """
+    prepare = getattr(strategy, "prepare_model", None)
+    model = prepare(model) if callable(prepare) else model
+    return communication.prepare(model, strategy)

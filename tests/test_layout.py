@@ -1,0 +1,119 @@
+"""The package's shape: no import cycle, a small top level, small modules.
+
+The import graph is read from the source (every `import` statement, at any depth in a
+module, since a function-level import is still a dependency), so the test needs no
+TensorFlow and sees imports that only run on some paths.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "mgpu_tf"
+
+
+def _module_name(path):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules():
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(path, modules):
+    """The `mgpu_tf` modules `path` imports, each with the packages it runs on the way."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            targets = [t if t in modules else node.module for t in targets]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            found |= {".".join(parts[:i]) for i in range(2, len(parts) + 1)
+                      if ".".join(parts[:i]) in modules}
+    return found
+
+
+def import_graph():
+    """`{module: set of mgpu_tf modules it imports}` for every module of the package."""
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def find_cycle(graph):
+    """Returns one import cycle as a list of modules, or `None`."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_sees_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_graph_sees_function_level_and_package_imports():
+    graph = import_graph()
+    # factory imports the planner inside the package's lazy layout, and options' import
+    # of mgpu_tf.strategies.devices runs mgpu_tf.strategies' __init__ on the way.
+    assert "mgpu_tf.planner.recommend" in graph["mgpu_tf.strategies.factory"]
+    assert "mgpu_tf.strategies" in graph["mgpu_tf.strategies.options"]
+
+
+@pytest.mark.parametrize("lower, higher", [
+    ("mgpu_tf.strategies.registry", "mgpu_tf"),
+    ("mgpu_tf.cluster", "mgpu_tf.strategies"),
+    ("mgpu_tf.cluster", "mgpu_tf.comm"),
+    ("mgpu_tf.comm", "mgpu_tf.strategies"),
+    ("mgpu_tf.model_parallel", "mgpu_tf.strategies.factory"),
+    ("mgpu_tf.planner.recommend", "mgpu_tf.strategies.factory"),
+])
+def test_lower_layers_do_not_import_higher_ones(lower, higher):
+    graph = import_graph()
+    offenders = sorted(
+        f"{module} imports {target}" for module, targets in graph.items()
+        if module == lower or module.startswith(lower + ".")
+        for target in targets
+        if (target == higher or target.startswith(higher + ".")) and target != "mgpu_tf")
+    assert not offenders, offenders
+
+
+def test_the_top_level_has_at_most_twelve_entries():
+    entries = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 12, entries
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long
