@@ -3,6 +3,7 @@
 import pytest
 
 from mgpu_tf.data import plan as shard_plan
+from mgpu_tf.data import split
 
 
 def _examples(plan):
@@ -10,30 +11,30 @@ def _examples(plan):
 
 
 def test_equal_batches():
-    assert shard_plan.replica_batch_sizes(12, 3, 1) == (4, 4, 4)
-    assert shard_plan.replica_batch_sizes(12, 1, 4) == (3, 3, 3, 3)
+    assert split.replica_batch_sizes(12, 3, 1) == (4, 4, 4)
+    assert split.replica_batch_sizes(12, 1, 4) == (3, 3, 3, 3)
 
 
 def test_weights_split_the_global_batch():
-    assert shard_plan.replica_batch_sizes(12, 1, 2, [2, 1]) == (8, 4)
-    assert shard_plan.replica_batch_sizes(12, 2, 2, [2, 1]) == (4, 4, 2, 2)
+    assert split.replica_batch_sizes(12, 1, 2, [2, 1]) == (8, 4)
+    assert split.replica_batch_sizes(12, 2, 2, [2, 1]) == (4, 4, 2, 2)
     # 1.2, 2.4, 3.6, 4.8: the two largest fractions get the two left-over examples.
-    assert shard_plan.replica_batch_sizes(12, 1, 4, [1, 2, 3, 4]) == (1, 2, 4, 5)
+    assert split.replica_batch_sizes(12, 1, 4, [1, 2, 3, 4]) == (1, 2, 4, 5)
 
 
 def test_zero_weight_is_an_idle_replica():
-    assert shard_plan.replica_batch_sizes(6, 1, 3, [1, 0, 1]) == (3, 0, 3)
+    assert split.replica_batch_sizes(6, 1, 3, [1, 0, 1]) == (3, 0, 3)
 
 
 def test_too_small_a_batch_for_the_weights():
     with pytest.raises(ValueError, match=r"`global_batch_size` is too small for these weights"
                                          r".*Use global_batch_size=4 or more"):
-        shard_plan.replica_batch_sizes(3, 1, 2, [6, 1])  # 2.57 + 0.43 rounds to 3 + 0
+        split.replica_batch_sizes(3, 1, 2, [6, 1])  # 2.57 + 0.43 rounds to 3 + 0
 
 
 def test_smooth_pattern_is_round_robin_for_equal_shares():
-    assert shard_plan.smooth_pattern([4, 4, 4]) == (0, 1, 2) * 4
-    assert shard_plan.smooth_pattern([2, 1]) == (0, 1, 0)
+    assert split.smooth_pattern([4, 4, 4]) == (0, 1, 2) * 4
+    assert split.smooth_pattern([2, 1]) == (0, 1, 0)
 
 
 def test_997_examples_over_3_workers():
@@ -73,9 +74,9 @@ def test_even_tail_needs_no_correction():
 
 def test_files_go_largest_first_to_the_least_loaded_worker():
     # 300 -> w0, 250 -> w1, 247 -> w2, then 200 -> w2 (447 < 450 < 500).
-    assert shard_plan.assign_files([300, 250, 247, 200], [4, 4, 4]) == ((0,), (1,), (2, 3))
+    assert split.assign_files([300, 250, 247, 200], [4, 4, 4]) == ((0,), (1,), (2, 3))
     # A worker with twice the batch takes twice the examples.
-    assert shard_plan.assign_files([10, 10, 10], [8, 4]) == ((0, 1), (2,))
+    assert split.assign_files([10, 10, 10], [8, 4]) == ((0, 1), (2,))
 
 
 def test_streams_of_unequal_length_end_in_empty_batches():

@@ -16,6 +16,7 @@ import tensorflow as tf
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import source as shard_source
+from mgpu_tf.data import split
 
 __all__ = ["distribute", "probe_all"]
 
@@ -132,7 +133,7 @@ def _replica_batches(request, plan, worker, replica):
         return request.examples(examples).batch(size, drop_remainder=drop)
     batches = _worker_batches(request, plan, worker, parse=False)
     if plan.replicas_per_worker > 1:
-        mine = _positions(plan_lib.smooth_pattern(tuple(local)), replica)
+        mine = _positions(split.smooth_pattern(tuple(local)), replica)
         batches = batches.enumerate().map(lambda _, batch: _keep(batch, mine),
                                           num_parallel_calls=tf.data.AUTOTUNE)
     if request.parse is None:
@@ -187,7 +188,7 @@ def _worker_dataset(request, plan, worker):
         empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
         batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
 
-    pattern = plan_lib.smooth_pattern(tuple(plan.local_sizes(worker)))
+    pattern = split.smooth_pattern(tuple(plan.local_sizes(worker)))
 
     def pieces(step, batch):
         parts = [tf.data.Dataset.from_tensors(

@@ -12,7 +12,7 @@ replicas' batch sizes) and `B` examples per step in all:
 
 - `"data"`: every worker reads the same example sequence and cuts it into blocks of
   `B`, one per step. Inside a block, examples go to workers in a fixed weighted
-  round robin (`smooth_pattern`); with equal weights that is every n-th example,
+  round robin (`mgpu_tf.data.split.smooth_pattern`); with equal weights that is every n-th example,
   like TensorFlow's DATA policy. The last block may be short: it is then shared out
   in the same order, so every worker still takes part in every step.
 - `"file"` and `"off"`: each worker reads its own stream (its files, or what the
@@ -27,22 +27,15 @@ under `"data"`, and every `L`-th example of its worker's stream otherwise.
 
 import dataclasses
 import enum
-import functools
-import math
-import numbers
-from fractions import Fraction
+
+from mgpu_tf.data.split import piece_size, smooth_pattern, worker_batch_sizes
 
 __all__ = [
     "ShardPolicy",
     "ReplicaShare",
     "ShardingPlan",
-    "replica_batch_sizes",
-    "smooth_pattern",
-    "assign_files",
     "plan_data",
     "plan_streams",
-    "piece_size",
-    "worker_batch_sizes",
 ]
 
 
@@ -201,197 +194,6 @@ class ShardingPlan:
         return self.table()
 
 
-def worker_batch_sizes(batch_sizes, replicas_per_worker):
-    """Sums per-replica batch sizes (global replica order) by worker."""
-    size = replicas_per_worker
-    return tuple(sum(batch_sizes[w:w + size]) for w in range(0, len(batch_sizes), size))
-
-
-def piece_size(size, local_sizes, replica):
-    """A replica's share of a worker batch of `size` examples (round robin by weight)."""
-    return smooth_pattern(tuple(local_sizes))[:size].count(replica)
-
-
-def _largest_remainder(total, weights):
-    """Splits the integer `total` in proportion to `weights`, rounding fairly."""
-    weights = [Fraction(w) for w in weights]
-    quotas = [total * w / sum(weights) for w in weights]
-    shares = [math.floor(q) for q in quotas]
-    order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] - shares[i]), i))
-    for i in order[: total - sum(shares)]:
-        shares[i] += 1
-    return shares
-
-
-def _check_weights(weights, num_workers, replicas_per_worker):
-    per = "worker" if num_workers > 1 else "replica"
-    expected = num_workers if num_workers > 1 else replicas_per_worker
-    if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__") or not all(
-            isinstance(w, numbers.Real) and not isinstance(w, bool) for w in weights):
-        raise TypeError(
-            f"`weights` must be a list of numbers, one per {per}. Received: weights={weights!r}"
-        )
-    weights = [float(w) for w in weights]
-    if len(weights) != expected:
-        where = (f"{num_workers} workers" if num_workers > 1
-                 else f"{replicas_per_worker} replica(s) of this machine")
-        raise ValueError(
-            f"`weights` must have one entry per {per} ({where}). "
-            f"Received: weights={weights!r} ({len(weights)} entries). "
-            f"Pass {expected} relative speeds, such as {[1] * expected!r}."
-        )
-    if any(not math.isfinite(w) or w < 0 for w in weights):
-        raise ValueError(
-            f"`weights` must be finite and not negative. Received: weights={weights!r}. "
-            "Use the relative speed of each device, such as [2, 1]."
-        )
-    if not any(weights):
-        raise ValueError(
-            f"`weights` must not all be zero. Received: weights={weights!r}. "
-            "Use the relative speed of each device, such as [2, 1]."
-        )
-    return weights
-
-
-def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, weights=None):
-    """Returns the batch size of every replica for a global batch size.
-
-    Without `weights` each replica gets `global_batch_size / replicas`. With them,
-    each worker (or, on one machine, each replica) gets a share in proportion to its
-    weight, rounded by largest remainder; a worker's share is split evenly between
-    its replicas.
-
-    Example:
-
-    ```python
-    replica_batch_sizes(12, 1, 2, weights=[2, 1])  # (8, 4)
-    ```
-
-    Args:
-        global_batch_size: examples per step over all replicas.
-        num_workers: workers in the cluster.
-        replicas_per_worker: replicas on each worker.
-        weights: relative speeds, one per worker (one per replica when there is one
-            worker), or `None` for equal shares. Defaults to `None`.
-
-    Returns:
-        A tuple of per-replica batch sizes in global replica order.
-
-    Raises:
-        TypeError: for a batch size that is not an integer, or weights that are
-            not numbers.
-        ValueError: for a batch size the replicas cannot share, or bad weights.
-    """
-    replicas = num_workers * replicas_per_worker
-    batch = global_batch_size
-    if isinstance(batch, bool) or not isinstance(batch, numbers.Integral):
-        raise TypeError(
-            f"`global_batch_size` must be an integer. Received: global_batch_size={batch!r}"
-        )
-    batch = int(batch)
-    if batch < replicas:
-        raise ValueError(
-            f"`global_batch_size` must be at least the number of replicas ({replicas}), so "
-            f"that each replica gets an example per step. Received: global_batch_size={batch}. "
-            f"Use global_batch_size={replicas} or more."
-        )
-    if weights is None:
-        if batch % replicas:
-            lower = batch // replicas * replicas
-            equal = [1] * (num_workers if num_workers > 1 else replicas)
-            raise ValueError(
-                f"`global_batch_size` must be divisible by the number of replicas "
-                f"({replicas}). Received: global_batch_size={batch}. Use {lower} or "
-                f"{lower + replicas}, or pass weights={equal!r} to split it into unequal "
-                "batches."
-            )
-        return (batch // replicas,) * replicas
-    weights = _check_weights(weights, num_workers, replicas_per_worker)
-    if num_workers > 1:
-        workers = _largest_remainder(batch, weights)
-        sizes = []
-        for share, weight in zip(workers, weights):
-            sizes += _largest_remainder(share, [1] * replicas_per_worker) if weight else (
-                [0] * replicas_per_worker)
-        positive = [w > 0 for w in weights for _ in range(replicas_per_worker)]
-    else:
-        sizes = _largest_remainder(batch, weights)
-        positive = [w > 0 for w in weights]
-    if any(p and not s for p, s in zip(positive, sizes)):
-        larger = batch + 1
-        while any(p and not s for p, s in zip(
-                positive, replica_batch_sizes(larger, num_workers, replicas_per_worker,
-                                              weights))):
-            larger += 1
-        raise ValueError(
-            f"`global_batch_size` is too small for these weights: a replica with a "
-            f"positive weight would get no example per step ({sizes}). Received: "
-            f"global_batch_size={batch}, weights={weights!r}. Use global_batch_size={larger} "
-            "or more."
-        )
-    return tuple(sizes)
-
-
-def smooth_pattern(shares):
-    """Orders `sum(shares)` slots so each owner's slots are spread evenly.
-
-    Slot `p` goes to the owner furthest behind its share; ties go to the lower
-    index. Equal shares give plain round robin (`0, 1, ..., n-1, 0, 1, ...`), and
-    every prefix is as close to the proportions as whole slots allow, so a short
-    last block is shared fairly too.
-
-    Example:
-
-    ```python
-    smooth_pattern([2, 1])  # (0, 1, 0)
-    ```
-
-    Args:
-        shares: slot counts, one per owner.
-
-    Returns:
-        A tuple: the owner of each slot.
-    """
-    return _smooth_pattern(tuple(shares))
-
-
-@functools.lru_cache(maxsize=64)
-def _smooth_pattern(shares):
-    period = sum(shares)
-    taken = [0] * len(shares)
-    slots = []
-    for p in range(period):
-        owner = max(range(len(shares)),
-                    key=lambda o: (shares[o] * (p + 1) - taken[o] * period, -o))
-        taken[owner] += 1
-        slots.append(owner)
-    return tuple(slots)
-
-
-def assign_files(counts, worker_sizes):
-    """Gives whole files to workers so that examples match their batch sizes.
-
-    Largest file first, each to the worker that would then have the fewest steps'
-    worth of examples (ties: lower worker index); a worker with batch size 0 gets
-    none. Deterministic, so every worker computes the same assignment.
-
-    Args:
-        counts: examples in each file.
-        worker_sizes: examples per step on each worker.
-
-    Returns:
-        A tuple, per worker, of the file indices it reads, in file order.
-    """
-    loads = [0] * len(worker_sizes)
-    owned = [[] for _ in worker_sizes]
-    for index in sorted(range(len(counts)), key=lambda i: (-counts[i], i)):
-        worker = min((w for w, size in enumerate(worker_sizes) if size),
-                     key=lambda w: (Fraction(loads[w] + counts[index], worker_sizes[w]), w))
-        loads[worker] += counts[index]
-        owned[worker].append(index)
-    return tuple(tuple(sorted(files)) for files in owned)
-
-
 def _empty_error(num_examples, batch):
     return ValueError(
         f"With drop_remainder=True, an epoch has no full step: {num_examples} examples "
@@ -406,7 +208,7 @@ def plan_data(num_examples, batch_sizes, num_workers, replicas_per_worker, *,
 
     Args:
         num_examples: examples in the source.
-        batch_sizes: per-replica batch sizes (`replica_batch_sizes`).
+        batch_sizes: per-replica batch sizes (`mgpu_tf.data.split.replica_batch_sizes`).
         num_workers: workers in the cluster.
         replicas_per_worker: replicas on each worker.
         drop_remainder: leave out the last, short global batch. Defaults to `False`.
@@ -442,7 +244,7 @@ def plan_streams(worker_examples, batch_sizes, num_workers, replicas_per_worker,
 
     Args:
         worker_examples: examples in each worker's stream.
-        batch_sizes: per-replica batch sizes (`replica_batch_sizes`).
+        batch_sizes: per-replica batch sizes (`mgpu_tf.data.split.replica_batch_sizes`).
         num_workers: workers in the cluster.
         replicas_per_worker: replicas on each worker.
         policy: `"file"` or `"off"`.

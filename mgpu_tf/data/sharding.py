@@ -43,6 +43,7 @@ from mgpu_tf.data import replica_weights
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import source as shard_source
+from mgpu_tf.data import split
 from mgpu_tf.strategies import factory as strategies_lib
 
 __all__ = ["shard_dataset", "describe_sharding"]
@@ -57,7 +58,7 @@ class _Request:
                  shuffle_seed, parse):
         self.kind, self.num_workers, self.replicas_per_worker = _topology(strategy)
         self.strategy = strategy
-        self.batch_sizes = plan_lib.replica_batch_sizes(
+        self.batch_sizes = split.replica_batch_sizes(
             global_batch_size, self.num_workers, self.replicas_per_worker, weights)
         self.weighted = weights is not None
         if not isinstance(drop_remainder, bool):
@@ -248,7 +249,7 @@ def _make_plan(request):
             return plan_lib.plan_data(sum(counts), **common)
         if request.policy == plan_lib.ShardPolicy.OFF:
             return plan_lib.plan_streams([sum(counts)], policy="off", **common)
-        owned = plan_lib.assign_files(counts, plan_lib.worker_batch_sizes(
+        owned = split.assign_files(counts, split.worker_batch_sizes(
             request.batch_sizes, request.replicas_per_worker))
         files = tuple(tuple(request.files[i] for i in own) for own in owned)
         return plan_lib.plan_streams([sum(counts[i] for i in own) for own in owned],
