@@ -88,7 +88,9 @@ def make_strategy(kind="auto", **options):
 
     Args:
         kind: a name from `available_strategies()`. Defaults to `"auto"`.
-        **options: see `mgpu_tf.strategies.factory.OPTIONS`; each strategy accepts a subset.
+        **options: see `mgpu_tf.strategies.registry.OPTIONS`; each strategy accepts a
+            subset. `precision` sets Keras' global dtype policy, which stays in force
+            for the rest of the process (see `mgpu_tf.strategies.precision`).
 
     Returns:
         The strategy object (`tf.distribute.MirroredStrategy` and so on).

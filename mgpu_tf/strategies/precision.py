@@ -1,7 +1,9 @@
 """Numeric precision: Keras' mixed-precision policy chosen with the strategy.
 
 `make_strategy(..., precision="mixed_float16")` sets Keras' global dtype
-policy before the model is built in `strategy.scope()`: layers compute in
+policy before the model is built in `strategy.scope()`. The policy is global to
+the process, as Keras keeps it: models built later follow it too, whatever
+strategy they are built under, until it is set again (the change is logged). Layers compute in
 float16 (or bfloat16) and keep float32 variables. Loss scaling, which float16
 needs and bfloat16 does not, is Keras' own: `model.compile` wraps the
 optimizer in a `keras.optimizers.LossScaleOptimizer` when the model's policy is
@@ -21,8 +23,11 @@ model.layers[0].compute_dtype  # 'bfloat16'
 """
 
 import enum
+import logging
 
-__all__ = ["Precision", "OPTION_HELP", "check_precision", "set_precision"]
+__all__ = ["Precision", "check_precision", "set_precision"]
+
+logger = logging.getLogger("mgpu_tf")
 
 
 class Precision(str, enum.Enum):
@@ -34,12 +39,6 @@ class Precision(str, enum.Enum):
 
     def __str__(self):
         return self.value
-
-
-OPTION_HELP = {
-    "precision": "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
-    "mixed_bfloat16",
-}
 
 
 def check_precision(value):
@@ -61,6 +60,12 @@ def check_precision(value):
 def set_precision(precision):
     """Sets Keras' global dtype policy; models built afterwards follow it.
 
+    The policy is Keras' own process-wide setting, not tied to the strategy: every
+    model built later in this process follows it, under any strategy, until it is
+    set again. A change is logged once, with the policy it replaces and how to go
+    back (`keras.mixed_precision.set_dtype_policy("float32")`, or
+    `make_strategy(..., precision="float32")`).
+
     Args:
         precision: a `Precision` value or its name.
 
@@ -69,5 +74,12 @@ def set_precision(precision):
     """
     import keras
 
-    keras.mixed_precision.set_dtype_policy(check_precision(precision).value)
+    before = keras.mixed_precision.dtype_policy().name
+    wanted = check_precision(precision).value
+    keras.mixed_precision.set_dtype_policy(wanted)
+    if before != wanted:
+        logger.info("mgpu_tf: precision=%r set Keras' global dtype policy (it was %r); "
+                    "every model built from now on in this process follows it. "
+                    "keras.mixed_precision.set_dtype_policy(%r) sets it back.",
+                    wanted, before, before)
     return keras.mixed_precision.dtype_policy()
