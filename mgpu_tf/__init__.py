@@ -6,44 +6,62 @@ the capability folders (`mgpu_tf.callbacks`, `mgpu_tf.cluster`, `mgpu_tf.planner
 each is reachable as an attribute and loads when first touched.
 """
 
+import enum
 import importlib
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it.
+# The module that defines each public name.
 _EXPORTS = {
-    "ClusterConfig": "mgpu_tf.cluster.tf_config",
-    "ClusterConfigError": "mgpu_tf.cluster.tf_config",
-    "parse_tf_config": "mgpu_tf.cluster.tf_config",
-    "DevicesAlreadyInitializedError": "mgpu_tf.strategies.devices",
-    "simulate_devices": "mgpu_tf.strategies.devices",
-    "ModelParallel": "mgpu_tf.model_parallel.wrapper",
-    "plan": "mgpu_tf.planner.recommend",
-    "describe_sharding": "mgpu_tf.data.sharding",
-    "shard_dataset": "mgpu_tf.data.sharding",
-    "StrategyKind": "mgpu_tf.strategies.registry",
-    "available_strategies": "mgpu_tf.strategies.factory",
-    "make_strategy": "mgpu_tf.strategies.factory",
-    "prepare_model": "mgpu_tf.strategies.factory",
-    "strategy_kind": "mgpu_tf.strategies.factory",
+    "mgpu_tf.cluster.tf_config": "ClusterConfig ClusterConfigError parse_tf_config",
+    "mgpu_tf.strategies.devices": "DevicesAlreadyInitializedError simulate_devices",
+    "mgpu_tf.model_parallel.wrapper": "ModelParallel",
+    "mgpu_tf.planner.recommend": "plan",
+    "mgpu_tf.data.sharding": "describe_sharding shard_dataset",
+    "mgpu_tf.strategies.registry": "StrategyKind",
+    "mgpu_tf.strategies.factory": "available_strategies make_strategy prepare_model strategy_kind",
 }
 
 # The folders and modules a user reaches as `mgpu_tf.NAME` without importing them first.
 _SUBMODULES = ("callbacks", "cli", "cluster", "comm", "compat", "data", "flags",
                "model_parallel", "planner", "strategies", "train")
 
-__all__ = sorted(_EXPORTS)
+
+class Choice(str, enum.Enum):
+    """A mode with a fixed set of values (the base of every such enum in the toolkit).
+
+    It prints as its value, compares equal to it and serialises to JSON as a string;
+    `parse` turns user input into a member or raises the toolkit's usual error.
+    """
+
+    def __str__(self):
+        return self.value
+
+    @classmethod
+    def parse(cls, value, argument):
+        """Returns `value` (a member or its name, any case) as a member.
+
+        Raises:
+            ValueError: naming `argument`, the allowed values and what was received.
+        """
+        try:
+            return cls(value.lower() if isinstance(value, str) else value)
+        except ValueError:
+            allowed = ", ".join(member.value for member in cls)
+            raise ValueError(f"`{argument}` must be one of {allowed}. "
+                             f"Received: {argument}={value!r}") from None
 
 
 def lazy_exports(package, exports, submodules=()):
-    """Returns `(__getattr__, __dir__)` for a package whose names load on first use.
+    """Returns `(__all__, __getattr__, __dir__)` for a package whose names load on first use.
 
     Args:
         package: the package's `__name__`.
-        exports: `{public name: module that defines it}`.
+        exports: `{module: "its public names, space-separated"}`.
         submodules: names of the package's modules reachable as attributes.
     """
     namespace = importlib.import_module(package).__dict__
+    exports = {name: module for module, names in exports.items() for name in names.split()}
 
     def __getattr__(name):
         if name in submodules:
@@ -58,7 +76,7 @@ def lazy_exports(package, exports, submodules=()):
     def __dir__():
         return sorted(set(namespace) | set(exports) | set(submodules))
 
-    return __getattr__, __dir__
+    return sorted(exports), __getattr__, __dir__
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -10,16 +10,13 @@ measures each worker's speed for weighted shards.
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "ClusterConfig": "mgpu_tf.cluster.tf_config",
-    "ClusterConfigError": "mgpu_tf.cluster.tf_config",
-    "parse_tf_config": "mgpu_tf.cluster.tf_config",
-    "detect_cluster": "mgpu_tf.cluster.detect",
-    "launch": "mgpu_tf.cluster.launcher",
-    "WorkerLostError": "mgpu_tf.cluster.failures",
-    "worker_failures": "mgpu_tf.cluster.failures",
+    "mgpu_tf.cluster.tf_config": "ClusterConfig ClusterConfigError parse_tf_config",
+    "mgpu_tf.cluster.detect": "detect_cluster",
+    "mgpu_tf.cluster.launcher": "launch",
+    "mgpu_tf.cluster.failures": "WorkerLostError worker_failures",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(
-    __name__, _EXPORTS,
-    ("tf_config", "hostlist", "detect", "launcher", "failures", "kubernetes", "calibrate"))
+_SUBMODULES = ("tf_config", "hostlist", "detect", "launcher", "failures", "kubernetes",
+               "calibrate")
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -9,8 +9,7 @@ strategy was made with into the Keras optimizer.
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "Compression": "mgpu_tf.comm.compression",
+    "mgpu_tf.comm.compression": "Compression",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

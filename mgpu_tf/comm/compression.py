@@ -7,22 +7,20 @@ bytes sent, as Horovod's `Compression.fp16` does. Keras 3 all-reduces in
 `sum_gradients` is the frame every stand-in for that method shares.
 """
 
-import enum
 
 import tensorflow as tf
+
+from mgpu_tf import Choice
 
 __all__ = ["Compression", "check_compression", "compressed_all_reduce", "sum_gradients"]
 
 
-class Compression(str, enum.Enum):
+class Compression(Choice):
     """The dtype gradients have on the wire during the all-reduce."""
 
     NONE = "none"
     FLOAT16 = "float16"
     BFLOAT16 = "bfloat16"
-
-    def __str__(self):
-        return self.value
 
 
 def check_compression(value):
@@ -31,12 +29,7 @@ def check_compression(value):
     Raises:
         ValueError: when it is not one of none, float16, bfloat16.
     """
-    try:
-        return Compression(str(value).lower() if isinstance(value, str) else value)
-    except ValueError:
-        raise ValueError(
-            "`compression` must be one of none, float16, bfloat16. "
-            f"Received: compression={value!r}") from None
+    return Compression.parse(value, "compression")
 
 
 def compressed_all_reduce(grads_and_vars, *, wire_dtype=tf.float16):

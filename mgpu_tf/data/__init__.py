@@ -9,9 +9,7 @@ when replicas' batches differ in size.
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "describe_sharding": "mgpu_tf.data.sharding",
-    "shard_dataset": "mgpu_tf.data.sharding",
+    "mgpu_tf.data.sharding": "describe_sharding shard_dataset",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -26,8 +26,8 @@ under `"data"`, and every `L`-th example of its worker's stream otherwise.
 """
 
 import dataclasses
-import enum
 
+from mgpu_tf import Choice
 from mgpu_tf.data.split import piece_size, smooth_pattern, worker_batch_sizes
 
 __all__ = [
@@ -39,16 +39,13 @@ __all__ = [
 ]
 
 
-class ShardPolicy(str, enum.Enum):
+class ShardPolicy(Choice):
     """How examples are divided between workers."""
 
     AUTO = "auto"
     FILE = "file"
     DATA = "data"
     OFF = "off"
-
-    def __str__(self):
-        return self.value
 
 
 @dataclasses.dataclass(frozen=True)

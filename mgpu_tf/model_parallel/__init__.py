@@ -10,14 +10,10 @@ optimizer updates on their devices, `strategy` the `"model_parallel"` strategy, 
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "Balance": "mgpu_tf.model_parallel.balance",
-    "balance_by_params": "mgpu_tf.model_parallel.balance",
-    "balance_by_time": "mgpu_tf.model_parallel.balance",
-    "balance_by_uniform": "mgpu_tf.model_parallel.balance",
-    "ModelParallel": "mgpu_tf.model_parallel.wrapper",
-    "StagePlan": "mgpu_tf.model_parallel.wrapper",
-    "ModelParallelStrategy": "mgpu_tf.model_parallel.strategy",
+    "mgpu_tf.model_parallel.balance": "Balance balance_by_params balance_by_time "
+                                      "balance_by_uniform",
+    "mgpu_tf.model_parallel.wrapper": "ModelParallel StagePlan",
+    "mgpu_tf.model_parallel.strategy": "ModelParallelStrategy",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("hybrid",))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("hybrid",))

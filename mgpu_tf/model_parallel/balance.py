@@ -9,11 +9,12 @@ the weight of a layer is its count (`balance_by_uniform`), its parameter bytes
 batch (`balance_by_time`).
 """
 
-import enum
 import time
 
 import numpy as np
 import tensorflow as tf
+
+from mgpu_tf import Choice
 
 __all__ = [
     "Balance",
@@ -25,15 +26,12 @@ __all__ = [
 ]
 
 
-class Balance(str, enum.Enum):
+class Balance(Choice):
     """The automatic ways to share layers among stages."""
 
     UNIFORM = "uniform"
     PARAMS = "params"
     TIME = "time"
-
-    def __str__(self):
-        return self.value
 
 
 def partition(weights, stages):

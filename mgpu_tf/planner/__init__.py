@@ -12,14 +12,8 @@ The names load on first use, so `mgpu-tf plan --help` answers without TensorFlow
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "Footprint": "mgpu_tf.planner.memory",
-    "format_size": "mgpu_tf.planner.memory",
-    "parse_size": "mgpu_tf.planner.memory",
-    "Option": "mgpu_tf.planner.recommend",
-    "Plan": "mgpu_tf.planner.recommend",
-    "PlanError": "mgpu_tf.planner.recommend",
-    "plan": "mgpu_tf.planner.recommend",
+    "mgpu_tf.planner.memory": "Footprint format_size parse_size",
+    "mgpu_tf.planner.recommend": "Option Plan PlanError plan",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -11,18 +11,11 @@ register through `registry`.
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "OPTIONS": "mgpu_tf.strategies.registry",
-    "StrategyKind": "mgpu_tf.strategies.registry",
-    "register_option": "mgpu_tf.strategies.registry",
-    "register_strategy": "mgpu_tf.strategies.registry",
-    "validate_options": "mgpu_tf.strategies.options",
-    "auto_choice": "mgpu_tf.strategies.factory",
-    "available_strategies": "mgpu_tf.strategies.factory",
-    "make_strategy": "mgpu_tf.strategies.factory",
-    "prepare_model": "mgpu_tf.strategies.factory",
-    "strategy_kind": "mgpu_tf.strategies.factory",
-    "simulate_devices": "mgpu_tf.strategies.devices",
+    "mgpu_tf.strategies.registry": "OPTIONS StrategyKind register_option register_strategy",
+    "mgpu_tf.strategies.options": "validate_options",
+    "mgpu_tf.strategies.factory": "auto_choice available_strategies make_strategy prepare_model "
+                                  "strategy_kind",
+    "mgpu_tf.strategies.devices": "simulate_devices",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -22,23 +22,21 @@ model.layers[0].compute_dtype  # 'bfloat16'
 ```
 """
 
-import enum
 import logging
+
+from mgpu_tf import Choice
 
 __all__ = ["Precision", "check_precision", "set_precision"]
 
 logger = logging.getLogger("mgpu_tf")
 
 
-class Precision(str, enum.Enum):
+class Precision(Choice):
     """The Keras dtype policies `precision` can name."""
 
     FLOAT32 = "float32"
     MIXED_FLOAT16 = "mixed_float16"
     MIXED_BFLOAT16 = "mixed_bfloat16"
-
-    def __str__(self):
-        return self.value
 
 
 def check_precision(value):
@@ -48,13 +46,12 @@ def check_precision(value):
         ValueError: when it is not float32, mixed_float16 or mixed_bfloat16.
     """
     try:
-        return Precision(str(value).lower() if isinstance(value, str) else value)
-    except ValueError:
-        hint = (" Use 'mixed_float16' or 'mixed_bfloat16': variables stay float32."
-                if str(value).lower() in ("float16", "bfloat16", "fp16", "bf16") else "")
-        raise ValueError(
-            "`precision` must be one of float32, mixed_float16, mixed_bfloat16. "
-            f"Received: precision={value!r}.{hint}") from None
+        return Precision.parse(value, "precision")
+    except ValueError as error:
+        if str(value).lower() in ("float16", "bfloat16", "fp16", "bf16"):
+            raise ValueError(f"{error}. Use 'mixed_float16' or 'mixed_bfloat16': variables "
+                             "stay float32.") from None
+        raise
 
 
 def set_precision(precision):

@@ -10,6 +10,8 @@ TensorFlow or another part of the toolkit.
 import dataclasses
 import enum
 
+from mgpu_tf import Choice
+
 __all__ = [
     "StrategyKind",
     "OPTIONS",
@@ -23,7 +25,7 @@ __all__ = [
 ]
 
 
-class StrategyKind(str, enum.Enum):
+class StrategyKind(Choice):
     """The built-in strategy names."""
 
     AUTO = "auto"
@@ -32,9 +34,6 @@ class StrategyKind(str, enum.Enum):
     MIRRORED = "mirrored"
     MULTI_WORKER = "multi_worker"
     TPU = "tpu"
-
-    def __str__(self):
-        return self.value
 
 
 # Every option make_strategy knows, with a one-line description (used by --help).

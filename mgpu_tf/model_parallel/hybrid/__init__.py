@@ -7,9 +7,8 @@
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "HybridParallel": "mgpu_tf.model_parallel.hybrid.model",
-    "HybridStrategy": "mgpu_tf.model_parallel.hybrid.strategy",
+    "mgpu_tf.model_parallel.hybrid.model": "HybridParallel",
+    "mgpu_tf.model_parallel.hybrid.strategy": "HybridStrategy",
 }
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
