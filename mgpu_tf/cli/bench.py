@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from mgpu_tf.planner.bench import scaling
+from mgpu_tf.planner import bench as bench_lib
 
 __all__ = ["add_parser", "bench_command"]
 
@@ -50,7 +50,7 @@ def _check(args):
             f"--global-batch must be divisible by --workers ({args.workers}). Received: "
             f"--global-batch={args.global_batch}. Use {low or args.workers} or "
             f"{low + args.workers}.")
-    settings = scaling.default_settings(args.workers, global_batch=args.global_batch)
+    settings = bench_lib.default_settings(args.workers, global_batch=args.global_batch)
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         known = [s.key for s in settings]
@@ -72,25 +72,25 @@ def bench_command(args):
         for s in settings:
             print(f"{s.key:<26}{s.name}")
         return 0
-    spec = scaling.ModelSpec(width=args.width, depth=args.depth)
+    spec = bench_lib.ModelSpec(width=args.width, depth=args.depth)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"model: MLP {args.depth} x {args.width}, global batch {args.global_batch}, "
           f"{args.steps} timed steps, {args.rounds} alternating rounds, load {load:.2f}",
           flush=True)
     started = time.time()
-    rows = scaling.run_benchmark(settings, rounds=args.rounds, steps=args.steps, spec=spec,
-                                 progress=sys.stderr)
-    print(scaling.format_table(rows))
+    rows = bench_lib.run_benchmark(settings, rounds=args.rounds, steps=args.steps, spec=spec,
+                                   progress=sys.stderr)
+    print(bench_lib.format_table(rows))
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "bench.json")
     png_path = os.path.join(args.out, "bench.png")
-    scaling.write_json(rows, json_path, workers=args.workers, global_batch=args.global_batch,
-                       rounds=args.rounds, steps=args.steps, width=args.width,
-                       depth=args.depth, load_before=load,
-                       load_after=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                       seconds=time.time() - started)
+    bench_lib.write_json(rows, json_path, workers=args.workers, global_batch=args.global_batch,
+                         rounds=args.rounds, steps=args.steps, width=args.width,
+                         depth=args.depth, load_before=load,
+                         load_after=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                         seconds=time.time() - started)
     try:
-        scaling.write_plot(rows, png_path)
+        bench_lib.write_plot(rows, png_path)
     except ImportError:
         print("mgpu-tf bench: no plot: matplotlib is missing (pip install 'mgpu_tf[bench]')",
               file=sys.stderr)

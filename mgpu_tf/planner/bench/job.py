@@ -1,0 +1,192 @@
+"""What one fresh process of the scaling benchmark does: build, train, time.
+
+`train_and_time` is the function `mgpu_tf.planner.bench.scaling.measure` runs
+in fresh processes (through `mgpu_tf.planner.bench.runner`): it builds the
+setting's strategy and the MLP, trains with Keras `fit` for an untimed epoch
+and a timed one, and on workers also times the collectives alone (the
+gradients' all-reduce, a one-number all-reduce and an all-gather) so that the
+measured communication can be set against `mgpu_tf.planner.cost_model`.
+"""
+
+import functools
+import time
+import zlib
+
+import numpy as np
+
+from mgpu_tf.planner.bench.settings import ModelSpec, Setting
+
+__all__ = ["train_and_time", "time_collectives"]
+
+
+def _reverse_all_reduce(optimizer):
+    """Makes the optimizer all-reduce the last layers' gradients first.
+
+    The one place the benchmark touches a private Keras name
+    (`BaseOptimizer._all_reduce_sum_gradients`); it is to move behind
+    `mgpu_tf.compat`'s accessor for that name.
+    """
+    inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
+    original = inner._all_reduce_sum_gradients
+
+    def reversed_order(grads_and_vars):
+        return list(reversed(original(list(reversed(list(grads_and_vars))))))
+
+    object.__setattr__(inner, "_all_reduce_sum_gradients", reversed_order)
+
+
+def _build_model(spec):
+    import keras
+
+    layers = [keras.Input((spec.features,))]
+    layers += [keras.layers.Dense(spec.width, activation="relu") for _ in range(spec.depth - 1)]
+    layers.append(keras.layers.Dense(spec.classes, dtype="float32"))
+    return keras.Sequential(layers)
+
+
+def _dataset(spec, batch):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch * 8, spec.features)).astype("float32")
+    y = rng.integers(0, spec.classes, size=batch * 8).astype("int32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+            .repeat().prefetch(tf.data.AUTOTUNE).with_options(options))
+
+
+def time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
+    """Seconds of collectives as the step sends them, for the cost model.
+
+    Args:
+        strategy: the workers' strategy.
+        model: the model whose gradients are all-reduced.
+        wire: the dtype the gradients travel in.
+        transport: `"tensorflow"` or `"tcp"` (the toolkit's ring, as the step's
+            gradients go with `transport="tcp"`; the all-gather then as N-1
+            exchanges of 1/N each). Defaults to `"tensorflow"`.
+        repeats: timed calls of each collective. Defaults to `20`.
+
+    Returns:
+        `(all-reduce of the model's gradients, all-reduce of one number (the
+        fixed cost per all-reduce), all-gather of 1/N of the gradient bytes from
+        each worker)`, each in seconds. The all-gather moves (N-1)/N of the
+        bytes over each link: half of what the ring all-reduce moves, with no
+        arithmetic.
+    """
+    import tensorflow as tf
+
+    shapes = [tuple(w.shape) for w in model.trainable_weights]
+    share = sum(int(np.prod(s)) for s in shapes) // strategy.num_replicas_in_sync
+    if transport == "tcp":
+        from mgpu_tf.comm import transport as transport_lib
+
+        connection = transport_lib.connect(strategy)
+        ring = connection.ring
+
+    def timed(collective):
+        @tf.function
+        def once():
+            return strategy.run(collective)
+
+        once()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            out = once()
+        tf.nest.map_structure(lambda t: strategy.experimental_local_results(t)[0].numpy(), out)
+        return (time.perf_counter() - start) / repeats
+
+    def all_reduce(shapes_):
+        if transport == "tcp":
+            size = sum(int(np.prod(s)) for s in shapes_)
+            return lambda: transport_lib.ring_all_reduce(
+                connection, tf.ones((size,), wire), f"bench {size}")
+        return lambda: tf.distribute.get_replica_context().all_reduce(
+            "SUM", [tf.ones(s, wire) for s in shapes_])
+
+    def all_gather():
+        if transport == "tcp":
+            out, op = tf.ones((share,), wire), zlib.crc32(b"bench exchange")
+            for step in range(strategy.num_replicas_in_sync - 1):
+                exchange = functools.partial(ring.exchange, count=share, op=op, step=step)
+                out = tf.numpy_function(exchange, [out], out.dtype, stateful=True)
+            return out
+        # The CPU all-gather has no bfloat16 kernel; float16 moves as many bytes.
+        dtype = "float16" if wire == "bfloat16" else wire
+        return tf.distribute.get_replica_context().all_gather(tf.ones((share,), dtype), axis=0)
+
+    return timed(all_reduce(shapes)), timed(all_reduce([(1,)])), timed(all_gather)
+
+
+def _strategy(setting, options):
+    import mgpu_tf
+
+    if setting.mode == "process":
+        return mgpu_tf.make_strategy("default", **options)
+    if setting.mode == "workers":
+        return mgpu_tf.make_strategy("multi_worker", **options)
+    mgpu_tf.simulate_devices(setting.count)
+    name = "mirrored" if setting.mode == "mirrored" else "model_parallel"
+    return mgpu_tf.make_strategy(name, devices=setting.count, **options)
+
+
+def train_and_time(payload):
+    """Trains the benchmark's model under one setting, in this fresh process, and times it.
+
+    Args:
+        payload: `{"setting": dataclasses.asdict(Setting), "spec":
+            dataclasses.asdict(ModelSpec), "steps": timed steps}`.
+
+    Returns:
+        `{"examples_per_sec", "step_seconds"}` of the timed epoch; on workers
+        also `all_reduce_seconds`, `latency_seconds` (a one-number all-reduce),
+        `gradient_bytes` and `transport_bandwidth` (bytes per second the
+        all-gather carried over each link, its fixed cost taken off).
+    """
+    import keras
+    import tensorflow as tf
+
+    import mgpu_tf
+
+    setting, spec = Setting.from_dict(payload["setting"]), ModelSpec(**payload["spec"])
+    steps = payload["steps"]
+    tf.config.threading.set_intra_op_parallelism_threads(setting.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(setting.threads)
+    options = dict(setting.options)
+    overlap = options.pop("overlap", False)
+    strategy = _strategy(setting, options)
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = mgpu_tf.prepare_model(_build_model(spec), strategy)
+        model.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if overlap:
+        _reverse_all_reduce(model.optimizer)
+    seconds = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds.append(time.perf_counter() - self._start)
+
+    # The first epoch traces and warms up; the second is timed.
+    model.fit(_dataset(spec, setting.global_batch), epochs=2, steps_per_epoch=steps,
+              verbose=0, callbacks=[Timer()])
+    result = {"examples_per_sec": setting.global_batch * steps / seconds[-1],
+              "step_seconds": seconds[-1] / steps}
+    if setting.mode == "workers":
+        from mgpu_tf.planner import cost_model
+
+        wire = options.get("compression", "float32")
+        wire = "float32" if wire == "none" else wire
+        (result["all_reduce_seconds"], result["latency_seconds"],
+         gather_seconds) = time_collectives(strategy, model, wire,
+                                            options.get("transport", "tensorflow"))
+        result["gradient_bytes"] = cost_model.gradient_bytes(model, wire)
+        n = strategy.num_replicas_in_sync
+        result["transport_bandwidth"] = (n - 1) / n * result["gradient_bytes"] / max(
+            gather_seconds - result["latency_seconds"], 1e-9)
+    return result

@@ -1,0 +1,155 @@
+"""The scaling benchmark's figures: summary rows, the table, the JSON file and the plot.
+
+`summarise` turns each setting's runs into one row of medians, with its ratio
+to the one-process row and the ring all-reduce cost model's predictions
+(`mgpu_tf.planner.cost_model`); the other functions print and save the rows.
+
+Example:
+
+```python
+from mgpu_tf.planner import bench
+
+rows = bench.run_benchmark(bench.default_settings(2)[:2], rounds=1, steps=5)
+print(bench.format_table(rows))
+bench.write_json(rows, "bench.json", rounds=1)
+bench.write_plot(rows, "bench.png")
+```
+"""
+
+import json
+import statistics
+
+__all__ = ["summarise", "format_table", "write_json", "write_plot"]
+
+
+def summarise(settings, runs):
+    """Median figures per setting, with the ratios and the cost model's predictions.
+
+    A setting's ratio is the median over rounds of its examples/s over the
+    1-process row's (N threads, same precision) in the same round.
+
+    Args:
+        settings: the `Setting`s measured.
+        runs: `{setting name: [the figures of each round]}`, as `scaling.measure`
+            returns them.
+
+    Returns:
+        A list of dictionaries, one per setting: the setting's fields, the
+        median of each figure, `examples_per_sec_by_round`, and where they
+        apply `ratio`, `bandwidth` (plain TCP over loopback), the ring model's
+        all-reduce with that bandwidth and with the link's
+        (`model_all_reduce_seconds`, `link_model_all_reduce_seconds`) and
+        `predicted_step_seconds`.
+    """
+    from mgpu_tf.planner import cost_model
+
+    rows = []
+    for s in settings:
+        row = {"key": s.key, "name": s.name, "mode": s.mode, "count": s.count,
+               "threads": s.threads, "global_batch": s.global_batch,
+               "options": dict(s.options), "group": s.group, "rounds": len(runs[s.name])}
+        for key in runs[s.name][0]:
+            row[key] = statistics.median(r[key] for r in runs[s.name])
+        row["examples_per_sec_by_round"] = [r["examples_per_sec"] for r in runs[s.name]]
+        rows.append(row)
+    by_group = {r["group"]: r for r in rows}
+    names = {s.group: s.name for s in settings}
+    # A worker's step alone under multi_worker (the strategy's own work included),
+    # else its bare computation.
+    compute = by_group.get("compute-worker") or by_group.get("compute")
+    # A ring of two sends and receives at once: two opposite streams share the loopback.
+    bandwidth = cost_model.measure_loopback_bandwidth(streams=2)
+    for row in rows:
+        same_precision = row["mode"] != "process" and "mixed_bfloat16" in row["group"]
+        base = "process mixed_bfloat16" if same_precision else "process"
+        if base in names and row["group"] != base and row["group"] != "process":
+            # Paired by round: each round ran both settings minutes apart, under one load.
+            pairs = zip(runs[row["name"]], runs[names[base]])
+            row["ratio"] = statistics.median(
+                r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
+        if "all_reduce_seconds" in row and row["count"] > 1:
+            row["bandwidth"] = bandwidth
+            row["model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
+                row["gradient_bytes"], row["count"], bandwidth, row["latency_seconds"])
+            row["link_model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
+                row["gradient_bytes"], row["count"], row["transport_bandwidth"],
+                row["latency_seconds"])
+            if compute and not row["options"].get("precision"):
+                # Keras also all-reduces the step's logs: one more fixed cost a step.
+                row["predicted_step_seconds"] = cost_model.predict_step_seconds(
+                    compute["step_seconds"], row["gradient_bytes"], row["count"],
+                    row["transport_bandwidth"], row["latency_seconds"],
+                    steps_per_sync=int(row["options"].get("steps_per_sync", 1))
+                ) + row["latency_seconds"]
+    return rows
+
+
+def format_table(rows):
+    """The summary rows as a compact table, with a note on the bandwidths."""
+    lines = [f"{'setting':<38}{'ex/s':>9}{'ratio':>7}{'step ms':>9}{'comm ms':>9}"
+             f"{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
+
+    def ms(row, key):
+        return f"{row[key] * 1e3:>9.1f}" if key in row else f"{'':>9}"
+
+    for r in rows:
+        ratio = f"{r['ratio']:>7.2f}" if "ratio" in r else f"{'':>7}"
+        lines.append(f"{r['name']:<38}{r['examples_per_sec']:>9.0f}{ratio}"
+                     f"{ms(r, 'step_seconds')}{ms(r, 'all_reduce_seconds')}"
+                     f"{ms(r, 'model_all_reduce_seconds')}"
+                     f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
+    bandwidth = next((r["bandwidth"] for r in rows if "bandwidth" in r), None)
+    if bandwidth:
+        links = []
+        for transport, path in (("tensorflow", "TensorFlow's collectives (all-gather)"),
+                                ("tcp", "the tcp ring (exchanges)")):
+            seen = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r
+                    and r["count"] > 1
+                    and r["options"].get("transport", "tensorflow") == transport]
+            if seen:
+                links.append(f"{statistics.median(seen) / 1e9:.2f} GB/s through {path}")
+        lines.append(
+            f"loopback bandwidth: {bandwidth / 1e9:.2f} GB/s each way over two TCP "
+            "sockets at once, "
+            f"{', '.join(links)}. comm: all-reduce of the gradients alone; tcp, link: the "
+            "ring model with each bandwidth; pred: the cost model's step (a worker's "
+            "measured step alone under multi_worker, else its 1-thread computation, + link "
+            "model). ratio: against the 1-process row of the same precision, median of the "
+            "rounds' ratios.")
+    return "\n".join(lines)
+
+
+def write_json(rows, path, **meta):
+    """Writes the summary rows and `meta` to `path`."""
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=2)
+
+
+def write_plot(rows, path):
+    """Plots examples/s against devices or workers, one line per group, to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    one = next((r for r in rows if r["group"] == "devices" and r["count"] == 1), None)
+    figure, axes = plt.subplots(figsize=(9, 4.5))
+    axes.set_prop_cycle(color=plt.cm.tab20.colors)
+    for group in dict.fromkeys(r["group"] for r in rows if not r["group"].startswith("compute")):
+        members = sorted((r for r in rows if r["group"] == group), key=lambda r: r["count"])
+        if group.startswith(("workers", "model_parallel")) and one is not None:
+            members = [one] + members
+        if group.startswith("process"):
+            axes.axhline(members[0]["examples_per_sec"], linestyle="--",
+                         color="grey" if group == "process" else "tan", label=members[0]["name"])
+            continue
+        axes.plot([r["count"] for r in members], [r["examples_per_sec"] for r in members],
+                  marker="o", label=group if group != "devices" else "simulated devices")
+    axes.set_xlabel("devices / workers / stages")
+    axes.set_ylabel("examples/s")
+    axes.set_xticks(sorted({r["count"] for r in rows}))
+    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -1,0 +1,162 @@
+"""One function call in a fresh Python process, with its result back as JSON.
+
+Timings need processes of their own: TensorFlow fixes its threads and logical
+devices when its runtime starts, and a process that already trained carries
+its traced functions and allocations into the next figure. `run_in_fresh_process`
+starts `python -m mgpu_tf.planner.bench.runner`, which imports the function,
+calls it with the payload and prints its JSON result on a marked line; with
+`workers=N` the same command runs as N local workers of one TF_CONFIG cluster
+under `mgpu-tf launch`, and worker 0's result is returned.
+
+Example:
+
+```python
+import math
+
+from mgpu_tf.planner.bench import runner
+
+print(runner.run_in_fresh_process(math.sqrt, 2.0, threads=1))  # 1.4142135623730951
+```
+"""
+
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+__all__ = ["FreshProcessError", "run_in_fresh_process"]
+
+# Marks the result line among whatever else the child prints.
+_MARK = "mgpu_tf.bench.result "
+# What every child gets: quiet TensorFlow on the CPU, Keras on TensorFlow.
+_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
+_TAIL = 3000
+_GRACE_SECONDS = 10
+
+
+class FreshProcessError(RuntimeError):
+    """A function run in a fresh process failed, gave no result or ran out of time."""
+
+
+def _target(function):
+    """`module:name`, or `path/to/script.py:name` for a script run as `__main__`."""
+    name = getattr(function, "__qualname__", "")
+    if not callable(function) or not name or "<" in name or "." in name:
+        raise TypeError(
+            "`function` must be a module-level function, so that a fresh process can import "
+            f"it. Received: function={function!r}. Define it at the top level of a module "
+            "or script.")
+    module = function.__module__
+    if module == "__main__":
+        return f"{os.path.abspath(sys.modules['__main__'].__file__)}:{name}"
+    return f"{module}:{name}"
+
+
+def _environment(env, threads):
+    merged = dict(os.environ, **_ENV)
+    merged.pop("TF_CONFIG", None)  # the launcher gives each worker its own
+    if threads is not None:
+        merged.update({name: str(threads) for name in (
+            "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")})
+    merged.update(env or {})
+    return merged
+
+
+def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env=None,
+                         timeout=600, label=None):
+    """Calls `function(payload)` in a fresh Python process; returns its JSON result.
+
+    Args:
+        function: a module-level function of one argument returning a
+            JSON-serialisable value. Functions of a script run as `__main__` are
+            loaded from the script's file (its `if __name__ == "__main__"` part
+            does not run).
+        payload: the JSON-serialisable argument. Defaults to `None`.
+        workers: processes to run. Above 1 they run as local workers of one
+            TF_CONFIG cluster (`mgpu-tf launch`) and worker 0's result counts.
+            Defaults to `1`.
+        threads: TensorFlow (and OpenMP) threads per process, or `None` to leave
+            TensorFlow's default. Defaults to `None`.
+        env: environment variables to set on top of this process' own (without
+            `TF_CONFIG`) and `TF_CPP_MIN_LOG_LEVEL=3`, `CUDA_VISIBLE_DEVICES=""`,
+            `KERAS_BACKEND=tensorflow`. Defaults to `None`.
+        timeout: seconds before the processes are stopped. Defaults to `600`.
+        label: what the run is, for error messages. Defaults to the function's name.
+
+    Returns:
+        The value `function` returned, through JSON.
+
+    Raises:
+        TypeError: for a function a fresh process cannot import.
+        ValueError: for fewer than 1 worker.
+        FreshProcessError: when the process fails, prints no result or runs out of time,
+            with the end of its error output.
+    """
+    target = _target(function)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` must be an integer of at least 1. Received: "
+                         f"workers={workers!r}")
+    label = label or function.__qualname__
+    command = [sys.executable, "-m", __name__, target, json.dumps(payload),
+               json.dumps(sys.path)]
+    if workers > 1:
+        # The launcher stops its workers when it gets SIGTERM, as on a timeout below.
+        command = [sys.executable, "-m", "mgpu_tf.cli", "launch", f"--workers={workers}",
+                   f"--grace_seconds={_GRACE_SECONDS // 2}", "--", *command]
+    process = subprocess.Popen(command, env=_environment(env, threads), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            out, err = process.communicate(timeout=_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        raise FreshProcessError(
+            f"{label} must finish within timeout={timeout} s. Received: still running "
+            f"after {timeout} s; its output ended with:\n{_tail(out, err)}\n"
+            "Pass a larger `timeout`, or less work.") from None
+    lines = out.splitlines()
+    if workers > 1:  # the launcher prefixes each worker's lines with "[index] "
+        lines = [line[4:] for line in lines if line.startswith("[0] ")]
+    results = [line[len(_MARK):] for line in lines if line.startswith(_MARK)]
+    if process.returncode or not results:
+        raise FreshProcessError(
+            f"{label} must exit with 0 and print its result in a fresh process. Received: "
+            f"exit code {process.returncode}"
+            f"{'' if results else ', no result'}; its output ended with:\n{_tail(out, err)}")
+    return json.loads(results[-1])
+
+
+def _tail(out, err):
+    # A single child's errors are on stderr; the launcher merges each worker's onto stdout.
+    return (err.strip() or out.strip())[-_TAIL:] or "(nothing)"
+
+
+def _load(target):
+    where, name = target.rsplit(":", 1)
+    if where.endswith(".py"):
+        sys.path.insert(0, os.path.dirname(where))  # as when the script itself runs
+        module_name = os.path.splitext(os.path.basename(where))[0]
+        spec = importlib.util.spec_from_file_location(module_name, where)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+def _child_main(target, payload, path):
+    # The parent's import path, so that whatever it imported the function from is found.
+    sys.path[:0] = [entry for entry in json.loads(path) if entry not in sys.path]
+    result = _load(target)(json.loads(payload))
+    print(_MARK + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    _child_main(*sys.argv[1:4])

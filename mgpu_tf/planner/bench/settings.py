@@ -1,0 +1,114 @@
+"""What the scaling benchmark runs: the model, and the settings it is trained under.
+
+Example:
+
+```python
+from mgpu_tf.planner import bench
+for setting in bench.default_settings(2, global_batch=256):
+    print(setting.key, setting.name)
+```
+"""
+
+import dataclasses
+
+__all__ = ["ModelSpec", "Setting", "default_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The benchmark's model: an MLP of `depth` Dense layers of `width`."""
+
+    features: int = 784
+    width: int = 1024
+    depth: int = 4
+    classes: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One way of running the benchmark.
+
+    Args:
+        key: short identifier, for `mgpu-tf bench --only`.
+        name: label for the table.
+        mode: `"process"` (default strategy), `"mirrored"`, `"workers"`
+            (multi_worker) or `"model_parallel"`.
+        count: devices, workers or stages.
+        threads: TensorFlow threads per process.
+        global_batch: examples per step over all replicas.
+        options: extra `make_strategy` options, as `(name, value)` pairs.
+        group: the row of the plot the setting belongs to.
+    """
+
+    key: str
+    name: str
+    mode: str
+    count: int
+    threads: int
+    global_batch: int
+    options: tuple = ()
+    group: str = ""
+
+    @classmethod
+    def from_dict(cls, data):
+        """The setting `dataclasses.asdict` gave `data` for (JSON makes pairs lists)."""
+        return cls(**{**data, "options": tuple(tuple(o) for o in data["options"])})
+
+
+# (key, label after "N workers", make_strategy options) of each multi_worker setting.
+_WORKER_OPTIONS = [
+    ("workers", "", ()),
+    ("workers-float16", " float16", (("compression", "float16"),)),
+    ("workers-bfloat16", " bfloat16", (("compression", "bfloat16"),)),
+    ("workers-packs", " 1 MB packs", (("bytes_per_pack", 1 << 20),)),
+    ("workers-overlap", " 4 MB packs, last layer first",
+     (("bytes_per_pack", 4 << 20), ("overlap", True))),
+    ("workers-steps4", " steps_per_sync=4", (("steps_per_sync", 4),)),
+    ("workers-float16-steps4", " float16, steps_per_sync=4",
+     (("compression", "float16"), ("steps_per_sync", 4))),
+    ("workers-mixed_bfloat16", " mixed_bfloat16", (("precision", "mixed_bfloat16"),)),
+    ("workers-tcp", " transport=tcp", (("transport", "tcp"),)),
+    ("workers-tcp-float16", " tcp, float16", (("transport", "tcp"), ("compression", "float16"))),
+    ("workers-tcp-steps4", " tcp, steps_per_sync=4",
+     (("transport", "tcp"), ("steps_per_sync", 4))),
+    ("workers-tcp-float16-steps4", " tcp, float16, steps_per_sync=4",
+     (("transport", "tcp"), ("compression", "float16"), ("steps_per_sync", 4))),
+]
+
+
+def default_settings(n=2, *, global_batch=256, model_parallel=True):
+    """The settings `mgpu-tf bench` runs for N devices or workers.
+
+    A 1-thread process on `global_batch // n` examples gives the computation
+    one worker does per step, and one worker alone under multi_worker on as
+    many examples gives its whole step without communication: the compute
+    term of the cost model's predicted step.
+
+    Args:
+        n: devices, workers and stages to compare with one. Defaults to `2`.
+        global_batch: examples per step over all replicas. Defaults to `256`.
+        model_parallel: whether to add the `n`-stage pipeline. Defaults to `True`.
+
+    Returns:
+        A list of `Setting`s.
+    """
+    b = global_batch
+    settings = [
+        Setting("process1", "1 process x 1 thread", "process", 1, 1, b, group="devices"),
+        Setting("processN", f"1 process x {n} threads", "process", 1, n, b, group="process"),
+        Setting("compute", f"1 thread, batch {b // n}", "process", 1, 1, b // n,
+                group="compute"),
+        Setting("worker1", f"1 worker, batch {b // n}", "workers", 1, 1, b // n,
+                group="compute-worker"),
+        Setting("mirrored", f"{n} simulated devices", "mirrored", n, n, b, group="devices"),
+        *[Setting(key, f"{n} workers{label}", "workers", n, 1, b, options, group=key)
+          for key, label, options in _WORKER_OPTIONS],
+        Setting("processN-mixed_bfloat16", f"1 process x {n} threads mixed_bfloat16",
+                "process", 1, n, b, (("precision", "mixed_bfloat16"),),
+                group="process mixed_bfloat16"),
+    ]
+    if model_parallel:
+        settings.append(Setting("model_parallel", f"{n} stages model_parallel",
+                                "model_parallel", n, n, b, (("microbatches", 4),),
+                                group="model_parallel"))
+    return settings
