@@ -17,15 +17,12 @@ Prints examples/s per round, the medians, and the ratios of mgpu_tf to each.
 """
 
 import argparse
-import io
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
+
+from mgpu_tf.planner.bench import runner
 
 WIDTH, DEPTH, FEATURES, CLASSES = 512, 3, 784, 10
 
@@ -152,33 +149,20 @@ def _epoch_timer():
     return EpochTimer()
 
 
-def _run_one(args):
-    """Runs inside a fresh process (a worker, for multi_worker) and prints the figure."""
-    run = {"hand": _hand, "hand_fit": _hand_fit, "mgpu_tf": _toolkit}[args.variant]
-    speed = run(args.strategy, args.batch, args.steps, args.warmup)
-    print(json.dumps({"examples_per_sec": speed}), flush=True)
+def run_one(payload):
+    """Runs in a fresh process (a worker, for multi_worker); returns the figure."""
+    run = {"hand": _hand, "hand_fit": _hand_fit, "mgpu_tf": _toolkit}[payload["variant"]]
+    speed = run(payload["strategy"], payload["batch"], payload["steps"], payload["warmup"])
+    return {"examples_per_sec": speed}
 
 
 def _measure(variant, strategy, args):
-    command = [sys.executable, os.path.abspath(__file__), "--one", variant, "--strategy",
-               strategy, "--batch", str(args.batch), "--steps", str(args.steps),
-               "--warmup", str(args.warmup)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    if strategy == "mirrored":
-        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
-        lines = out.splitlines()
-    else:
-        from mgpu_tf.cluster import launcher
-
-        # One thread per worker process, like one device each.
-        env.update(TF_NUM_INTEROP_THREADS="1", TF_NUM_INTRAOP_THREADS="1")
-        buffer = io.StringIO()
-        code = launcher.launch(command, 2, env=env, output=buffer)
-        if code:
-            raise RuntimeError(f"workers failed ({code}):\n{buffer.getvalue()[-3000:]}")
-        lines = [line.split(" ", 1)[1] for line in buffer.getvalue().splitlines()
-                 if line.startswith("[0] ")]
-    return json.loads([line for line in lines if line.startswith("{")][-1])["examples_per_sec"]
+    payload = {"variant": variant, "strategy": strategy, "batch": args.batch,
+               "steps": args.steps, "warmup": args.warmup}
+    # One thread per worker process, like one device each.
+    workers, threads = (1, None) if strategy == "mirrored" else (2, 1)
+    return runner.run_in_fresh_process(run_one, payload, workers=workers, threads=threads,
+                                       label=f"{variant} on {strategy}")["examples_per_sec"]
 
 
 def main():
@@ -188,11 +172,7 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--strategies", default="mirrored,multi_worker")
-    parser.add_argument("--one", choices=["hand", "hand_fit", "mgpu_tf"], dest="variant")
-    parser.add_argument("--strategy", default="mirrored")
     args = parser.parse_args()
-    if args.variant:
-        return _run_one(args)
     print(f"model: MLP {DEPTH}x{WIDTH}, global batch {args.batch}, {args.steps} timed steps, "
           f"{args.rounds} alternating rounds")
     print(f"{'setting':<14}{'round':>6}{'hand loop':>11}{'hand + fit':>12}{'mgpu_tf':>10}  ex/s")

@@ -18,15 +18,14 @@ process), and how much the peak resident memory grew during mgpu_tf's first epoc
 """
 
 import argparse
-import io
-import json
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+import types
+
+from mgpu_tf.planner.bench import runner
 
 FEATURES = 64
 
@@ -129,35 +128,24 @@ def _measure(strategy, args):
     return figures
 
 
-def _run_one(args):
+def run_one(payload):
+    """Runs in a fresh process (a worker, for multi_worker); returns its figures."""
     import mgpu_tf
 
-    if args.setting == "mirrored":
+    if payload["setting"] == "mirrored":
         mgpu_tf.simulate_devices(2)
         strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     else:
         strategy = mgpu_tf.make_strategy("multi_worker")
-    print(json.dumps(_measure(strategy, args)), flush=True)
+    return _measure(strategy, types.SimpleNamespace(**payload))
 
 
 def _launch(setting, args):
-    command = [sys.executable, os.path.abspath(__file__), "--one", setting,
-               "--directory", args.directory, "--examples", str(args.examples),
-               "--batch", str(args.batch), "--rounds", str(args.rounds)]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    if setting == "mirrored":
-        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-        lines = out.stdout.splitlines()
-    else:
-        from mgpu_tf.cluster import launcher
-
-        buffer = io.StringIO()
-        code = launcher.launch(command, 2, env=env, output=buffer)
-        if code:
-            raise RuntimeError(f"workers failed ({code}):\n{buffer.getvalue()[-3000:]}")
-        lines = [line.split(" ", 1)[1] for line in buffer.getvalue().splitlines()
-                 if line.startswith("[0] ")]
-    return json.loads([line for line in lines if line.startswith("{")][-1])
+    payload = {"setting": setting, "directory": args.directory, "examples": args.examples,
+               "batch": args.batch, "rounds": args.rounds}
+    return runner.run_in_fresh_process(run_one, payload,
+                                       workers=1 if setting == "mirrored" else 2,
+                                       timeout=3600, label=setting)
 
 
 def main():
@@ -167,11 +155,7 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--settings", default="mirrored,multi_worker")
-    parser.add_argument("--one", choices=["mirrored", "multi_worker"], dest="setting")
-    parser.add_argument("--directory")
     args = parser.parse_args()
-    if args.setting:
-        return _run_one(args)
     with tempfile.TemporaryDirectory() as directory:
         args.directory = directory
         _write_files(directory, args.examples, args.files)
