@@ -1,33 +1,62 @@
-"""Test session set-up: four logical CPU devices, and a clean environment per test.
+"""Test session set-up: four logical CPU devices, a clean environment per test, GPU skips.
 
 TensorFlow's logical devices can be set only before its runtime starts, once per
 process, so the whole session gets four; tests needing another count run a subprocess.
+The session starts without the cluster variables of the machine it runs on (TF_CONFIG,
+SLURM's, Kubernetes', MGPU_TF_*), and each test gets the variables back as they were.
+Processes a test starts find `tests/support` as this session does, through PYTHONPATH.
 """
 
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.pop("TF_CONFIG", None)
+
+_TESTS = pathlib.Path(__file__).resolve().parent
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(_TESTS.parent), str(_TESTS)]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 import mgpu_tf  # noqa: E402
+from support import workers  # noqa: E402
+
+for _name in [n for n in os.environ if workers.is_cluster_variable(n)]:
+    del os.environ[_name]
 
 SESSION_DEVICES = 4
 mgpu_tf.simulate_devices(SESSION_DEVICES)
 
-_WATCHED = ("TF_CONFIG", "TPU_NAME", "JOB_COMPLETION_INDEX", "SLURM_PROCID", "SLURM_NTASKS",
-            "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST")
+
+def _cluster_variables():
+    return {k: v for k, v in os.environ.items() if workers.is_cluster_variable(k)}
 
 
 @pytest.fixture(autouse=True)
 def restore_environment():
-    """Puts back TF_CONFIG and the other variables mgpu_tf reads after each test."""
-    saved = {name: os.environ.get(name) for name in _WATCHED}
+    """Puts back every variable mgpu_tf reads (TF_CONFIG, SLURM_*, ...) after each test."""
+    saved = _cluster_variables()
     yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    for name in _cluster_variables().keys() - saved.keys():
+        del os.environ[name]
+    os.environ.update(saved)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skips tests marked `gpu` (or `gpu(n)`: n GPUs) when TensorFlow sees fewer GPUs.
+
+    Listing physical devices does not start TensorFlow's runtime, so the session can
+    still split its devices afterwards.
+    """
+    present = len(tf.config.list_physical_devices("GPU"))
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is None:
+            continue
+        needed = marker.args[0] if marker.args else 1
+        if present < needed:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs {needed} GPU(s); TensorFlow sees {present}"))

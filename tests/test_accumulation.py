@@ -7,17 +7,16 @@ optimizer update every k steps.
 """
 
 import json
-import pathlib
 
 import keras
 import numpy as np
 import pytest
 
 import mgpu_tf
-from mw_equivalence import build_model, global_batches
-from workers import run_workers
+from support import mw_equivalence
+from support import compare
+from support import workers
 
-WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_communication.py")
 GLOBAL_BATCH = 4
 TOLERANCE = 1e-5
 
@@ -28,21 +27,17 @@ def problem():
     x = rng.normal(size=(6 * 2 * GLOBAL_BATCH, 5)).astype("float32")
     y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] * x[:, 2:3]).astype("float32")
     weights = [rng.normal(scale=0.5, size=w.shape).astype("float32")
-               for w in build_model(None).get_weights()]
+               for w in mw_equivalence.build_model(None).get_weights()]
     return x, y, weights
 
 
 def _reference(problem, steps_per_sync, momentum):
     """Plain Keras, default strategy: one step per steps_per_sync global batches."""
     x, y, weights = problem
-    model = build_model(weights, momentum)
+    model = mw_equivalence.build_model(weights, momentum)
     model.fit(x, y, batch_size=GLOBAL_BATCH * steps_per_sync, epochs=1, shuffle=False,
               verbose=0)
     return model.get_weights()
-
-
-def _relative_difference(weights, expected):
-    return max(np.linalg.norm(w - e) / np.linalg.norm(e) for w, e in zip(weights, expected))
 
 
 @pytest.mark.parametrize("value", [0, -2])
@@ -67,11 +62,12 @@ def test_keras_own_accumulation_still_fails_under_mirrored(problem):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
-        model = build_model(weights)
+        model = mw_equivalence.build_model(weights)
         model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
                       loss="mse")
     with pytest.raises(Exception, match="merge_call"):
-        model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+        model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False,
+                  verbose=0)
 
 
 @pytest.mark.parametrize("devices, steps_per_sync, momentum", [
@@ -81,24 +77,25 @@ def test_mirrored_matches_unaccumulated_update_on_same_examples(
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices, steps_per_sync=steps_per_sync)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(weights, momentum), strategy)
-    history = model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+        model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights, momentum), strategy)
+    history = model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1,
+                        shuffle=False, verbose=0)
     steps = len(x) // GLOBAL_BATCH
     assert int(model.optimizer.iterations.numpy()) == steps // steps_per_sync
     assert np.isfinite(history.history["loss"][0])
     expected = _reference(problem, steps_per_sync, momentum)
-    assert _relative_difference(model.get_weights(), expected) < TOLERANCE
-    assert _relative_difference(model.get_weights(), weights) > 1e-3
+    assert compare.relative_difference(model.get_weights(), expected) < TOLERANCE
+    assert compare.relative_difference(model.get_weights(), weights) > 1e-3
 
 
 def test_steps_per_sync_one_is_every_step(problem):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=1)
     with strategy.scope():
-        model = build_model(weights)
+        model = mw_equivalence.build_model(weights)
         assert mgpu_tf.prepare_model(model, strategy) is model
-    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
-    assert _relative_difference(model.get_weights(), _reference(problem, 1, 0.0)) < TOLERANCE
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    assert compare.relative_difference(model.get_weights(), _reference(problem, 1, 0.0)) < TOLERANCE
 
 
 def test_accumulation_with_compression_keeps_the_update_count(problem):
@@ -106,11 +103,11 @@ def test_accumulation_with_compression_keeps_the_update_count(problem):
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=2,
                                      compression="bfloat16")
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(weights), strategy)
-    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+        model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights), strategy)
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     assert int(model.optimizer.iterations.numpy()) == len(x) // GLOBAL_BATCH // 2
     # bfloat16 keeps 8 bits: the update is the accumulated one to within its rounding.
-    assert _relative_difference(model.get_weights(), _reference(problem, 2, 0.0)) < 2e-2
+    assert compare.relative_difference(model.get_weights(), _reference(problem, 2, 0.0)) < 2e-2
 
 
 @pytest.mark.multiworker
@@ -120,15 +117,16 @@ def test_two_workers_match_unaccumulated_update_on_same_examples(problem, tmp_pa
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
-    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path,
-                                json.dumps({"steps_per_sync": 3, "transport": transport}))
+    code, outputs = workers.run_workers(
+        "-m", 2, "support.mw_communication", data, tmp_path,
+        json.dumps({"steps_per_sync": 3, "transport": transport}))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
     expected = _reference_sgd(problem, 3)
     for index in (0, 1):
-        saved = np.load(tmp_path / f"worker{index}.npz")
-        trained = [saved[f"arr_{i}"] for i in range(len(weights))]
-        assert int(saved["updates"]) == len(x) // GLOBAL_BATCH // 3
-        assert _relative_difference(trained, expected) < TOLERANCE, f"worker {index}"
+        saved = tmp_path / f"worker{index}.npz"
+        assert int(np.load(saved)["updates"]) == len(x) // GLOBAL_BATCH // 3
+        trained = compare.saved_weights(saved)
+        assert compare.relative_difference(trained, expected) < TOLERANCE, f"worker {index}"
 
 
 def _reference_sgd(problem, steps_per_sync):

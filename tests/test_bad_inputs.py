@@ -6,7 +6,7 @@ import re
 import pytest
 import tensorflow as tf
 
-import matrix_namespace
+from support import matrix_namespace
 
 _DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reliability.md"
 _ROW = re.compile(r"^\| (?P<area>[^|]+) \| `(?P<call>.+)` \| `(?P<type>\w+)`: (?P<start>.+) \|$")

@@ -1,7 +1,6 @@
 """`mgpu-tf calibrate`: per-worker speeds in, shard weights out."""
 
 import io
-import pathlib
 import re
 import sys
 
@@ -9,8 +8,7 @@ import pytest
 
 from mgpu_tf.cluster import calibrate
 from mgpu_tf.cli import main as cli_main
-
-_JOB = pathlib.Path(__file__).with_name("calibrate_job.py")
+from support import workers
 
 
 def test_propose_weights_against_hand_computed_ratios():
@@ -74,8 +72,8 @@ def test_a_failing_worker_stops_the_calibration():
 @pytest.mark.multiworker
 def test_a_slower_worker_gets_a_smaller_weight():
     # Worker 0 sleeps 0.1 s after each step: a GPU several times slower than worker 1's.
-    speeds = calibrate.calibrate([sys.executable, str(_JOB), "0", "0.1"], 2,
-                                 output=io.StringIO())
+    speeds = calibrate.calibrate([sys.executable, "-m", "support.calibrate_job", "0", "0.1"], 2,
+                                 env=workers.environment(), output=io.StringIO())
     weights = calibrate.propose_weights(speeds)
     assert weights[0] == 1.0
     assert weights[1] > 3.0, f"speeds {speeds} do not show the slow worker"

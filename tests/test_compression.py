@@ -7,7 +7,6 @@ that update, and differ from the float32 update only by the rounding.
 """
 
 import json
-import pathlib
 
 import keras
 import numpy as np
@@ -17,10 +16,10 @@ import tensorflow as tf
 import mgpu_tf
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import prepare as communication
-from mw_equivalence import LEARNING_RATE, build_model, global_batches
-from workers import run_workers
+from support import compare
+from support import mw_equivalence
+from support import workers
 
-WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_communication.py")
 GLOBAL_BATCH = 8
 # Unit roundoff of each wire dtype: the relative rounding of one cast.
 EPSILON = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
@@ -31,14 +30,14 @@ def problem():
     rng = np.random.RandomState(11)
     x = rng.normal(size=(GLOBAL_BATCH, 5)).astype("float32")
     y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2]).astype("float32")
-    shapes = [w.shape for w in build_model(None).get_weights()]
+    shapes = [w.shape for w in mw_equivalence.build_model(None).get_weights()]
     weights = [rng.normal(scale=0.5, size=s).astype("float32") for s in shapes]
     return x, y, weights
 
 
 def _replica_gradients(x, y, weights, replicas):
     """Each replica's gradient of its consecutive slice, as tf.distribute scales it."""
-    model = build_model(weights)
+    model = mw_equivalence.build_model(weights)
     grads = []
     for xs, ys in zip(np.split(x, replicas), np.split(y, replicas)):
         with tf.GradientTape() as tape:
@@ -55,7 +54,7 @@ def _hand_update(weights, grads, wire):
             total = sum(g[i] for g in grads)
         else:
             total = tf.cast(tf.add_n([tf.cast(g[i], wire) for g in grads]), tf.float32).numpy()
-        out.append(w - LEARNING_RATE * total)
+        out.append(w - mw_equivalence.LEARNING_RATE * total)
     return out
 
 
@@ -94,7 +93,7 @@ def test_no_compression_leaves_the_model_and_optimizer_alone():
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="none")
     assert communication.settings(strategy) == {}
     with strategy.scope():
-        model = build_model(None)
+        model = mw_equivalence.build_model(None)
         assert mgpu_tf.prepare_model(model, strategy) is model
     assert "_all_reduce_sum_gradients" not in vars(model.optimizer)
 
@@ -105,8 +104,8 @@ def test_mirrored_update_is_the_rounded_float32_update(problem, wire, devices):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices, compression=wire)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(weights), strategy)
-    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+        model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights), strategy)
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, devices),
                           wire)
 
@@ -115,9 +114,9 @@ def test_compile_after_prepare_model_gets_the_compression(problem):
     x, y, weights = problem
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="float16")
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(weights), strategy)
-        model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="mse")
-    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+        model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights), strategy)
+        model.compile(optimizer=keras.optimizers.SGD(mw_equivalence.LEARNING_RATE), loss="mse")
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
                           "float16")
 
@@ -132,13 +131,14 @@ def _train_two_workers(problem, tmp_path, options):
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
-    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path, json.dumps(options))
+    code, outputs = workers.run_workers("-m", 2, "support.mw_communication", data, tmp_path,
+                                        json.dumps(options))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
-    whole_batch_loss = float(np.mean((build_model(weights)(x).numpy() - y) ** 2))
+    whole_batch_loss = float(np.mean((mw_equivalence.build_model(weights)(x).numpy() - y) ** 2))
     for index in (0, 1):
-        saved = np.load(tmp_path / f"worker{index}.npz")
-        np.testing.assert_allclose(saved["batch_losses"], [whole_batch_loss], rtol=1e-5)
-        yield [saved[f"arr_{i}"] for i in range(len(weights))]
+        saved = tmp_path / f"worker{index}.npz"
+        np.testing.assert_allclose(np.load(saved)["batch_losses"], [whole_batch_loss], rtol=1e-5)
+        yield compare.saved_weights(saved)
 
 
 @pytest.mark.multiworker

@@ -15,13 +15,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy_workers import run_together, run_with_environments
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
+from support import main_job
+from support import workers
 
 _DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
-_DONE = re.compile(r"^done: strategy=(\w+) replicas=(\d+) examples_per_sec=[\d.]+ "
-                   r"loss=([\d.]+) accuracy=([\d.]+)$", re.MULTILINE)
 
 
 def _recipe(name):
@@ -41,17 +40,6 @@ def _python(argv):
     return [sys.executable, *argv[1:]]
 
 
-def _trained(results, strategy="multi_worker", replicas=2):
-    finals = []
-    for code, output in results:
-        assert code == 0, output[-3000:]
-        match = _DONE.search(output)
-        assert match, output[-3000:]
-        assert match.groups()[:2] == (strategy, str(replicas))
-        finals.append(match.groups()[2:])
-    assert len(set(finals)) == 1, f"workers disagree on the final loss and accuracy: {finals}"
-
-
 def test_every_recipe_is_tested():
     names = re.findall(r"<!-- recipe: ([\w-]+) -->", _DOC.read_text())
     assert sorted(names) == sorted(["gpu-server", "cluster-by-hand", "slurm", "kubernetes",
@@ -63,7 +51,8 @@ def test_gpu_server_recipe():
     result = subprocess.run(_python(shlex.split(command)), capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    _trained([(0, result.stdout)], strategy="mirrored", replicas=1)
+    main_job.assert_trained_alike([(0, result.stdout)], "processes", strategy="mirrored",
+                                  replicas=1)
 
 
 @pytest.mark.multiworker
@@ -75,7 +64,7 @@ def test_cluster_by_hand_recipe():
              .replace("node2:2222", f"127.0.0.1:{ports[1]}") for command in commands]
     assert all("node" not in command for command in local)
     argvs = [_python(shlex.split(command)) for command in local]
-    _trained(run_together(argvs, [{}, {}]))
+    main_job.assert_trained_alike(workers.run_together(argvs, [{}, {}]), "workers")
 
 
 @pytest.mark.multiworker
@@ -103,7 +92,8 @@ def test_slurm_recipe():
             "MGPU_TF_HOST_OVERRIDE": ",".join(
                 f"{name}=127.0.0.1:{port}" for name, port in zip(names, ports)),
         })
-    _trained(run_with_environments(argv[1:], environments), replicas=ntasks)
+    main_job.assert_trained_alike(workers.run_with_environments(argv[1:], environments), "tasks",
+                                  replicas=ntasks)
 
 
 def _k8s_argv(command):

@@ -8,25 +8,13 @@ import json
 
 import pytest
 
-from deploy_workers import assert_trained_alike, run_with_environments
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.cluster import hostlist
 from mgpu_tf.cluster import launcher
 from mgpu_tf.strategies import factory as strategies
-
-_SLURM_VARIABLES = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
-                    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
-                    "SLURM_TASKS_PER_NODE", "SLURM_NODEID", "SLURM_LOCALID")
-_MGPU_VARIABLES = ("MGPU_TF_JOB_NAME", "MGPU_TF_JOBS", "MGPU_TF_SERVICE_NAME", "MGPU_TF_PORT",
-                   "MGPU_TF_HOST_OVERRIDE", "MGPU_TF_SHARD_WEIGHTS", "JOB_COMPLETION_INDEX")
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch):
-    """No variable of the test session's own machine leaks into detection."""
-    for name in ("TF_CONFIG", *_SLURM_VARIABLES, *_MGPU_VARIABLES):
-        monkeypatch.delenv(name, raising=False)
+from support import main_job
+from support import workers
 
 
 def _pod(index, job="train", jobs="train:3", service="train", port="2222", **extra):
@@ -294,6 +282,6 @@ def test_two_slurm_tasks_train_to_the_end_from_detected_variables():
                    MGPU_TF_HOST_OVERRIDE=override)
         for rank in range(2)
     ]
-    results = run_with_environments(
+    results = workers.run_with_environments(
         ["-m", "mgpu_tf.train", "--strategy=auto", "--epochs=2"], environments)
-    assert_trained_alike(results, "tasks")
+    main_job.assert_trained_alike(results, "tasks")

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf.strategies import devices
-from tests.workers import run_python
+from support import workers
 
 
 def test_the_session_has_the_simulated_cpus():
@@ -66,6 +66,6 @@ def test_a_fresh_process_gets_the_count_it_asks_for(tmp_path):
         s = mgpu_tf.make_strategy("mirrored")
         print(len(tf.config.list_logical_devices("CPU")), s.num_replicas_in_sync)
     """))
-    result = run_python(script)
+    result = workers.run_python(script)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["3", "3"]

@@ -5,16 +5,14 @@ and 4 devices) and multi_worker (2 real workers) must give the weights plain
 Keras gives under the default strategy on the same global batches.
 """
 
-import pathlib
-
 import numpy as np
 import pytest
 
 import mgpu_tf
-from mw_equivalence import build_model, global_batches
-from workers import run_workers
+from support import compare
+from support import mw_equivalence
+from support import workers
 
-WORKER_SCRIPT = pathlib.Path(__file__).with_name("mw_equivalence.py")
 STEPS = 3
 GLOBAL_BATCH = 8
 TOLERANCE = 1e-5
@@ -26,7 +24,7 @@ def problem():
     rng = np.random.RandomState(7)
     x = rng.normal(size=(STEPS * GLOBAL_BATCH, 5)).astype("float32")
     y = (np.sin(x[:, :1]) + 0.5 * x[:, 1:2] * x[:, 2:3]).astype("float32")
-    shapes = [w.shape for w in build_model(None).get_weights()]
+    shapes = [w.shape for w in mw_equivalence.build_model(None).get_weights()]
     weights = [rng.normal(scale=0.5, size=s).astype("float32") for s in shapes]
     return x, y, weights
 
@@ -35,16 +33,11 @@ def problem():
 def reference(problem):
     """Weights after STEPS steps of plain Keras under the default strategy."""
     x, y, weights = problem
-    model = build_model(weights)
+    model = mw_equivalence.build_model(weights)
     model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
     trained = model.get_weights()
-    assert _relative_difference(trained, weights) > 1e-3, "the reference did not train"
+    assert compare.relative_difference(trained, weights) > 1e-3, "the reference did not train"
     return trained
-
-
-def _relative_difference(weights, expected):
-    """Largest relative difference between matching weight arrays."""
-    return max(np.linalg.norm(w - e) / np.linalg.norm(e) for w, e in zip(weights, expected))
 
 
 @pytest.mark.parametrize("devices", [2, 4])
@@ -53,9 +46,9 @@ def test_mirrored_matches_default(problem, reference, devices):
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices)
     assert strategy.num_replicas_in_sync == devices
     with strategy.scope():
-        model = build_model(weights)
-    model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
-    assert _relative_difference(model.get_weights(), reference) < TOLERANCE
+        model = mw_equivalence.build_model(weights)
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
 @pytest.mark.multiworker
@@ -64,10 +57,9 @@ def test_multi_worker_matches_default(problem, reference, tmp_path):
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
-    code, outputs = run_workers(WORKER_SCRIPT, 2, data, tmp_path)
+    code, outputs = workers.run_workers("-m", 2, "support.mw_equivalence", data, tmp_path)
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')}"
     for index in (0, 1):
         assert f"worker {index} of 2 replicas: done" in outputs[index]
-        saved = np.load(tmp_path / f"worker{index}.npz")
-        trained = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-        assert _relative_difference(trained, reference) < TOLERANCE, f"worker {index}"
+        trained = compare.saved_weights(tmp_path / f"worker{index}.npz")
+        assert compare.relative_difference(trained, reference) < TOLERANCE, f"worker {index}"

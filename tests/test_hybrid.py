@@ -4,22 +4,19 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import mgpu_tf
-from tests import workers
-
-HERE = Path(__file__).parent
+from support import workers
 
 
 @pytest.mark.multiworker
 def test_two_workers_of_two_devices_train_as_one_device_through_launch():
     result = subprocess.run(
         [sys.executable, "-m", "mgpu_tf.cli", "launch", "--workers", "2", "--",
-         sys.executable, str(HERE / "mw_hybrid.py")],
-        env=workers._environment(None), capture_output=True, text=True, timeout=300)
+         sys.executable, "-m", "support.mw_hybrid"],
+        env=workers.environment(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for task in (0, 1):
         lines = dict(re.findall(rf"^\[{task}\] ([^:\n]+): (.*)$", result.stdout, re.M))

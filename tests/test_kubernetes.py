@@ -12,11 +12,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deploy_workers import assert_trained_alike, run_with_environments
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
+from support import main_job
+from support import workers
 
 # The oldest and newest Kubernetes releases whose schemas kubernetes-validate ships.
 _VERSIONS = ("1.25", kubernetes_validate.latest_version())
@@ -33,13 +34,6 @@ def _manifests(capsys, *args, command=_TRAIN):
     code, out, err = _k8s(capsys, *args, "--", *command)
     assert code == 0, err
     return list(yaml.safe_load_all(out))
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch):
-    for name in ("TF_CONFIG", "JOB_COMPLETION_INDEX", "MGPU_TF_JOB_NAME", "SLURM_PROCID",
-                 "MGPU_TF_HOST_OVERRIDE"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _validate(document):
@@ -210,5 +204,5 @@ def test_two_pods_of_the_manifest_train_to_the_end(capsys):
     override = ",".join(f"mnist-{i}.mnist=127.0.0.1:{port}" for i, port in enumerate(ports))
     environments = [dict(kubernetes.pod_environment(documents, "mnist", i),
                          MGPU_TF_HOST_OVERRIDE=override) for i in range(2)]
-    results = run_with_environments(command[1:], environments)
-    assert_trained_alike(results, "pods")
+    results = workers.run_with_environments(command[1:], environments)
+    main_job.assert_trained_alike(results, "pods")

@@ -8,7 +8,7 @@ import pytest
 
 import mgpu_tf
 from mgpu_tf.model_parallel import balance, partition
-from model_parallel_models import mlp, residual
+from support import models
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -34,13 +34,13 @@ def test_partition_minimises_the_heaviest_stage(seed):
 
 
 def test_uniform_balances_layer_counts():
-    model = mgpu_tf.ModelParallel(mlp((4,) * 6), DEVICES[:3], balance="uniform")
+    model = mgpu_tf.ModelParallel(models.mlp((4,) * 6), DEVICES[:3], balance="uniform")
     assert [len(s.layers) for s in model.plan] == [2, 2, 2]
 
 
 def test_params_balances_parameter_bytes():
     # dense_0: 8*256+256, dense_1: 256*4+4, then three 4->4 layers: one heavy layer.
-    model = mgpu_tf.ModelParallel(mlp((256, 4, 4, 4, 4)), DEVICES[:2], balance="params")
+    model = mgpu_tf.ModelParallel(models.mlp((256, 4, 4, 4, 4)), DEVICES[:2], balance="params")
     assert model.plan[0].layers == ("dense_0",)
     assert model.plan[0].param_bytes == (8 * 256 + 256) * 4
     assert sum(s.param_bytes for s in model.plan) == sum(
@@ -48,9 +48,9 @@ def test_params_balances_parameter_bytes():
 
 
 def test_time_balances_measured_time_and_reports_it():
-    model = mgpu_tf.ModelParallel(mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
+    model = mgpu_tf.ModelParallel(models.mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
                                   balance="time", sample=np.ones((512, 1024), "float32"))
-    uniform = mgpu_tf.ModelParallel(mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
+    uniform = mgpu_tf.ModelParallel(models.mlp((1024, 1024, 4, 4, 4, 4), inputs=1024), DEVICES[:2],
                                     balance="uniform")
     assert [len(s.layers) for s in uniform.plan] == [3, 3]
     # The two 1024-wide layers carry nearly all the time (a batch of 512 keeps the small
@@ -61,25 +61,25 @@ def test_time_balances_measured_time_and_reports_it():
 
 
 def test_time_without_sample_uses_zeros_of_the_input_shape():
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance="time")
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance="time")
     assert all(s.seconds is not None for s in model.plan)
 
 
 def test_explicit_balance_is_used_as_given():
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=[1, 3])
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance=[1, 3])
     assert [s.layers for s in model.plan] == [("dense_0",), ("dense_1", "dense_2", "dense_3")]
     assert [s.device for s in model.plan] == ["/device:CPU:0", "/device:CPU:1"]
     assert all(s.seconds is None for s in model.plan)
 
 
 def test_automatic_balance_cuts_only_where_one_tensor_crosses():
-    graph = partition.analyse(residual())
+    graph = partition.analyse(models.residual())
     # stem | block_a, block_b, add (a residual block) | head
     assert [u.name for u in graph.units] == ["stem", "block_a", "block_b", "add", "head"]
     assert graph.atoms() == [1, 3, 1]
     assert graph.crossing[1] == ("stem", "block_a")
     for name in ("uniform", "params"):
-        model = mgpu_tf.ModelParallel(residual(), DEVICES[:3], balance=name)
+        model = mgpu_tf.ModelParallel(models.residual(), DEVICES[:3], balance=name)
         assert [s.layers for s in model.plan] == [
             ("stem",), ("block_a", "block_b", "add"), ("head",)]
 
@@ -97,6 +97,6 @@ def test_nested_model_counts_as_one_layer():
 
 
 def test_plan_prints_one_line_per_stage():
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance="uniform")
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance="uniform")
     text = [str(s) for s in model.plan]
     assert text[0].startswith("stage 0 on /device:CPU:0: 2 layers (dense_0 .. dense_1)")

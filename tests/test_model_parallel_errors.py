@@ -4,7 +4,7 @@ import keras
 import pytest
 
 import mgpu_tf
-from model_parallel_models import mlp, residual, with_batch_norm
+from support import models
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 
@@ -12,26 +12,26 @@ DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 def test_more_stages_than_layers():
     with pytest.raises(ValueError, match=r"There are more stages \(3, one per device\) than "
                                          r"layers \(2\)"):
-        mgpu_tf.ModelParallel(mlp((4, 1)), DEVICES[:3])
+        mgpu_tf.ModelParallel(models.mlp((4, 1)), DEVICES[:3])
 
 
 def test_device_that_does_not_exist_lists_the_ones_that_do():
     with pytest.raises(ValueError, match=r"`devices` names 'CPU:9', which does not exist\. "
                                          r"Devices here: /device:CPU:0, /device:CPU:1, "
                                          r"/device:CPU:2, /device:CPU:3"):
-        mgpu_tf.ModelParallel(mlp(), ["CPU:0", "CPU:9"])
+        mgpu_tf.ModelParallel(models.mlp(), ["CPU:0", "CPU:9"])
 
 
 def test_device_named_twice():
     with pytest.raises(ValueError, match="`devices` names a device twice"):
-        mgpu_tf.ModelParallel(mlp(), ["CPU:1", "/device:CPU:1"])
+        mgpu_tf.ModelParallel(models.mlp(), ["CPU:1", "/device:CPU:1"])
 
 
 @pytest.mark.parametrize("counts", [[1, 1], [2, 3], [4]])
 def test_explicit_balance_must_add_up_to_the_layers(counts):
     with pytest.raises(ValueError, match=r"`balance` must give a layer count for each of the 2 "
                                          r"stages, adding up to the model's 4 layers"):
-        mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=counts)
+        mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance=counts)
 
 
 @pytest.mark.parametrize("value, error, message", [
@@ -41,26 +41,26 @@ def test_explicit_balance_must_add_up_to_the_layers(counts):
 ])
 def test_bad_balance(value, error, message):
     with pytest.raises(error, match=message):
-        mgpu_tf.ModelParallel(mlp(), DEVICES[:3], balance=value)
+        mgpu_tf.ModelParallel(models.mlp(), DEVICES[:3], balance=value)
 
 
 @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.0, TypeError),
                                           ("4", TypeError), (True, TypeError)])
 def test_bad_microbatches(value, error):
     with pytest.raises(error, match="`microbatches` must be"):
-        mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=value)
+        mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=value)
 
 
 def test_cut_crossed_by_two_tensors_names_the_layers():
     with pytest.raises(ValueError, match=r"The cut after layer 'block_a' \(between stage 0 and "
                                          r"stage 1\) is crossed by 2 tensors, from layers "
                                          r"'stem', 'block_a'"):
-        mgpu_tf.ModelParallel(residual(), DEVICES[:2], balance=[2, 3])
+        mgpu_tf.ModelParallel(models.residual(), DEVICES[:2], balance=[2, 3])
 
 
 def test_more_stages_than_valid_cuts_allow():
     with pytest.raises(ValueError, match=r"The model can be cut into at most 3 stages"):
-        mgpu_tf.ModelParallel(residual(), DEVICES[:4], balance="params")
+        mgpu_tf.ModelParallel(models.residual(), DEVICES[:4], balance="params")
 
 
 def test_unbuilt_model_without_input_shape():
@@ -115,11 +115,11 @@ def test_shared_layer_is_refused():
 def test_batch_norm_with_microbatches_is_refused():
     with pytest.raises(ValueError, match=r"Batch-coupled layers compute statistics over the "
                                          r"whole batch.*'bn'"):
-        mgpu_tf.ModelParallel(with_batch_norm(), DEVICES[:2], microbatches=2)
+        mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=2)
 
 
 def test_batch_norm_without_microbatches_is_accepted():
-    model = mgpu_tf.ModelParallel(with_batch_norm(), DEVICES[:2], microbatches=1)
+    model = mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=1)
     assert sum(len(s.layers) for s in model.plan) == 3
 
 
@@ -150,7 +150,7 @@ def test_balance_accepts_the_enum_and_any_case():
     strategy = mgpu_tf.make_strategy("model_parallel", devices=2, balance="UNIFORM")
     assert strategy.balance == Balance.UNIFORM == "uniform"
     assert "balance='uniform'" in repr(strategy)
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], balance=Balance.PARAMS)
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance=Balance.PARAMS)
     assert len(model.plan) == 2
 
 

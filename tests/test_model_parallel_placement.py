@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from model_parallel_models import mlp
+from support import models
 
 DEVICES = ["/device:CPU:1", "/device:CPU:2"]
 STAGE_LAYERS = [("dense_0", "dense_1"), ("dense_2", "dense_3")]
@@ -27,7 +27,7 @@ def _canonical(device):
 
 @pytest.fixture(scope="module")
 def traced():
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES, balance=[2, 2], microbatches=MICROBATCHES)
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES, balance=[2, 2], microbatches=MICROBATCHES)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     x, y = np.ones((8, 8), "float32"), np.ones((8, 1), "float32")
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # builds the optimizer
@@ -109,7 +109,7 @@ def test_optimizer_updates_each_variable_on_its_device(traced):
 
 def test_upstream_tape_still_leaves_gradients_unplaced():
     """tensorflow/tensorflow#33688, which `pipeline` works around; fails once it is fixed."""
-    model = mlp((4, 1))
+    model = models.mlp((4, 1))
     variables = model.trainable_variables
 
     @tf.function

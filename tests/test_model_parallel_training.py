@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from model_parallel_models import mlp, residual
-from workers import run_python
+from support import models
+from support import workers
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 RTOL, ATOL = 1e-5, 1e-7
@@ -36,8 +36,8 @@ def _gradients(model, x, y):
 @pytest.mark.parametrize("microbatches", [1, 2, 4])
 def test_pipelined_gradients_equal_unsplit(microbatches):
     x, y = _data(16)
-    reference = mlp()
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=microbatches)
+    reference = models.mlp()
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=microbatches)
     got, want = _gradients(model, x, y), _gradients(reference, x, y)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
@@ -46,8 +46,8 @@ def test_pipelined_gradients_equal_unsplit(microbatches):
 @pytest.mark.parametrize("rows", [13, 3])
 def test_batch_not_divided_by_microbatches_gives_short_last_microbatch(rows):
     x, y = _data(rows)
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=4)
-    reference = mlp()
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=4)
+    reference = models.mlp()
     np.testing.assert_allclose(model(x), reference(x), rtol=RTOL, atol=ATOL)
     for g, w in zip(_gradients(model, x, y), _gradients(reference, x, y)):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
@@ -55,7 +55,8 @@ def test_batch_not_divided_by_microbatches_gives_short_last_microbatch(rows):
 
 def test_fit_with_a_short_last_batch_matches_reference():
     x, y = _data(13)  # batches of 5, 5 and 3 rows, each split into 4 micro-batches
-    reference, model = mlp(), mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=4)
+    reference = models.mlp()
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=4)
     for m in (reference, model):
         m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         m.fit(x, y, batch_size=5, epochs=2, shuffle=False, verbose=0)
@@ -63,9 +64,9 @@ def test_fit_with_a_short_last_batch_matches_reference():
 
 
 @pytest.mark.parametrize("builder, devices, microbatches", [
-    (mlp, DEVICES[:2], 4),
-    (mlp, DEVICES, 2),
-    (residual, DEVICES[:2], 3),
+    (models.mlp, DEVICES[:2], 4),
+    (models.mlp, DEVICES, 2),
+    (models.residual, DEVICES[:2], 3),
 ])
 def test_fit_matches_single_device_reference_after_k_steps(builder, devices, microbatches):
     x, y = _data(48)
@@ -85,7 +86,7 @@ def test_fit_matches_single_device_reference_after_k_steps(builder, devices, mic
 
 def test_callbacks_run_and_checkpoint_reloads(tmp_path):
     x, y = _data(32)
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=2)
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=2)
     model.compile(optimizer="sgd", loss="mse")
     seen = []
     model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[
@@ -97,15 +98,15 @@ def test_callbacks_run_and_checkpoint_reloads(tmp_path):
     restored = keras.models.load_model(tmp_path / "best.keras")
     np.testing.assert_allclose(restored.predict(x, verbose=0), model.predict(x, verbose=0),
                                rtol=RTOL, atol=ATOL)
-    plain = mlp(seed=5)
+    plain = models.mlp(seed=5)
     plain.load_weights(tmp_path / "w.weights.h5")
     _assert_same_weights(plain, model)
 
 
 def test_weights_round_trip_through_files(tmp_path):
-    source = mgpu_tf.ModelParallel(mlp(seed=3), DEVICES[:2])
+    source = mgpu_tf.ModelParallel(models.mlp(seed=3), DEVICES[:2])
     source.save_weights(tmp_path / "a.weights.h5")
-    target = mgpu_tf.ModelParallel(mlp(seed=4), DEVICES[2:])
+    target = mgpu_tf.ModelParallel(models.mlp(seed=4), DEVICES[2:])
     target.load_weights(tmp_path / "a.weights.h5")
     _assert_same_weights(target, source)
     for variable in target.weights:  # loading keeps the placement
@@ -128,7 +129,7 @@ _LOAD_WITHOUT_MGPU_TF = textwrap.dedent("""
 
 def test_saved_model_loads_as_plain_keras_without_mgpu_tf(tmp_path):
     x, y = _data(16)
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2], microbatches=2)
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=2)
     model.compile(optimizer="adam", loss="mse")
     model.fit(x, y, batch_size=8, verbose=0)
     model.save(tmp_path / "model.keras")
@@ -136,7 +137,8 @@ def test_saved_model_loads_as_plain_keras_without_mgpu_tf(tmp_path):
     np.save(tmp_path / "y.npy", model.predict(x, verbose=0))
     script = tmp_path / "load.py"
     script.write_text(_LOAD_WITHOUT_MGPU_TF)
-    result = run_python(script, tmp_path / "model.keras", tmp_path / "x.npy", tmp_path / "y.npy")
+    result = workers.run_python(script, tmp_path / "model.keras", tmp_path / "x.npy",
+                                tmp_path / "y.npy")
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["class"] == "Sequential"
@@ -148,7 +150,7 @@ def _train_script(strategy):
     """The same script for every strategy: no branch on the strategy kind."""
     x, y = _data(32)
     with strategy.scope():
-        model = mlp()
+        model = models.mlp()
         model = mgpu_tf.prepare_model(model, strategy)
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     model.fit(x, y, batch_size=8 * strategy.num_replicas_in_sync, epochs=1, shuffle=False,
@@ -170,7 +172,7 @@ def test_strategy_is_registered_with_its_options():
                                      balance="uniform", microbatches=4)
     assert mgpu_tf.strategy_kind(strategy) == "model_parallel"
     assert strategy.num_replicas_in_sync == 1
-    model = mgpu_tf.prepare_model(mlp(), strategy)
+    model = mgpu_tf.prepare_model(models.mlp(), strategy)
     assert [s.device for s in model.plan] == ["/device:CPU:1", "/device:CPU:3"]
     assert model.microbatches == 4
     assert [len(s.layers) for s in model.plan] == [2, 2]
@@ -187,7 +189,7 @@ def test_strategy_hands_datasets_through_whole():
 
 
 def test_jit_compile_is_refused():
-    model = mgpu_tf.ModelParallel(mlp(), DEVICES[:2])
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2])
     with pytest.raises(ValueError, match="ModelParallel cannot be XLA-compiled"):
         model.compile(optimizer="sgd", loss="mse", jit_compile=True)
 

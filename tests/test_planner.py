@@ -11,8 +11,8 @@ import mgpu_tf
 from mgpu_tf.strategies import factory as strategies
 from mgpu_tf.cli import main as cli_main
 from mgpu_tf.planner import PlanError, memory, parse_size, recommend
-from model_parallel_models import mlp
-from planner_models import lopsided
+from support import models
+from support import planner_models
 
 MiB = 2**20
 
@@ -33,11 +33,11 @@ def test_sizes_are_read_in_binary_and_decimal_units(text, expected):
     (True, TypeError, "`device_memory` must be a size such as '80GiB'")])
 def test_a_declared_memory_that_is_not_a_size_fails_with_the_fix(value, error, message):
     with pytest.raises(error, match=message):
-        mgpu_tf.plan(mlp(), devices=2, device_memory=value, global_batch_size=8)
+        mgpu_tf.plan(models.mlp(), devices=2, device_memory=value, global_batch_size=8)
 
 
 def test_one_device_holds_params_gradients_two_adam_slots_and_traced_activations():
-    model = mlp((16, 1), inputs=8)  # (8*16 + 16) + (16 + 1) = 161 float32 weights
+    model = models.mlp((16, 1), inputs=8)  # (8*16 + 16) + (16 + 1) = 161 float32 weights
     result = mgpu_tf.plan(model, devices=1, device_memory="1GiB", global_batch_size=32,
                           measure_compute=False)
     footprint = result.recommended.footprints[0]
@@ -60,21 +60,21 @@ def test_optimizer_slots_follow_the_optimizer(optimizer, slots):
 
 def test_an_unknown_optimizer_name_lists_the_known_ones():
     with pytest.raises(ValueError, match="`optimizer` must be one of adadelta, adagrad, adam"):
-        mgpu_tf.plan(mlp(), devices=2, global_batch_size=8, optimizer="bogus")
+        mgpu_tf.plan(models.mlp(), devices=2, global_batch_size=8, optimizer="bogus")
 
 
 def test_stage_shares_are_what_model_parallel_places():
-    placed = mgpu_tf.ModelParallel(lopsided(), 2)
-    result = mgpu_tf.plan(lopsided(), devices=2, device_memory="1GiB", global_batch_size=8,
-                          measure_compute=False)
+    placed = mgpu_tf.ModelParallel(planner_models.lopsided(), 2)
+    result = mgpu_tf.plan(planner_models.lopsided(), devices=2, device_memory="1GiB",
+                          global_batch_size=8, measure_compute=False)
     option = next(o for o in result.options if o.name == "model")
     assert option.strategy == "model_parallel"
     assert [f.params for f in option.footprints] == [s.param_bytes for s in placed.plan]
 
 
 def test_a_model_that_fits_one_device_gets_data_parallelism():
-    result = mgpu_tf.plan(lopsided(), devices=4, device_memory="1GiB", global_batch_size=64,
-                          measure_compute=False)
+    result = mgpu_tf.plan(planner_models.lopsided(), devices=4, device_memory="1GiB",
+                          global_batch_size=64, measure_compute=False)
     assert [o.name for o in result.options] == ["data", "model"]
     assert result.recommended.strategy == "mirrored"
     assert result.reason.startswith("data parallel (mirrored over 4 devices): the whole model "
@@ -83,8 +83,8 @@ def test_a_model_that_fits_one_device_gets_data_parallelism():
 
 def test_a_model_too_big_for_one_device_gets_model_parallelism():
     # With Adam: the whole model needs ~32.6 MiB, the stage of its largest layer ~29.5 MiB.
-    result = mgpu_tf.plan(lopsided(), devices=4, device_memory="31MiB", global_batch_size=64,
-                          measure_compute=False)
+    result = mgpu_tf.plan(planner_models.lopsided(), devices=4, device_memory="31MiB",
+                          global_batch_size=64, measure_compute=False)
     best = result.recommended
     assert (best.name, best.strategy, best.fits) == ("model", "model_parallel", True)
     assert not result.options[1].fits
@@ -92,7 +92,7 @@ def test_a_model_too_big_for_one_device_gets_model_parallelism():
 
 
 def test_a_very_large_model_on_several_workers_gets_both():
-    result = mgpu_tf.plan(lopsided(), devices=4, workers=3, device_memory="31MiB",
+    result = mgpu_tf.plan(planner_models.lopsided(), devices=4, workers=3, device_memory="31MiB",
                           global_batch_size=96, measure_compute=False)
     best = result.recommended
     assert (best.name, best.strategy, best.options) == ("hybrid", "hybrid",
@@ -102,7 +102,7 @@ def test_a_very_large_model_on_several_workers_gets_both():
 
 
 def test_a_model_that_does_not_fit_even_split_says_by_how_much():
-    even = mlp((1024, 1024, 1024, 1), inputs=1024)  # three layers of ~28 MiB with Adam
+    even = models.mlp((1024, 1024, 1024, 1), inputs=1024)  # three layers of ~28 MiB with Adam
     with pytest.raises(PlanError, match=r"The model does not fit the devices even fully split: "
                        r"over 2 device\(s\) its fullest stage needs 44.* but each device has "
                        r"30.00 MiB, 14.* short\. .*Use 3 devices per machine"):
@@ -111,7 +111,7 @@ def test_a_model_that_does_not_fit_even_split_says_by_how_much():
 
 
 def test_the_step_time_is_the_ring_all_reduce_cost_model():
-    model = lopsided()
+    model = planner_models.lopsided()
     result = mgpu_tf.plan(model, devices=8, device_memory="80GiB", global_batch_size=256,
                           interconnect="pcie", compute_seconds=0.05)
     gradient_bytes = 4 * sum(w.numpy().size for w in model.trainable_weights)
@@ -124,18 +124,18 @@ def test_the_step_time_is_the_ring_all_reduce_cost_model():
 
 def test_an_unknown_interconnect_lists_the_known_ones():
     with pytest.raises(ValueError, match="Unknown interconnect 'infiniband'. Known: pcie, nvlink"):
-        mgpu_tf.plan(mlp(), devices=2, global_batch_size=8, interconnect="infiniband")
+        mgpu_tf.plan(models.mlp(), devices=2, global_batch_size=8, interconnect="infiniband")
 
 
 def test_auto_with_a_model_that_fits_keeps_its_choice_and_says_so(caplog):
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
-        strategy = mgpu_tf.make_strategy("auto", model=lopsided())
+        strategy = mgpu_tf.make_strategy("auto", model=planner_models.lopsided())
     assert mgpu_tf.strategy_kind(strategy) == "default"
     assert any("the model fits one device" in r.getMessage() for r in caplog.records)
 
 
 def test_auto_with_a_model_too_big_for_one_device_splits_it():
-    strategy = mgpu_tf.make_strategy("auto", model=lopsided(), device_memory="31MiB")
+    strategy = mgpu_tf.make_strategy("auto", model=planner_models.lopsided(), device_memory="31MiB")
     assert mgpu_tf.strategy_kind(strategy) == "model_parallel"
     assert len(strategy.devices) == 4
 
@@ -144,14 +144,15 @@ def test_auto_in_a_cluster_with_a_model_too_big_for_one_device_chooses_hybrid():
     cluster = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
                           "task": {"type": "worker", "index": 0}})
     kind, reason, options = recommend.auto_strategy(
-        lopsided(), "multi_worker", "a cluster was given", {"cluster": cluster}, "31MiB")
+        planner_models.lopsided(), "multi_worker", "a cluster was given", {"cluster": cluster},
+        "31MiB")
     assert kind == "hybrid" and options == {"cluster": cluster, "devices_per_worker": 4}
     assert "very large models want both" in reason
 
 
 def test_auto_with_a_model_that_never_fits_fails_before_training():
     with pytest.raises(PlanError, match="does not fit the devices even fully split"):
-        mgpu_tf.make_strategy("auto", model=lopsided(), device_memory="2MiB")
+        mgpu_tf.make_strategy("auto", model=planner_models.lopsided(), device_memory="2MiB")
 
 
 def test_device_memory_without_a_model_is_refused():
@@ -161,8 +162,9 @@ def test_device_memory_without_a_model_is_refused():
 
 
 def test_cli_prints_the_recommendation_for_declared_devices(capsys):
-    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "64",
-                     "--devices", "8", "--device-memory", "31MiB", "--no-measure"])
+    code = cli_main(["plan", "--model", "support.planner_models:lopsided",
+                     "--global-batch-size", "64", "--devices", "8", "--device-memory", "31MiB",
+                     "--no-measure"])
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("recommended: model parallel (4 stages)")
@@ -170,15 +172,17 @@ def test_cli_prints_the_recommendation_for_declared_devices(capsys):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("planner_models.lopsided", "--model must be MODULE:FUNCTION"),
+    ("support.planner_models.lopsided", "--model must be MODULE:FUNCTION"),
     ("no_such_module:build", "--model: could not import the module 'no_such_module': "
      "ModuleNotFoundError"),
-    ("planner_models:nothing", "--model: the module 'planner_models' has no 'nothing'"),
-    ("planner_models:NOT_CALLABLE", "--model: 'NOT_CALLABLE' in 'planner_models' is not a "
-     "function"),
-    ("planner_models:failing", "--model: calling failing\\(\\) from 'planner_models' failed: "
-     "RuntimeError: no data"),
-    ("planner_models:not_a_model", "--model: not_a_model\\(\\) returned int, not a Keras model"),
+    ("support.planner_models:nothing",
+     "--model: the module 'support.planner_models' has no 'nothing'"),
+    ("support.planner_models:NOT_CALLABLE",
+     "--model: 'NOT_CALLABLE' in 'support.planner_models' is not a function"),
+    ("support.planner_models:failing",
+     "--model: calling failing\\(\\) from 'support.planner_models' failed: RuntimeError: no data"),
+    ("support.planner_models:not_a_model",
+     "--model: not_a_model\\(\\) returned int, not a Keras model"),
 ])
 def test_cli_says_which_part_of_the_model_function_failed(spec, message, capsys):
     code = cli_main(["plan", "--model", spec, "--global-batch-size", "8", "--no-measure"])
@@ -188,14 +192,15 @@ def test_cli_says_which_part_of_the_model_function_failed(spec, message, capsys)
 
 
 def test_cli_rejects_a_memory_that_is_not_a_size(capsys):
-    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "8",
-                     "--device-memory", "lots"])
+    code = cli_main(["plan", "--model", "support.planner_models:lopsided",
+                     "--global-batch-size", "8", "--device-memory", "lots"])
     assert code == 2
     assert "`--device-memory` must be a size" in capsys.readouterr().err
 
 
 def test_cli_exits_1_when_the_model_does_not_fit(capsys):
-    code = cli_main(["plan", "--model", "planner_models:lopsided", "--global-batch-size", "8",
-                     "--devices", "2", "--device-memory", "4MiB", "--optimizer", "sgd"])
+    code = cli_main(["plan", "--model", "support.planner_models:lopsided",
+                     "--global-batch-size", "8", "--devices", "2", "--device-memory", "4MiB",
+                     "--optimizer", "sgd"])
     assert code == 1
     assert "4.00 MiB, " in capsys.readouterr().err

@@ -1,13 +1,10 @@
 """The planner against measurements: memory of a real step, and a real data-parallel step."""
 
 import re
-from pathlib import Path
 
 import pytest
 
-from workers import run_python, run_workers
-
-HERE = Path(__file__).parent
+from support import workers
 
 
 def _figures(text):
@@ -15,7 +12,7 @@ def _figures(text):
 
 
 def test_memory_estimate_is_within_30_percent_of_a_training_steps_resident_growth():
-    result = run_python(HERE / "planner_memory.py", timeout=300)
+    result = workers.run_python("-m", "support.planner_memory", timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = _figures(result.stdout)
     assert 0.7 <= float(figures["ratio"]) <= 1.3, result.stdout
@@ -23,7 +20,7 @@ def test_memory_estimate_is_within_30_percent_of_a_training_steps_resident_growt
 
 @pytest.mark.multiworker
 def test_predicted_data_parallel_step_is_near_the_measured_one_on_two_workers():
-    code, out = run_workers(HERE / "planner_step_time.py", 2)
+    code, out = workers.run_workers("-m", 2, "support.planner_step_time")
     assert code == 0, out
     figures = _figures(out[0])
     assert figures["option"] == "data"

@@ -2,7 +2,7 @@
 
 The session has four logical CPUs. Expected shares are worked out by hand in the
 comments; training is compared with plain Keras under the default strategy on the
-same global batches (tests/sharding_problem.py).
+same global batches (tests/support/sharding_problem.py).
 """
 
 import collections
@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from sharding_problem import (blocks, build_model, parse_id, parse_xy, problem,
-                              reference_weights, relative_difference, write_records)
+from support import sharding_problem
+from support import compare
 
 TOLERANCE = 1e-5
 
@@ -97,10 +97,10 @@ def test_describe_sharding_prints_the_table(capsys):
 
 
 def test_auto_says_which_policy(caplog, tmp_path):
-    x, y, _ = problem(20)
-    files = write_records(tmp_path, x, y, [10, 10])
+    x, y, _ = sharding_problem.problem(20)
+    files = sharding_problem.write_records(tmp_path, x, y, [10, 10])
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
-        mgpu_tf.shard_dataset(files, _strategy("mirrored-2"), 4, parse=parse_xy)
+        mgpu_tf.shard_dataset(files, _strategy("mirrored-2"), 4, parse=sharding_problem.parse_xy)
     assert "sharding policy 'auto' chose 'file': 2 files for 1 worker(s)" in caplog.text
 
 
@@ -150,42 +150,42 @@ def _train_steps(model, data, steps):
 @pytest.mark.parametrize("devices, weights", [(2, [2, 1]), (4, [1, 2, 3, 4]), (4, None)])
 def test_weighted_update_equals_single_device(devices, weights):
     # 100 examples, global batch 12: 9 steps, the last of 4 examples.
-    x, y, initial = problem(100)
-    reference = reference_weights(x, y, initial, blocks(100, 12))
+    x, y, initial = sharding_problem.problem(100)
+    reference = sharding_problem.reference_weights(x, y, initial, sharding_problem.blocks(100, 12))
     strategy = _strategy(f"mirrored-{devices}")
     with strategy.scope():
-        model = build_model(initial)
+        model = sharding_problem.build_model(initial)
         model.optimizer.build(model.trainable_variables)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 12,
                                  weights=weights)
     _train_steps(model, data, 9)
-    assert relative_difference(model.get_weights(), reference) < TOLERANCE
-    assert relative_difference(reference, initial) > 1e-2
+    assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
+    assert compare.relative_difference(reference, initial) > 1e-2
 
 
 @pytest.mark.parametrize("name", ["default", "one_device", "mirrored-2", "mirrored-4"])
 def test_fit_with_an_uneven_tail_equals_single_device(name):
     # 997 examples, global batch 12: the last step has 1 example, on one replica only.
-    x, y, initial = problem(997)
-    reference = reference_weights(x, y, initial, blocks(997, 12))
+    x, y, initial = sharding_problem.problem(997)
+    reference = sharding_problem.reference_weights(x, y, initial, sharding_problem.blocks(997, 12))
     strategy = _strategy(name)
     with strategy.scope():
-        model = build_model(initial)
+        model = sharding_problem.build_model(initial)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 12)
     history = model.fit(data, epochs=1, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
-    assert relative_difference(model.get_weights(), reference) < TOLERANCE
+    assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
 def test_fit_with_weights_on_one_machine():
-    x, y, initial = problem(100)
-    reference = reference_weights(x, y, initial, blocks(100, 12))
+    x, y, initial = sharding_problem.problem(100)
+    reference = sharding_problem.reference_weights(x, y, initial, sharding_problem.blocks(100, 12))
     strategy = _strategy("mirrored-2")
     with strategy.scope():
-        model = build_model(initial)
+        model = sharding_problem.build_model(initial)
     model.fit(mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 12,
                                     weights=[2, 1]), epochs=1, shuffle=False, verbose=0)
-    assert relative_difference(model.get_weights(), reference) < TOLERANCE
+    assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
 def _interleaved(sizes):
@@ -200,19 +200,20 @@ def _interleaved(sizes):
 @pytest.mark.parametrize("name", ["default", "one_device", "mirrored-2", "mirrored-4"])
 def test_fit_from_tfrecord_files(tmp_path, name):
     sizes = [40, 33, 27]
-    x, y, initial = problem(sum(sizes))
-    files = write_records(tmp_path, x, y, sizes)
+    x, y, initial = sharding_problem.problem(sum(sizes))
+    files = sharding_problem.write_records(tmp_path, x, y, sizes)
     order = _interleaved(sizes)
-    reference = reference_weights(x, y, initial, [order[s:s + 12] for s in range(0, 100, 12)])
+    steps = [order[s:s + 12] for s in range(0, 100, 12)]
+    reference = sharding_problem.reference_weights(x, y, initial, steps)
     strategy = _strategy(name)
     seen = _seen(mgpu_tf.shard_dataset([str(tmp_path / "part-*.tfrecord")], strategy, 12,
-                                       parse=parse_id), strategy)
+                                       parse=sharding_problem.parse_id), strategy)
     assert sorted(_flatten(seen)) == list(range(100))
     with strategy.scope():
-        model = build_model(initial)
-    model.fit(mgpu_tf.shard_dataset(files, strategy, 12, parse=parse_xy), epochs=1,
-              shuffle=False, verbose=0)
-    assert relative_difference(model.get_weights(), reference) < TOLERANCE
+        model = sharding_problem.build_model(initial)
+    model.fit(mgpu_tf.shard_dataset(files, strategy, 12, parse=sharding_problem.parse_xy),
+              epochs=1, shuffle=False, verbose=0)
+    assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
 # ------------------------------------------------------------------ bad input
@@ -286,12 +287,13 @@ def test_infinite_data_set():
 
 
 def test_pattern_that_matches_nothing_is_named(tmp_path):
-    x, y, _ = problem(8)
-    files = write_records(tmp_path, x, y, [8])
+    x, y, _ = sharding_problem.problem(8)
+    files = sharding_problem.write_records(tmp_path, x, y, [8])
     missing = str(tmp_path / "nothing-*.tfrecord")
     with pytest.raises(ValueError, match=r"The file pattern '.*nothing-\*\.tfrecord' matches "
                                          r"no file"):
-        mgpu_tf.shard_dataset(files + [missing], _strategy("default"), 4, parse=parse_xy)
+        mgpu_tf.shard_dataset(files + [missing], _strategy("default"), 4,
+                              parse=sharding_problem.parse_xy)
 
 
 def test_wrong_types():

@@ -1,6 +1,6 @@
 """shard_dataset on 2 and 3 real local workers: one launch each, several checks per launch.
 
-Each worker runs tests/sharding_worker.py under make_strategy("multi_worker") with
+Each worker runs tests/support/sharding_worker.py under make_strategy("multi_worker") with
 TensorFlow's autoshard log on: TensorFlow 2.21 logs "AUTO sharding policy will apply
 DATA sharding policy ..." at VLOG(2), where older releases printed a WARNING. Shares are worked
 out by hand; trained weights are compared with plain Keras under the default
@@ -8,17 +8,15 @@ strategy on the same global batches.
 """
 
 import json
-import pathlib
 import re
 
 import numpy as np
 import pytest
 
-from sharding_problem import (blocks, from_json, problem, reference_weights,
-                              relative_difference, write_records)
-from workers import run_workers
+from support import sharding_problem
+from support import compare
+from support import workers
 
-WORKER_SCRIPT = pathlib.Path(__file__).with_name("sharding_worker.py")
 ID_FILES = [300, 250, 247, 200]
 FIT_FILES = {2: [60, 40], 3: [40, 33, 27]}
 AUTOSHARD_WARNING = "AUTO sharding policy will apply DATA sharding policy"
@@ -58,61 +56,66 @@ def _file_steps(sizes, per_worker):
 @pytest.fixture(params=[(2, "tensorflow"), (3, "tensorflow"), (2, "tcp"), (3, "tcp")],
                 ids=lambda p: f"{p[0]}-{p[1]}", scope="module")
 def launch(request, tmp_path_factory):
-    workers, transport = request.param
-    directory = tmp_path_factory.mktemp(f"sharding{workers}{transport}")
-    x, y, _ = problem(997, seed=2)
-    write_records(directory, x, y, ID_FILES, prefix="ids")
-    write_records(directory, x, y, [10], prefix="one")
-    x, y, _ = problem(100, seed=1)
-    write_records(directory, x, y, FIT_FILES[workers], prefix="fit")
-    code, outputs = run_workers(WORKER_SCRIPT, workers, directory,
-                                env=dict(_VERBOSE_AUTOSHARD, MGPU_TF_TEST_TRANSPORT=transport))
+    count, transport = request.param
+    directory = tmp_path_factory.mktemp(f"sharding{count}{transport}")
+    x, y, _ = sharding_problem.problem(997, seed=2)
+    sharding_problem.write_records(directory, x, y, ID_FILES, prefix="ids")
+    sharding_problem.write_records(directory, x, y, [10], prefix="one")
+    x, y, _ = sharding_problem.problem(100, seed=1)
+    sharding_problem.write_records(directory, x, y, FIT_FILES[count], prefix="fit")
+    code, outputs = workers.run_workers(
+        "-m", count, "support.sharding_worker", directory,
+        env=dict(_VERBOSE_AUTOSHARD, MGPU_TF_TEST_TRANSPORT=transport))
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-5000:]}"
-    return workers, outputs, {i: _results(out) for i, out in outputs.items()}
+    return count, outputs, {i: _results(out) for i, out in outputs.items()}
 
 
 @pytest.mark.multiworker
 def test_bad_policies_fail_on_every_worker(launch):
-    workers, _, results = launch
+    count, _, results = launch
     for result in results.values():
         assert result["ERROR_off"].startswith(
-            f"`policy='off'` would give each of the {workers} workers the whole data set")
+            f"`policy='off'` would give each of the {count} workers the whole data set")
         assert result["ERROR_file"].startswith(
-            f"`policy='file'` needs at least as many files as workers ({workers}); the "
+            f"`policy='file'` needs at least as many files as workers ({count}); the "
             "patterns match 1 file(s). Received: policy='file'. Use policy='data'")
 
 
 @pytest.mark.multiworker
 @pytest.mark.parametrize("policy", ["data", "file", "function"])
 def test_every_example_once_over_the_workers(launch, policy):
-    workers, _, results = launch
-    seen = [results[w][f"SEEN_{policy}"] for w in range(workers)]
+    count, _, results = launch
+    seen = [results[w][f"SEEN_{policy}"] for w in range(count)]
     assert sorted(i for steps in seen for batch in steps for i in batch) == list(range(997))
     # The function shards every n-th example itself, as "data" does.
     expected = FILE_EXAMPLES if policy == "file" else DATA_EXAMPLES
-    assert [sum(map(len, steps)) for steps in seen] == expected[workers]
-    steps = FILE_STEPS[workers] if policy == "file" else 84
-    assert [len(s) for s in seen] == [steps] * workers
+    assert [sum(map(len, steps)) for steps in seen] == expected[count]
+    steps = FILE_STEPS[count] if policy == "file" else 84
+    assert [len(s) for s in seen] == [steps] * count
 
 
 @pytest.mark.multiworker
 def test_fit_equals_single_device(launch):
-    workers, _, results = launch
-    x, y, initial = problem(100)
-    reference = reference_weights(x, y, initial, blocks(100, 12))  # weights=[2, 1] on 2
-    xf, yf, initial_f = problem(100, seed=1)
-    file_steps = _file_steps(FIT_FILES[workers], 12 // workers)
-    reference_f = reference_weights(xf, yf, initial_f, file_steps)
+    count, _, results = launch
+    x, y, initial = sharding_problem.problem(100)
+    # weights=[2, 1] on 2 workers: the same global batches.
+    reference = sharding_problem.reference_weights(x, y, initial,
+                                                   sharding_problem.blocks(100, 12))
+    xf, yf, initial_f = sharding_problem.problem(100, seed=1)
+    file_steps = _file_steps(FIT_FILES[count], 12 // count)
+    reference_f = sharding_problem.reference_weights(xf, yf, initial_f, file_steps)
     for result in results.values():
-        assert relative_difference(from_json(result["WEIGHTS_data"]), reference) < TOLERANCE
-        assert relative_difference(from_json(result["WEIGHTS_file"]), reference_f) < TOLERANCE
+        trained = sharding_problem.from_json(result["WEIGHTS_data"])
+        assert compare.relative_difference(trained, reference) < TOLERANCE
+        trained = sharding_problem.from_json(result["WEIGHTS_file"])
+        assert compare.relative_difference(trained, reference_f) < TOLERANCE
 
 
 @pytest.mark.multiworker
 def test_no_autoshard_warning(launch):
-    workers, outputs, results = launch
+    count, outputs, results = launch
     for index, output in outputs.items():
         ours, _, control = output.partition("\nCONTROL\n")
-        assert results[index]["DONE"] == workers
+        assert results[index]["DONE"] == count
         assert AUTOSHARD_WARNING not in ours
         assert AUTOSHARD_WARNING in control  # TensorFlow's own pipeline does warn here

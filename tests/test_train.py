@@ -3,22 +3,54 @@
 import re
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
-from workers import run_python, run_workers
+from support import main_job
+from support import workers
 
-_DONE = re.compile(r"^done: strategy=(\w+) replicas=(\d+) examples_per_sec=([\d.]+) "
-                   r"loss=([\d.]+) accuracy=([\d.]+)$")
+EPOCHS, GLOBAL_BATCH = 4, 64
 
 
-def _done(stdout):
-    lines = [line for line in stdout.strip().splitlines() if line.strip()]
-    match = _DONE.match(lines[-1])
-    assert match, f"last line is not the done line: {lines[-1]!r}"
-    assert sum(1 for line in lines if line.startswith("done:")) == 1
-    strategy, replicas, speed, loss, accuracy = match.groups()
-    return strategy, int(replicas), float(speed), float(loss), float(accuracy)
+def _run_timed(*args, timeout=600):
+    """Runs the main job, noting when each line of its output arrives.
+
+    Returns:
+        (exit code, stdout text, stderr text, [(seconds since the start, line), ...]).
+    """
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen([sys.executable, "-m", "mgpu_tf.train", *args],
+                                   env=workers.environment(), stdout=subprocess.PIPE,
+                                   stderr=errors)
+        start, lines = time.perf_counter(), []
+        try:
+            for raw in process.stdout:
+                lines.append((time.perf_counter() - start, raw.decode(errors="replace")))
+            process.wait(timeout=timeout)
+        finally:
+            process.kill()
+            process.wait()
+        errors.seek(0)
+        return process.returncode, "".join(text for _, text in lines), errors.read(), lines
+
+
+def _throughput_from_the_output(lines):
+    """Examples per second over epochs 2 to EPOCHS, timed here from Keras' progress lines.
+
+    Epoch 2 starts when its `Epoch 2/N` header arrives; the last epoch ends when its
+    final progress line (`steps/steps ...`, ended by a newline) does. Examples are
+    steps times the global batch.
+    """
+    starts = [t for t, line in lines if line.startswith("Epoch 2/")]
+    finals = [(t, re.findall(r"(\d+)/(\d+)", line)) for t, line in lines
+              if not line.startswith("Epoch")]
+    finals = [(t, found[-1]) for t, found in finals if found and found[-1][0] == found[-1][1]]
+    assert starts and finals, "no Keras progress lines to time epochs by"
+    end, (steps, _) = finals[-1]
+    seconds = end - starts[0]
+    return (EPOCHS - 1) * int(steps) * GLOBAL_BATCH / seconds
 
 
 @pytest.mark.parametrize("argv, strategy, replicas", [
@@ -26,23 +58,27 @@ def _done(stdout):
     (["--strategy=mirrored", "--simulate_devices=2"], "mirrored", 2),
 ])
 def test_main_job_learns_the_digits(argv, strategy, replicas):
-    result = run_python("-m", "mgpu_tf.train", "--epochs=4", *argv)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = _done(result.stdout)
-    assert got[:2] == (strategy, replicas)
-    assert got[2] > 0
-    assert got[4] > 0.8, f"accuracy {got[4]} after 4 epochs: the model did not learn"
+    code, out, err, lines = _run_timed(f"--epochs={EPOCHS}",
+                                       f"--global_batch_size={GLOBAL_BATCH}", *argv)
+    assert code == 0, err[-3000:]
+    assert out.strip().splitlines()[-1].startswith("done:"), "the job printed after its result"
+    done = main_job.parse_done(out)
+    assert (done["strategy"], done["replicas"]) == (strategy, replicas)
+    assert done["accuracy"] > 0.8, f"accuracy {done['accuracy']} after {EPOCHS} epochs"
+    # The job's own figure against the same epochs timed from outside: they agree
+    # to well within a factor of 2 (a wrong count or epoch is off by far more).
+    reference = _throughput_from_the_output(lines)
+    assert 0.5 < done["examples_per_sec"] / reference < 2.0, (done, reference)
 
 
 @pytest.mark.multiworker
 def test_main_job_under_two_local_workers():
-    code, outputs = run_workers("-m", 2, "mgpu_tf.train", "--strategy=multi_worker", "--epochs=4")
+    code, outputs = workers.run_workers("-m", 2, "mgpu_tf.train", "--strategy=multi_worker",
+                                        f"--epochs={EPOCHS}")
     assert code == 0, outputs
-    results = [_done(outputs[i]) for i in (0, 1)]
-    for result in results:
-        assert result[:2] == ("multi_worker", 2)
-        assert result[4] > 0.8
-    assert results[0][3:] == results[1][3:], "workers disagree on the final loss/accuracy"
+    main_job.assert_trained_alike([(code, outputs[i]) for i in (0, 1)], "workers")
+    for i in (0, 1):
+        assert main_job.parse_done(outputs[i])["accuracy"] > 0.8
 
 
 def test_bad_flag_fails_fast_with_the_message():
@@ -54,8 +90,8 @@ def test_bad_flag_fails_fast_with_the_message():
 
 
 def test_indivisible_global_batch_names_both_numbers():
-    result = run_python("-m", "mgpu_tf.train", "--strategy=mirrored", "--simulate_devices=4",
-                        "--global_batch_size=30", "--epochs=1")
+    result = workers.run_python("-m", "mgpu_tf.train", "--strategy=mirrored",
+                                "--simulate_devices=4", "--global_batch_size=30", "--epochs=1")
     assert result.returncode != 0
     assert ("`global_batch_size` must be divisible by the number of replicas (4). "
             "Received: global_batch_size=30. Use 28 or 32") in result.stderr

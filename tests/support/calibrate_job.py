@@ -1,6 +1,6 @@
 """A job in calibration mode: times steps of the main job's model on this worker alone.
 
-`python calibrate_job.py SLOW_WORKER DELAY` prints `calibrate: examples_per_sec=X`;
+`python -m support.calibrate_job SLOW_WORKER DELAY` prints `calibrate: examples_per_sec=X`;
 worker SLOW_WORKER (from its TF_CONFIG) sleeps DELAY seconds per step, standing in
 for a slower GPU.
 """

@@ -12,7 +12,7 @@ from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
 from mgpu_tf.cluster import launcher
 from mgpu_tf import flags as mgpu_flags
-from model_parallel_models import residual, with_batch_norm
+from support import models
 
 
 def flags(*argv):
@@ -50,8 +50,8 @@ def namespace():
     """Returns the globals the matrix's calls are evaluated in."""
     return {
         "flags": flags, "launch": launch, "examples": examples, "mirrored": mirrored,
-        "mlp": mlp, "unbuilt": unbuilt, "residual": residual,
-        "with_batch_norm": with_batch_norm,
+        "mlp": mlp, "unbuilt": unbuilt, "residual": models.residual,
+        "with_batch_norm": models.with_batch_norm,
         "make_strategy": mgpu_tf.make_strategy, "simulate_devices": mgpu_tf.simulate_devices,
         "parse_tf_config": mgpu_tf.parse_tf_config, "detect_cluster": cluster.detect_cluster,
         "shard_dataset": mgpu_tf.shard_dataset, "ModelParallel": mgpu_tf.ModelParallel,

@@ -1,6 +1,6 @@
 """Worker script: SGD steps of `model.fit` under multi_worker with communication options.
 
-Usage: `python mw_communication.py DATA.npz OUT_DIR OPTIONS_JSON`. DATA.npz holds
+Usage: `python -m support.mw_communication DATA.npz OUT_DIR OPTIONS_JSON`. DATA.npz holds
 `x`, `y`, `global_batch` and the initial weights `w0`, `w1`, ...; OPTIONS_JSON is
 a JSON object of make_strategy options. Each worker writes its final weights,
 the optimizer's update count and the loss logged after each batch to
@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from mw_equivalence import build_model, global_batches
+from support import mw_equivalence
 
 
 def main(data_path, out_dir, options_json):
@@ -27,11 +27,11 @@ def main(data_path, out_dir, options_json):
     weights = [data[f"w{i}"] for i in range(len(data.files) - 3)]
     with strategy.scope():
         # Compiled before prepare_model: the options go into its optimizer at once.
-        model = mgpu_tf.prepare_model(build_model(weights), strategy)
+        model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights), strategy)
     batch_losses = []
     logger = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: batch_losses.append(float(logs["loss"])))
-    model.fit(global_batches(data["x"], data["y"], int(data["global_batch"])),
+    model.fit(mw_equivalence.global_batches(data["x"], data["y"], int(data["global_batch"])),
               epochs=1, shuffle=False, verbose=0, callbacks=[logger])
     index = cluster.detect_cluster().task_index
     np.savez(pathlib.Path(out_dir) / f"worker{index}.npz", *model.get_weights(),

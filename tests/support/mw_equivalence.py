@@ -1,10 +1,10 @@
 """Worker script: a few SGD steps of `model.fit` under make_strategy("multi_worker").
 
-Usage: `python mw_equivalence.py DATA.npz OUT_DIR`. DATA.npz holds `x`, `y`,
+Usage: `python -m support.mw_equivalence DATA.npz OUT_DIR`. DATA.npz holds `x`, `y`,
 `global_batch` and the initial weights `w0`, `w1`, ...; each worker writes its
-final weights to OUT_DIR/worker<index>.npz. tests/test_equivalence.py also
-imports `build_model` and `global_batches` from here, so every run trains the
-same model on the same global batches.
+final weights to OUT_DIR/worker<index>.npz. The tests of equivalence, accumulation
+and compression also use `build_model` and `global_batches` from here, so every
+run trains the same model on the same global batches.
 """
 
 import pathlib

@@ -1,11 +1,12 @@
 """Worker script: `make_strategy("hybrid")` trained with Keras `fit` against one device.
 
 Run by tests/test_hybrid.py as two workers of two simulated devices each, through
-`mgpu-tf launch`. Each worker builds the model from its own seed (so only the
-broadcast can make them equal), trains it as a two-stage pipeline on its share
-of each global batch, and trains a plain copy of the broadcast initial model on
-one device with the whole global batches as the reference. Prints `name: value`
-lines for the test to read.
+`mgpu-tf launch -- python -m support.mw_hybrid`. Each worker builds the model from
+its own seed (so only the broadcast can make them equal), trains it as a two-stage
+pipeline on its share of each global batch, and trains a plain copy of the
+broadcast initial model on one device with the whole global batches as the
+reference. Prints `name: value` lines for the test to read (`relative error` and
+`moved` as `support.compare.relative_difference`).
 """
 
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import mgpu_tf
+from support import compare
 
 GLOBAL_BATCH = 16
 EXAMPLES = 64
@@ -64,10 +66,8 @@ def main():
     reference.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     expected = reference.fit(x, y, batch_size=GLOBAL_BATCH, epochs=EPOCHS, shuffle=False,
                              verbose=0)
-    got = np.concatenate([w.ravel() for w in model.model.get_weights()])
-    want = np.concatenate([w.ravel() for w in reference.get_weights()])
-    error = np.max(np.abs(got - want)) / np.max(np.abs(want))
-    moved = np.max(np.abs(want - np.concatenate([w.ravel() for w in initial])))
+    error = compare.relative_difference(model.model.get_weights(), reference.get_weights())
+    moved = compare.relative_difference(initial, reference.get_weights())
     print(f"steps: {EPOCHS * EXAMPLES // GLOBAL_BATCH}")
     print(f"moved: {moved:.3e}")
     print(f"relative error: {error:.3e}")

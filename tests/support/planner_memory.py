@@ -1,6 +1,6 @@
 """Fresh-process script: the planner's memory estimate against one real training step on the CPU.
 
-Run by tests/test_planner_memory.py. After a warm-up step of a tiny model (so
+Run by tests/test_planner_verified.py. After a warm-up step of a tiny model (so
 TensorFlow's kernels and Keras' tracing are already resident), it builds a
 model of ~134 MB of Dense weights, trains one Adam step, and prints the growth of
 the process' peak resident memory next to `mgpu_tf.plan`'s one-device estimate.

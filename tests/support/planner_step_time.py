@@ -1,6 +1,6 @@
 """Worker script: the planner's predicted data-parallel step against a measured one.
 
-Run by tests/test_planner_step_time.py as two local workers. Each worker asks
+Run by tests/test_planner_verified.py as two local workers. Each worker asks
 `mgpu_tf.plan` for the data-parallel step over the two workers on the loopback
 interconnect (compute measured here, on one worker's share of the batch, while
 the other worker does the same), then trains the same MLP under

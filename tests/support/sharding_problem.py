@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["problem", "build_model", "reference_weights", "blocks", "write_records",
-           "parse_xy", "parse_id", "relative_difference", "to_json", "from_json"]
+           "parse_xy", "parse_id", "to_json", "from_json"]
 
 FEATURES = 3
 
@@ -81,13 +81,6 @@ def parse_id(record):
     """An example whose x is its id, for counting who saw what."""
     example = tf.io.parse_single_example(record, _SPEC)
     return example["id"], example["y"]
-
-
-def relative_difference(weights, expected):
-    """|w - e| / |e| over all weights together."""
-    w = np.concatenate([np.ravel(v) for v in weights])
-    e = np.concatenate([np.ravel(v) for v in expected])
-    return float(np.linalg.norm(w - e) / np.linalg.norm(e))
 
 
 def to_json(weights):

@@ -1,6 +1,6 @@
 """Worker script: shard_dataset under make_strategy("multi_worker"), several checks per run.
 
-Usage: `python sharding_worker.py DIR`. DIR holds TFRecord files the test wrote:
+Usage: `python -m support.sharding_worker DIR`. DIR holds TFRecord files the test wrote:
 `ids-*.tfrecord` (997 examples), `fit-*.tfrecord` (problem(100, seed=1)) and
 `one-00.tfrecord`. Each result is printed as one `TAG json` line. After the line
 `CONTROL` the script runs TensorFlow's own `experimental_distribute_dataset`, so
@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 import mgpu_tf
-from sharding_problem import build_model, parse_id, parse_xy, problem, to_json
+from support import sharding_problem
 
 
 def report(tag, value):
@@ -46,7 +46,7 @@ def main(directory):
     for tag, call in [
         ("off", lambda: mgpu_tf.shard_dataset(ids(997), strategy, 12, policy="off")),
         ("file", lambda: mgpu_tf.shard_dataset([str(directory / "one-00.tfrecord")], strategy,
-                                               12, policy="file", parse=parse_id)),
+                                               12, policy="file", parse=sharding_problem.parse_id)),
     ]:
         try:
             call()
@@ -57,26 +57,28 @@ def main(directory):
     report("SEEN_data", seen(strategy, mgpu_tf.shard_dataset(
         ids(997), strategy, 12, shuffle_seed=7)))
     report("SEEN_file", seen(strategy, mgpu_tf.shard_dataset(
-        [str(directory / "ids-*.tfrecord")], strategy, 12, parse=parse_id, shuffle_seed=7)))
+        [str(directory / "ids-*.tfrecord")], strategy, 12, parse=sharding_problem.parse_id,
+        shuffle_seed=7)))
 
     report("SEEN_function", seen(strategy, mgpu_tf.shard_dataset(
         lambda context: ids(997).shard(context.num_input_pipelines, context.input_pipeline_id),
         strategy, 12)))
 
-    x, y, initial = problem(100)
+    x, y, initial = sharding_problem.problem(100)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(initial), strategy)
+        model = mgpu_tf.prepare_model(sharding_problem.build_model(initial), strategy)
     weights = [2, 1] if workers == 2 else None
     model.fit(mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 12,
                                     weights=weights), epochs=1, shuffle=False, verbose=0)
-    report("WEIGHTS_data", to_json(model.get_weights()))
+    report("WEIGHTS_data", sharding_problem.to_json(model.get_weights()))
 
-    _, _, initial = problem(100, seed=1)
+    _, _, initial = sharding_problem.problem(100, seed=1)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(build_model(initial), strategy)
+        model = mgpu_tf.prepare_model(sharding_problem.build_model(initial), strategy)
     model.fit(mgpu_tf.shard_dataset([str(directory / "fit-*.tfrecord")], strategy, 12,
-                                    parse=parse_xy), epochs=1, shuffle=False, verbose=0)
-    report("WEIGHTS_file", to_json(model.get_weights()))
+                                    parse=sharding_problem.parse_xy),
+              epochs=1, shuffle=False, verbose=0)
+    report("WEIGHTS_file", sharding_problem.to_json(model.get_weights()))
 
     print("CONTROL", flush=True)
     control = strategy.experimental_distribute_dataset(

@@ -1,0 +1,15 @@
+"""What the tests share: helpers they import, and the scripts they run as processes.
+
+Tests import these one way, `from support import workers` (pytest puts `tests/` on
+the path). The scripts run as modules, `python -m support.mw_equivalence ...`, so
+their own `from support import ...` works too: `conftest.py` puts `tests/` on
+`PYTHONPATH` for every process a test starts. By hand, from the repository root:
+
+    PYTHONPATH=tests python -m support.planner_memory
+
+Helpers: `workers` (start worker processes), `main_job` (the `done:` line of
+`python -m mgpu_tf.train`), `compare` (trained weights against a reference), `models` (small
+Keras models), `sharding_problem`, `matrix_namespace`, `planner_models`.
+Scripts: `mw_*` (multi-worker), `sharding_worker`, `calibrate_job`,
+`planner_memory`, `planner_step_time`.
+"""

@@ -1,0 +1,48 @@
+"""The last line of the main job (`python -m mgpu_tf.train`), read back.
+
+    done: strategy=NAME replicas=N examples_per_sec=X loss=Y accuracy=Z
+"""
+
+import re
+
+__all__ = ["DONE", "parse_done", "assert_trained_alike"]
+
+_NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|nan|inf"
+DONE = re.compile(rf"^done: strategy=(?P<strategy>\w+) replicas=(?P<replicas>\d+) "
+                  rf"examples_per_sec=(?P<examples_per_sec>-?(?:{_NUMBER})) "
+                  rf"loss=(?P<loss>-?(?:{_NUMBER})) accuracy=(?P<accuracy>-?(?:{_NUMBER}))$",
+                  re.MULTILINE)
+_TYPES = {"strategy": str, "replicas": int, "examples_per_sec": float, "loss": float,
+          "accuracy": float}
+
+
+def parse_done(output):
+    """Returns the `done:` line of `output` as a dict of typed values.
+
+    The line must be there exactly once. Numbers keep their sign, `nan` and `inf`,
+    so that a check on them can fail.
+
+    Raises:
+        AssertionError: naming what is wrong, with the end of `output`.
+    """
+    done = [line for line in output.splitlines() if line.startswith("done:")]
+    assert len(done) == 1, f"{len(done)} done lines in:\n{output[-3000:]}"
+    match = DONE.match(done[0])
+    assert match, f"malformed done line: {done[0]!r}"
+    return {name: _TYPES[name](value) for name, value in match.groupdict().items()}
+
+
+def assert_trained_alike(results, who, *, strategy="multi_worker", replicas=2):
+    """Checks that each process of one job succeeded and that all agree on loss and accuracy.
+
+    Args:
+        results: `(exit code, output text)` of each process.
+        who: what the processes are, for the message ("pods", "tasks").
+    """
+    finals = []
+    for code, output in results:
+        assert code == 0, output[-3000:]
+        done = parse_done(output)
+        assert (done["strategy"], done["replicas"]) == (strategy, replicas), done
+        finals.append((done["loss"], done["accuracy"]))
+    assert len(set(finals)) == 1, f"the {who} disagree on the final loss and accuracy: {finals}"
