@@ -60,8 +60,8 @@ def _forward(stages, devices, x, microbatches, training, tapes):
     outputs = []
     for m, h in enumerate(pieces):
         for k, (atoms, device) in enumerate(zip(stages, devices)):
-            after = [last_forward[k]] if last_forward[k] is not None else []
-            with tf.device(device), tf.control_dependencies(after):
+            with tf.device(device):
+                h = _after(h, [last_forward[k]] if last_forward[k] is not None else [])
                 records = []
                 for atom in atoms:
                     if tapes is None:
@@ -79,6 +79,19 @@ def _forward(stages, devices, x, microbatches, training, tapes):
         outputs.append(h)
     with tf.device(devices[-1]):
         return microbatch.join(outputs)
+
+
+def _after(value, ops):
+    """`value`, available only once `ops` have run.
+
+    The order is carried by the data a stage's work starts from rather than by a
+    control-dependency scope around that work, since a scope would reach into the
+    bodies of XLA-compiled stages, where outer control inputs cannot go.
+    """
+    if not ops:
+        return value
+    with tf.control_dependencies(ops):
+        return tf.nest.map_structure(tf.identity, value)
 
 
 def _add(grads):
@@ -108,11 +121,10 @@ def _backward(devices, dy, microbatches, tapes, variables):
                 for tape, h, out in reversed(tapes[k, m]):
                     incoming, dx = upstream[m], None
                     if h.dtype.is_floating:
-                        with tf.control_dependencies(previous):
-                            dx = tape.gradient(out, h, output_gradients=incoming)
+                        dx = tape.gradient(out, h, output_gradients=_after(incoming, previous))
                         previous = _dense([dx]) or previous
-                    with tf.control_dependencies(previous):
-                        grads = tape.gradient(out, variables, output_gradients=incoming)
+                    grads = tape.gradient(out, variables,
+                                          output_gradients=_after(incoming, previous))
                     for i, grad in enumerate(grads):
                         if grad is not None:
                             collected[i].append((k, grad))

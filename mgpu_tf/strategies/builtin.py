@@ -3,13 +3,15 @@
 Each builder takes options already checked by `mgpu_tf.strategies.options` and
 returns the real `tf.distribute` object; importing this module registers them.
 What the builders add over calling TensorFlow directly: the Keras fixes that
-multi-worker training needs (`mgpu_tf.compat`), distinct collective keys for each
-mirrored strategy, and the lost-worker detection of `mgpu_tf.cluster.failures`.
+multi-worker training, `steps_per_execution` and `jit_compile` need
+(`mgpu_tf.compat`), distinct collective keys for each mirrored strategy, and the
+lost-worker detection of `mgpu_tf.cluster.failures`.
 """
 
 import tensorflow as tf
 
 from mgpu_tf import compat
+from mgpu_tf.compat import keras_steps
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
 from mgpu_tf.strategies import devices as devices_lib
@@ -24,6 +26,7 @@ def _build_default(options):
 
 def _build_one_device(options):
     device = options.get("devices", devices_lib.local_devices()[:1])[0]
+    keras_steps.apply_step_fixes()
     return tf.distribute.OneDeviceStrategy(device)
 
 
@@ -44,6 +47,7 @@ def _build_mirrored(options):
     else:
         devices = options.get("devices", devices_lib.local_devices())
     compat.apply_multi_worker_fixes()  # also keras-team/keras#19246 on one machine
+    keras_steps.apply_step_fixes()
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(options)
@@ -68,6 +72,7 @@ def build_multi_worker(options):
         failures.configure_failure_detection(
             config, options.get("timeout_seconds", failures.DEFAULT_HEARTBEAT_SECONDS))
     compat.apply_multi_worker_fixes()
+    keras_steps.apply_step_fixes()
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication
     )

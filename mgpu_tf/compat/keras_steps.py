@@ -1,0 +1,362 @@
+"""Keras' speed switches under `tf.distribute`: `steps_per_execution` and `jit_compile`.
+
+Keras 3's TensorFlow trainer (`keras/src/backend/tensorflow/trainer.py`, the same
+code from Keras 3.12 to 3.15.1, checked with TensorFlow 2.21) builds the train and
+test functions in `TensorFlowTrainer._make_function`, which fails under every
+`tf.distribute` strategy with either switch on:
+
+- `steps_per_execution > 1`: the distributed step (`strategy.run` and the logs'
+  reduction) is its own nested `tf.function`, called from a `tf.cond` branch of the
+  loop that runs the steps of an execution. The all-reduce in the optimizer gets its
+  collective instance key as a call-time capture, which `tf.cond` does not feed, so
+  the step fails with "You must feed a value for placeholder tensor
+  '.../while/cond/Placeholder'". Here the step is traced inline in the loop instead;
+  TensorFlow then places the capture on the outer function, which is fed.
+- `jit_compile=True`: XLA is put on the function around `strategy.run`, so one XLA
+  cluster spans every replica ("Trying to access resource .../replica_1/... located
+  in device CPU:1 from device CPU:0", keras-team/keras#19005,
+  tensorflow/tensorflow#53140), and across workers the all-reduce lands inside XLA,
+  which has no CPU collectives. Here XLA compiles each replica's step: the forward
+  pass, the loss and the gradients; the optimizer's update with its all-reduce (and
+  the toolkit's compression, accumulation and tcp transport) runs outside XLA, since
+  `apply_gradients` needs `merge_call`, which a nested function cannot make
+  (keras-team/keras#17187). A test step is compiled whole, per replica.
+
+With a strategy spanning several workers, the logs of an execution are averaged over
+the workers once, after its last step, instead of after every step.
+
+Outside a strategy, under `TPUStrategy` (whose XLA compilation is Keras' own) and
+for `predict` (which already compiles per replica and unrolls its steps without
+`tf.cond`), Keras' code runs unchanged. `jit_compile="auto"` keeps Keras' meaning:
+off under any strategy and on CPU-only machines.
+"""
+
+import ast
+import hashlib
+import inspect
+import logging
+import re
+import warnings
+
+__all__ = [
+    "KERAS_STEP_VERSIONS",
+    "apply_step_fixes",
+    "step_fixes_apply",
+    "source_fingerprints",
+    "use_inline_steps",
+]
+
+logger = logging.getLogger("mgpu_tf")
+
+# First and last Keras (major, minor) releases whose trainer code this replaces.
+KERAS_STEP_VERSIONS = ((3, 12), (3, 15))
+
+# The Keras methods the fix stands in for, as `source_fingerprints()` prints them for
+# KERAS_STEP_VERSIONS; a test fails when the installed Keras differs.
+KNOWN_FINGERPRINTS = {
+    "_make_function": "7748c2074e",
+    "train_step": "5e61593806",
+    "test_step": "f100ddb49f",
+    "make_train_function": "901acf9e69",
+    "make_test_function": "7137ef049d",
+}
+
+_MARK = "_mgpu_tf_inline_steps"
+_reported = set()
+
+
+def _report(reason):
+    if reason not in _reported:
+        _reported.add(reason)
+        logger.info("mgpu_tf: %s", reason)
+
+
+def step_fixes_apply(keras_version):
+    """Returns True when `keras_version` (such as `"3.15.1"`) is one the fix is for.
+
+    Raises:
+        TypeError: when `keras_version` is not a string.
+        ValueError: when it does not start with `major.minor`.
+    """
+    if not isinstance(keras_version, str):
+        raise TypeError(
+            f"`keras_version` must be a string. Received: keras_version={keras_version!r}")
+    match = re.match(r"(\d+)\.(\d+)", keras_version.strip())
+    if match is None:
+        raise ValueError("`keras_version` must start with major.minor, such as '3.15.1'. "
+                         f"Received: keras_version={keras_version!r}")
+    first, last = KERAS_STEP_VERSIONS
+    return first <= (int(match[1]), int(match[2])) <= last
+
+
+def source_fingerprints():
+    """`{method: short hash of its source}` for the Keras methods this module replaces."""
+    from keras.src.backend.tensorflow import trainer
+
+    out = {}
+    for name in KNOWN_FINGERPRINTS:
+        tree = ast.parse(inspect.getsource(getattr(trainer.TensorFlowTrainer, name)).strip())
+        out[name] = hashlib.sha256(ast.unparse(tree.body[0]).encode()).hexdigest()[:10]
+    return out
+
+
+def use_inline_steps(model):
+    """Makes `model`'s train and test steps run inline, as under a strategy.
+
+    For models whose own `train_step` all-reduces (the hybrid wrapper) while no
+    `tf.distribute` scope is active, so that `steps_per_execution` works for them too.
+    Returns `model`.
+    """
+    object.__setattr__(model, _MARK, True)
+    return model
+
+
+def apply_step_fixes(*, keras_version=None):
+    """Makes `steps_per_execution` and `jit_compile` work under `tf.distribute` strategies.
+
+    Replaces `make_train_function` and `make_test_function` of Keras' TensorFlow
+    trainer with versions that keep Keras' own outside a strategy, under
+    `TPUStrategy`, and for models not marked by `use_inline_steps` (see the module
+    docstring). `make_strategy` calls it; calling it again changes nothing. Outside
+    `KERAS_STEP_VERSIONS`, with another backend, or when the installed trainer is
+    not the code it was written for, it logs why and does nothing.
+
+    Example:
+
+    ```python
+    from mgpu_tf import compat
+    compat.apply_step_fixes()  # what make_strategy does
+    ```
+
+    Args:
+        keras_version: the version to decide for. Defaults to `keras.__version__`.
+
+    Returns:
+        True when the fix is in place, False when it skipped.
+    """
+    import keras
+
+    keras_version = keras.__version__ if keras_version is None else keras_version
+    first, last = KERAS_STEP_VERSIONS
+    reason = None
+    if not step_fixes_apply(keras_version):
+        reason = (f"Keras {keras_version} is outside {first[0]}.{first[1]}-{last[0]}."
+                  f"{last[1]}, the versions it is for")
+    elif keras.backend.backend() != "tensorflow":
+        reason = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+    from keras.src.backend.tensorflow import trainer
+
+    cls = trainer.TensorFlowTrainer
+    if reason is None and getattr(cls.make_train_function, _MARK, False):
+        return True
+    if reason is None and source_fingerprints() != KNOWN_FINGERPRINTS:
+        reason = "the installed Keras trainer is not the code the fix was written for"
+    if reason:
+        _report("not patching Keras for steps_per_execution and jit_compile under "
+                f"tf.distribute: {reason}. Under a strategy, compile with "
+                "steps_per_execution=1 and jit_compile=False.")
+        return False
+    cls.make_train_function = _dispatch(cls.make_train_function, "train")
+    cls.make_test_function = _dispatch(cls.make_test_function, "test")
+    _report(f"patched Keras {keras_version} so that steps_per_execution and jit_compile "
+            "work under tf.distribute strategies (TensorFlowTrainer.make_train_function "
+            "and make_test_function).")
+    return True
+
+
+def _wants_fix(model):
+    import tensorflow as tf
+
+    if getattr(model, _MARK, False):
+        return True
+    strategy = model._distribute_strategy
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    return strategy is not None and not isinstance(strategy, tf.distribute.TPUStrategy)
+
+
+def _dispatch(original, kind):
+    def make_function(self, force=False):
+        if not _wants_fix(self):
+            return original(self, force)
+        attribute = f"{kind}_function"
+        if getattr(self, attribute) is not None and not force:
+            return getattr(self, attribute)
+        step = self.train_step if kind == "train" else self.test_step
+        setattr(self, attribute, _make_function(self, step, kind))
+        return getattr(self, attribute)
+
+    make_function.__name__ = original.__name__
+    make_function.__doc__ = original.__doc__
+    setattr(make_function, _MARK, True)
+    return make_function
+
+
+def _overrides(model, name):
+    from keras.src.backend.tensorflow import trainer
+
+    return getattr(type(model), name) is not getattr(trainer.TensorFlowTrainer, name)
+
+
+def _replica_step(model, step_function, kind):
+    """The function `strategy.run` calls: XLA-compiled per replica when `jit_compile`."""
+    import tensorflow as tf
+
+    if not model.jit_compile or model.run_eagerly:
+        return step_function
+    if kind == "test":
+        return tf.function(step_function, jit_compile=True, reduce_retracing=True)
+    if _overrides(model, "train_step"):
+        warnings.warn(
+            f"{type(model).__name__} has its own train_step, which cannot be split for XLA "
+            "under a distribution strategy (its optimizer update all-reduces): it runs "
+            "without XLA. Compile with jit_compile=False to silence this.", stacklevel=3)
+        return step_function
+    return _xla_train_step(model)
+
+
+def _xla_train_step(model):
+    """Keras' `train_step`, with the forward pass, loss and gradients under XLA."""
+    import tensorflow as tf
+    from keras.src import tree
+    from keras.src.losses import loss as loss_module
+    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    @tf.function(jit_compile=True, reduce_retracing=True)
+    def forward_backward(x, y, sample_weight):
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
+            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                       training=True)
+            scaled = model.optimizer.scale_loss(loss) if model.optimizer is not None else loss
+        return y_pred, loss, tape.gradient(scaled, model.trainable_weights)
+
+    def train_step(data):
+        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
+        y_pred, loss, gradients = forward_backward(x, y, sample_weight)
+        model._loss_tracker.update_state(
+            loss_module.unscale_loss_for_distribution(loss),
+            sample_weight=tf.shape(next(i for i in tree.flatten(x) if i is not None))[0])
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
+        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    return train_step
+
+
+def _make_function(model, step_function, kind):
+    """Keras' `_make_function`, with the distributed step traced inline (see above)."""
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import trainer
+
+    strategy = model.distribute_strategy
+    across_workers = trainer._collective_all_reduce_multi_worker(strategy)
+    replica_step = model._autoconvert_optionals(_replica_step(model, step_function, kind))
+
+    def one_step_on_data(data):
+        outputs = strategy.run(replica_step, args=(data,))
+        if across_workers:  # averaged over the workers once per execution, below
+            return _mean_of_local_replicas(outputs, strategy)
+        return trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+
+    def multi_step_on_iterator(iterator):
+        if model.steps_per_execution == 1:
+            return tf.experimental.Optional.from_value(one_step_on_data(iterator.get_next()))
+        empty_outputs = tf.experimental.Optional.empty(None)
+
+        def cond(step, outputs, next_inputs):
+            return tf.logical_and(tf.less(step, model.steps_per_execution),
+                                  next_inputs.has_value())
+
+        def inner_body(step, outputs, next_inputs):
+            def has_next():
+                new = tf.experimental.Optional.from_value(
+                    one_step_on_data(next_inputs.get_value()))
+                empty_outputs._element_spec = new.element_spec
+                return new
+
+            def no_has_next():
+                outputs._element_spec = empty_outputs._element_spec
+                return outputs
+
+            new_outputs = tf.cond(cond(step, outputs, next_inputs), has_next, no_has_next)
+            next_inputs = tf.cond(tf.less(step + 1, model.steps_per_execution),
+                                  iterator.get_next_as_optional, lambda: next_inputs)
+            return step + 1, new_outputs, next_inputs
+
+        def body(*loop_vars):
+            for _ in range(min(model.unrolled_steps_per_execution,
+                               model.steps_per_execution)):
+                loop_vars = inner_body(*loop_vars)
+            return loop_vars
+
+        _, outputs, _ = tf.while_loop(
+            cond, body,
+            loop_vars=[tf.constant(0), empty_outputs, iterator.get_next_as_optional()])
+        outputs._element_spec = empty_outputs.element_spec
+        return outputs
+
+    one_step = one_step_on_data
+    mean_over_workers = None
+    if not model.run_eagerly:
+        multi_step_on_iterator = tf.function(multi_step_on_iterator, reduce_retracing=True)
+        # Only for train_on_batch and test_on_batch, outside any tf.cond.
+        one_step = tf.function(one_step_on_data, reduce_retracing=True)
+    if across_workers:
+        mean_over_workers = tf.function(lambda logs: _mean_over_workers(logs, strategy))
+        if model.run_eagerly:
+            mean_over_workers = mean_over_workers.python_function
+
+    def function(iterator):
+        if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+            optional = multi_step_on_iterator(iterator)
+            if not optional.has_value():
+                raise StopIteration
+            outputs = optional.get_value()
+        else:
+            for _, data in zip(range(model.steps_per_execution), iterator):
+                outputs = one_step(data)
+        return mean_over_workers(outputs) if mean_over_workers else outputs
+
+    return function
+
+
+def _mean_of_local_replicas(values, strategy):
+    """The mean of each log over this worker's replicas, with no communication."""
+    import tensorflow as tf
+
+    def local_mean(value):
+        parts = strategy.experimental_local_results(value)
+        if len(parts) == 1 or not parts[0].dtype.is_floating:
+            return parts[0]
+        return tf.add_n(list(parts)) / len(parts)
+
+    return tf.nest.map_structure(local_mean, values)
+
+
+def _mean_over_workers(logs, strategy):
+    """Averages the floating-point logs over the workers in one all-reduce."""
+    import tensorflow as tf
+
+    from mgpu_tf.compat import multi_worker
+
+    flat = tf.nest.flatten(logs)
+    floats = [i for i, v in enumerate(flat)
+              if v.dtype.is_floating and v.shape.num_elements() is not None]
+    if not floats:
+        return logs
+    packed = tf.concat([tf.reshape(tf.cast(flat[i], tf.float32), [-1]) for i in floats], 0)
+    mean = multi_worker.log_mean_function(strategy)
+    if mean is not None:
+        averaged = mean(packed)
+    else:
+        def replica_mean(vector):
+            # Copied to the replica's device: a collective reduces values of one device.
+            return tf.distribute.get_replica_context().all_reduce("MEAN", tf.identity(vector))
+
+        averaged = strategy.experimental_local_results(
+            strategy.run(replica_mean, args=(packed,)))[0]
+    sizes = [flat[i].shape.num_elements() for i in floats]
+    out = list(flat)
+    for i, piece in zip(floats, tf.split(averaged, sizes)):
+        out[i] = tf.cast(tf.reshape(piece, flat[i].shape), flat[i].dtype)
+    return tf.nest.pack_sequence_as(logs, out)
