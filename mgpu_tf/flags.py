@@ -2,9 +2,12 @@
 
 `define_flags()` adds `--strategy`, `--simulate_devices`, `--num_gpus`,
 `--devices`, `--all_reduce`, `--num_packs`, `--bytes_per_pack`, `--compression`,
-`--steps_per_sync`, `--transport`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`.
-A bad value fails when flags are parsed, with the same message `make_strategy`
-gives, because the check is `make_strategy`'s own.
+`--steps_per_sync`, `--transport`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`,
+and Keras' two speed switches, `--jit_compile` and `--steps_per_execution`, which
+`compile_options()` turns into `model.compile` arguments (they work under every
+strategy: see `mgpu_tf.compat.keras_steps`). A bad value fails when flags are
+parsed, with the same message `make_strategy` gives, because the check is
+`make_strategy`'s own.
 
 Example:
 
@@ -17,10 +20,15 @@ mgpu_flags.define_flags()
 
 def main(argv):
     strategy = mgpu_flags.make_strategy_from_flags()
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer="adam", loss="mse", **mgpu_flags.compile_options())
 
 app.run(main)
 ```
 """
+
+import numbers
 
 from absl import flags
 
@@ -29,7 +37,10 @@ from mgpu_tf.strategies import factory
 from mgpu_tf.strategies import options as options_lib
 from mgpu_tf.strategies import registry
 
-__all__ = ["define_flags", "strategy_options", "make_strategy_from_flags"]
+__all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options",
+           "check_jit_compile", "check_steps_per_execution"]
+
+_JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 
 # Flag name -> make_strategy option name; the flags add no option of their own.
 _OPTION_FLAGS = {
@@ -101,12 +112,69 @@ def define_flags(flag_values=flags.FLAGS):
                          flag_values=flag_values)
     flags.DEFINE_integer("devices_per_worker", None, registry.OPTIONS["devices_per_worker"],
                          flag_values=flag_values)
+    flags.DEFINE_string(
+        "jit_compile", "auto", "XLA for each replica's training step: auto (Keras' choice: "
+        "off under a strategy and on CPU-only machines), true or false.",
+        flag_values=flag_values)
+    flags.DEFINE_integer(
+        "steps_per_execution", 1, "Training steps run in one call into TensorFlow, so Python "
+        "and callbacks run once per this many steps (1: every step).", flag_values=flag_values)
+    flags.register_validator("jit_compile", _raises(check_jit_compile),
+                             flag_values=flag_values)
+    flags.register_validator("steps_per_execution", _raises(check_steps_per_execution),
+                             flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.
     names = ["strategy", "simulate_devices", "simulate_device_type", *_OPTION_FLAGS]
     flags.register_validator(
         "strategy", lambda _: _validate({name: flag_values[name].value for name in names}),
         flag_values=flag_values)
+
+
+def check_jit_compile(value):
+    """Returns `value` (`"auto"`, a bool, or its name in any case) as `model.compile` takes it.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    key = str(value).strip().lower() if isinstance(value, (str, bool)) else None
+    if key not in _JIT_COMPILE:
+        raise ValueError("`jit_compile` must be one of auto, true, false. "
+                         f"Received: jit_compile={value!r}")
+    return _JIT_COMPILE[key]
+
+
+def check_steps_per_execution(value):
+    """Returns `value` as a positive integer.
+
+    Raises:
+        TypeError: when it is not an integer.
+        ValueError: when it is below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("`steps_per_execution` must be an integer. "
+                        f"Received: steps_per_execution={value!r}")
+    if value < 1:
+        raise ValueError("`steps_per_execution` must be at least 1. "
+                         f"Received: steps_per_execution={value!r}")
+    return int(value)
+
+
+def compile_options(flag_values=flags.FLAGS):
+    """Returns `{"jit_compile": ..., "steps_per_execution": ...}` for `model.compile`."""
+    return {"jit_compile": check_jit_compile(flag_values.jit_compile),
+            "steps_per_execution": check_steps_per_execution(flag_values.steps_per_execution)}
+
+
+def _raises(check):
+    def validator(value):
+        try:
+            check(value)
+        except (TypeError, ValueError) as error:
+            raise flags.ValidationError(str(error)) from None
+        return True
+
+    return validator
 
 
 def _devices_value(value):

@@ -115,8 +115,11 @@ def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
 
 
 def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
-          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None):
+          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None,
+          jit_compile="auto", steps_per_execution=1):
     """Trains the job's model under `strategy`; returns a dictionary of results.
+
+    `jit_compile` and `steps_per_execution` go to `model.compile` as they are.
 
     Returns:
         `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
@@ -133,6 +136,8 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
             optimizer=keras.optimizers.SGD(learning_rate=learning_rate, momentum=0.9),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
+            jit_compile=jit_compile,
+            steps_per_execution=steps_per_execution,
         )
     throughput = _Throughput(len(x_train))
     fit_callbacks = [throughput]
@@ -166,7 +171,8 @@ def main(argv):
     result = train(strategy, dataset=_DATASET.value, epochs=_EPOCHS.value,
                    global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
                    learning_rate=_LEARNING_RATE.value, synthetic_examples=_EXAMPLES.value,
-                   seed=_SEED.value, backup_dir=_BACKUP_DIR.value)
+                   seed=_SEED.value, backup_dir=_BACKUP_DIR.value,
+                   **mgpu_flags.compile_options())
     print(format_result(result), flush=True)
 
 
