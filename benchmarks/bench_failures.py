@@ -1,8 +1,8 @@
 """Failure figures: time to detect a lost worker, and work redone after a restart.
 
-1. Two workers train; worker 1 SIGKILLs itself at a chosen step. Measured: seconds
-   from its death until the survivor has stopped with WorkerLostError, for
-   several `timeout_seconds`.
+1. Two workers train (failure_worker.py); worker 1 SIGKILLs itself at a chosen
+   step. Measured: seconds from its death until the survivor has stopped with
+   WorkerLostError, for several `timeout_seconds`.
 2. The same kill under `mgpu-tf launch --max_restarts 1` with BackupAndRestore:
    steps done twice, steps never done, and the largest weight difference from an
    uninterrupted run.
@@ -20,18 +20,16 @@ import tempfile
 
 import numpy as np
 
+import failure_worker
 from mgpu_tf.cluster import launcher
 
-SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "mw_reliability.py"
-sys.path.insert(0, str(SCRIPT.parent))
-import mw_reliability  # noqa: E402 - the worker script, from tests/
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-STEPS_PER_EPOCH, EPOCHS = 8, 3
+STEPS_PER_EPOCH, EPOCHS = failure_worker.STEPS_PER_EPOCH, failure_worker.EPOCHS
 
 
 def _detection(timeout_seconds, out):
     env = dict(ENV, MGPU_TF_BENCH_TIMEOUT=str(timeout_seconds))
-    _, _, output, seconds = mw_reliability.run_with_a_kill(
+    _, _, output, seconds = failure_worker.run_with_a_kill(
         out, env, death_timeout=300, stop_timeout=300)
     named = "WorkerLostError: worker 1 (" in output
     return seconds, named
@@ -40,7 +38,7 @@ def _detection(timeout_seconds, out):
 def _restart(root):
     clean, restarted = root / "clean", root / "restarted"
     for out, kill, restarts in ((clean, [], 0), (restarted, ["1", "1", "3"], 1)):
-        code = launcher.launch([sys.executable, str(SCRIPT), "train", str(out), *kill], 2,
+        code = launcher.launch([sys.executable, failure_worker.__file__, str(out), *kill], 2,
                                env=ENV, max_restarts=restarts, output=io.StringIO(),
                                grace_seconds=3)
         if code:
@@ -51,8 +49,8 @@ def _restart(root):
     repeated = len(done) - len(set(done))
     lost = len(expected - set(done))
     difference = max(float(np.max(np.abs(a - b) / (np.abs(a) + 1e-12)))
-                     for a, b in zip(mw_reliability.weights(clean / "final.npz"),
-                                     mw_reliability.weights(restarted / "final.npz")))
+                     for a, b in zip(failure_worker.weights(clean / "final.npz"),
+                                     failure_worker.weights(restarted / "final.npz")))
     return repeated, lost, difference
 
 

@@ -9,12 +9,13 @@ import keras
 import numpy as np
 import pytest
 
-import mw_reliability
+from benchmarks import failure_worker
 from mgpu_tf import callbacks
 from mgpu_tf.cluster import launcher
-from workers import run_workers
+from support.workers import run_workers
 
-SCRIPT = pathlib.Path(__file__).with_name("mw_reliability.py")
+TRAIN = pathlib.Path(failure_worker.__file__)  # the training that loses a worker
+FILES = pathlib.Path(__file__).with_name("mw_reliability.py")  # every chief-only writer
 
 
 def _steps(path):
@@ -23,15 +24,15 @@ def _steps(path):
 
 @pytest.mark.multiworker
 def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
-    code, outputs = run_workers(SCRIPT, 2, "train", tmp_path / "clean")
+    code, outputs = run_workers(TRAIN, 2, tmp_path / "clean")
     assert code == 0, outputs
     out = tmp_path / "restarted"
-    code = launcher.launch([sys.executable, str(SCRIPT), "train", str(out), "1", "1", "3"], 2,
+    code = launcher.launch([sys.executable, str(TRAIN), str(out), "1", "1", "3"], 2,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), max_restarts=1,
                            grace_seconds=3, output=open(tmp_path / "log.txt", "w"))
     assert code == 0, (tmp_path / "log.txt").read_text()[-3000:]
-    clean = mw_reliability.weights(tmp_path / "clean" / "final.npz")
-    restarted = mw_reliability.weights(out / "final.npz")
+    clean = failure_worker.weights(tmp_path / "clean" / "final.npz")
+    restarted = failure_worker.weights(out / "final.npz")
     for a, b in zip(clean, restarted):
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
     steps = _steps(out / "steps-0.txt")
@@ -48,7 +49,7 @@ def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
 def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path, transport):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
                MGPU_TF_TEST_TRANSPORT=transport)
-    configs, processes, output, detected = mw_reliability.run_with_a_kill(
+    configs, processes, output, detected = failure_worker.run_with_a_kill(
         tmp_path, env, death_timeout=180, stop_timeout=60)
     assert processes[1].returncode == -9
     assert processes[0].returncode != 0
@@ -63,7 +64,7 @@ def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path,
 def test_only_the_chief_writes_and_nothing_is_left_half_written(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    code, outputs = run_workers(SCRIPT, 2, "files", tmp_path / "out",
+    code, outputs = run_workers(FILES, 2, tmp_path / "out",
                                 env={"TMPDIR": str(scratch)})
     assert code == 0, outputs
     out = tmp_path / "out"
