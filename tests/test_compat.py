@@ -1,9 +1,9 @@
-"""Tests for mgpu_tf.compat: the Keras multi-worker fixes for keras-team/keras#20585."""
+"""Tests for mgpu_tf.compat: the Keras multi-worker fixes for keras-team/keras#20585, and
+a collective key range of its own for each MirroredStrategy."""
 
 import hashlib
 import inspect
 import logging
-import pathlib
 
 import keras
 import pytest
@@ -12,9 +12,8 @@ from keras.src.backend.tensorflow import trainer
 
 import mgpu_tf
 from mgpu_tf import compat
-from workers import run_workers
-
-KERAS_LOOP = pathlib.Path(__file__).with_name("mw_keras_loop.py")
+from mgpu_tf.compat import collective_keys, multi_worker
+from support import workers
 
 # sha256 of the source of the Keras code the patch wraps, as in Keras 3.15.1.
 FINGERPRINTED_AT = "3.15.1"
@@ -54,7 +53,7 @@ def unpatched_keras(monkeypatch):
     monkeypatch.setattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build",
                         _keras_function("TensorFlowTrainer._maybe_symbolic_build"))
     monkeypatch.setattr(trainer, "reduce_per_replica", _keras_function("reduce_per_replica"))
-    monkeypatch.setattr(compat, "_reported", set())
+    monkeypatch.setattr(multi_worker, "_reported", set())
 
 
 # ------------------------------------------------------------------ version guard
@@ -129,6 +128,88 @@ def test_patch_keeps_one_machine_reduction(unpatched_keras):
     assert float(patched["loss"]) == float(original["loss"]) == 0.5
 
 
+def test_public_names_stay_in_one_place():
+    assert compat.__all__ == ["KERAS_20585_VERSIONS", "apply_multi_worker_fixes",
+                              "distinct_collective_keys", "multi_worker_fixes_apply",
+                              "set_log_mean"]
+    assert mgpu_tf.compat.apply_multi_worker_fixes is multi_worker.apply_multi_worker_fixes
+    assert compat.distinct_collective_keys is collective_keys.distinct_collective_keys
+
+
+@in_range
+def test_a_trainer_without_a_wrapped_function_is_skipped_with_the_reason(
+        unpatched_keras, monkeypatch, caplog):
+    # Keras 3.0-3.4 have no _maybe_symbolic_build.
+    monkeypatch.delattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+    reduce = trainer.reduce_per_replica
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        assert compat.apply_multi_worker_fixes() is False
+    assert trainer.reduce_per_replica is reduce
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith("mgpu_tf: not patching Keras for keras-team/keras#20585: ")
+    assert "private `TensorFlowTrainer._maybe_symbolic_build`" in message
+    assert "pip install 'keras>=3.5,<3.16'" in message
+
+
+def test_build_falls_back_to_keras_when_the_model_hides_its_strategy(monkeypatch, caplog):
+    monkeypatch.setattr(multi_worker, "_reported", set())
+    calls = []
+
+    def keras_build(self, iterator=None, data_batch=None):
+        calls.append((iterator, data_batch))
+
+    class NoStrategy:  # a model whose Keras keeps its strategy elsewhere
+        name = "model"
+
+    iterator = iter([])
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        multi_worker._build_from_first_replica(keras_build)(NoStrategy(), iterator=iterator)
+    assert calls == [(iterator, None)]
+    assert "private `Trainer._distribute_strategy`" in caplog.text
+    assert "Keras' own build runs" in caplog.text
+
+
+# ------------------------------------------------------------------ collective keys
+
+
+def test_each_block_gives_the_strategy_its_own_collective_keys():
+    cls = tf.distribute.MirroredStrategy
+    before = cls._collective_key_base
+    with compat.distinct_collective_keys():
+        first = cls._collective_key_base
+    with compat.distinct_collective_keys():
+        second = cls._collective_key_base
+    assert cls._collective_key_base == before
+    assert len({before, first, second}) == 3
+
+
+def test_collective_keys_of_different_sizes_do_not_clash():
+    # Without distinct keys the second all-reduce fails: "... is joining a group with
+    # size 2, but that group has size 4" (tensorflow/tensorflow#61314).
+    results = []
+    for devices in (4, 2):
+        with compat.distinct_collective_keys():
+            strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
+        total = strategy.run(tf.function(lambda: tf.distribute.get_replica_context().all_reduce(
+            "sum", tf.constant(1.0))))
+        results.append(float(strategy.experimental_local_results(total)[0]))
+    assert results == [4.0, 2.0]
+
+
+def test_a_tensorflow_without_collective_key_base_keeps_its_keys(monkeypatch, caplog):
+    monkeypatch.delattr(tf.distribute.MirroredStrategy, "_collective_key_base")
+    monkeypatch.setattr(collective_keys, "_reported", set())
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        with compat.distinct_collective_keys():
+            pass
+        with compat.distinct_collective_keys():
+            pass
+    assert not hasattr(tf.distribute.MirroredStrategy, "_collective_key_base")
+    [record] = caplog.records
+    assert record.getMessage().startswith("mgpu_tf: keeping TensorFlow's collective keys: ")
+    assert "private `MirroredStrategy._collective_key_base`" in record.getMessage()
+
+
 # ------------------------------------------------------------------ upstream code
 
 
@@ -137,11 +218,12 @@ def test_patch_keeps_one_machine_reduction(unpatched_keras):
 def test_patched_keras_code_is_unchanged(name):
     source = inspect.getsource(_keras_function(name))
     assert str(inspect.signature(_keras_function(name))) == SIGNATURES[name], (
-        f"Keras {keras.__version__} changed the signature of {name}, which mgpu_tf/compat.py "
-        "wraps for keras-team/keras#20585. Re-read it and fit the wrapper to it.")
+        f"Keras {keras.__version__} changed the signature of {name}, which "
+        "mgpu_tf/compat/multi_worker.py wraps for keras-team/keras#20585. Re-read it and "
+        "fit the wrapper to it.")
     assert hashlib.sha256(source.encode()).hexdigest() == FINGERPRINTS[name], (
         f"Keras {keras.__version__} changed {name} (keras/src/backend/tensorflow/trainer.py) "
-        f"since {FINGERPRINTED_AT}, the version mgpu_tf/compat.py's patch for "
+        f"since {FINGERPRINTED_AT}, the version mgpu_tf/compat/multi_worker.py's patch for "
         "keras-team/keras#20585 was written against. Re-read it: if the patch still fits, "
         "update FINGERPRINTS in this file; if Keras fixed the bug, narrow "
         "compat.KERAS_20585_VERSIONS to end before this version.")
@@ -154,7 +236,8 @@ def test_keras_calls_reduce_per_replica_by_module_name(caller):
     source = inspect.getsource(getattr(trainer.TensorFlowTrainer, caller))
     assert "reduce_per_replica(" in source, (
         f"Keras {keras.__version__}'s TensorFlowTrainer.{caller} no longer calls "
-        "reduce_per_replica, which mgpu_tf/compat.py patches for keras-team/keras#20585.")
+        "reduce_per_replica, which mgpu_tf/compat/multi_worker.py patches for "
+        "keras-team/keras#20585.")
 
 
 # ------------------------------------------------------------------ real workers
@@ -162,8 +245,8 @@ def test_keras_calls_reduce_per_replica_by_module_name(caller):
 
 @pytest.fixture(scope="module")
 def keras_loop():
-    """Runs mw_keras_loop.py as two workers once; returns (exit code, {index: lines})."""
-    code, outputs = run_workers(KERAS_LOOP, 2)
+    """Runs support/mw_keras_loop.py as two workers once; returns (exit code, {index: lines})."""
+    code, outputs = workers.run_workers("-m", 2, "support.mw_keras_loop")
     return code, {i: text.splitlines() for i, text in outputs.items()}
 
 
@@ -184,7 +267,7 @@ def test_upstream_bug_matches_version_guard(keras_loop, part):
     if applies:
         assert set(findings.values()) == {"broken"}, (
             f"Keras {keras.__version__} no longer has keras-team/keras#20585 ({part}): "
-            "narrow compat.KERAS_20585_VERSIONS in mgpu_tf/compat.py to end before "
+            "narrow compat.KERAS_20585_VERSIONS in mgpu_tf/compat/multi_worker.py to end before "
             f"{keras.__version__}, or drop the patch for this part.")
     else:
         assert set(findings.values()) == {"fixed"}, (
@@ -201,6 +284,6 @@ def test_fit_evaluate_predict_on_two_workers(keras_loop):
     for index, lines in outputs.items():
         for part in ("fit", "evaluate", "predict"):
             assert _finding(lines, part) == "ok", f"worker {index} {part}:\n" + "\n".join(lines)
-        assert sum("patched Keras" in line for line in lines) == 1
+        assert sum("(keras-team/keras#20585)" in line for line in lines) == 1
     assert _finding(outputs[0], "weights") == _finding(outputs[1], "weights")
     assert _finding(outputs[0], "weights") is not None

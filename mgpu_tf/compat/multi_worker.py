@@ -17,27 +17,21 @@ Two places in `keras/src/backend/tensorflow/trainer.py` fail:
   over replicas only, as Keras does for one machine.
 
 Everything else (one machine, other strategies, `predict`'s concatenation)
-goes on to the original Keras code.
-
-TensorFlow's `MirroredStrategy` starts the collective keys of every instance at
-the same number, and the runtime remembers each key's group size for the life of
-the process: a second mirrored strategy over another number of devices fails at
-its first all-reduce ("... is joining a group with size 4, but that group has
-size 2"). `distinct_collective_keys` gives each strategy its own key range, as
-TensorFlow's own tests do (tensorflow/python/distribute/strategy_combinations.py).
+goes on to the original Keras code. The trainer's private names are reached
+through `mgpu_tf.compat.private`.
 """
 
-import contextlib
 import functools
-import itertools
 import logging
 import re
 import weakref
 
+from mgpu_tf.compat import private
+
 __all__ = [
     "KERAS_20585_VERSIONS",
     "apply_multi_worker_fixes",
-    "distinct_collective_keys",
+    "log_mean_function",
     "multi_worker_fixes_apply",
     "set_log_mean",
 ]
@@ -48,6 +42,8 @@ logger = logging.getLogger("mgpu_tf")
 KERAS_20585_VERSIONS = ((3, 0), (3, 15))
 
 _MARK = "_mgpu_tf_keras_20585"
+_BUILD = "TensorFlowTrainer._maybe_symbolic_build"
+_REDUCE = "reduce_per_replica"
 _reported = set()
 
 
@@ -81,8 +77,9 @@ def apply_multi_worker_fixes(*, keras_version=None):
     (see the module docstring). `make_strategy("multi_worker")` calls it; calling
     it again changes nothing. The patched functions behave as before except under
     a MultiWorkerMirroredStrategy spanning several workers. Outside
-    `KERAS_20585_VERSIONS`, or with another Keras backend, it logs that it is
-    skipping and does nothing.
+    `KERAS_20585_VERSIONS`, with another Keras backend, or with a Keras whose
+    trainer lacks a function it wraps (`_maybe_symbolic_build` is there from
+    Keras 3.5 on), it logs why it is skipping and does nothing.
 
     Example:
 
@@ -114,32 +111,49 @@ def apply_multi_worker_fixes(*, keras_version=None):
     elif keras.backend.backend() != "tensorflow":
         reason = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
     if reason:
-        if reason not in _reported:
-            _reported.add(reason)
-            logger.info("mgpu_tf: not patching Keras for keras-team/keras#20585: %s.", reason)
+        _skip(reason)
         return False
 
-    from keras.src.backend.tensorflow import trainer
-
-    if getattr(trainer.reduce_per_replica, _MARK, False):
+    try:
+        build = private.trainer_function(_BUILD)
+        reduce = private.trainer_function(_REDUCE)
+        private.trainer_function("_collective_all_reduce_multi_worker")
+    except private.PrivateNameError as error:
+        _skip(str(error))
+        return False
+    if getattr(reduce, _MARK, False):
         return True
-    trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_first_replica(
-        trainer.TensorFlowTrainer._maybe_symbolic_build, trainer)
-    trainer.reduce_per_replica = _mean_over_replicas(trainer.reduce_per_replica, trainer)
+    private.set_trainer_function(_BUILD, _build_from_first_replica(build))
+    private.set_trainer_function(_REDUCE, _mean_over_replicas(reduce))
     logger.info(
         "mgpu_tf: patched Keras %s (keras-team/keras#20585) for multi-worker training: "
         "TensorFlowTrainer._maybe_symbolic_build and reduce_per_replica in %s.",
-        keras_version, trainer.__name__)
+        keras_version, private.keras_trainer().__name__)
     return True
 
 
-def _build_from_first_replica(original, trainer):
+def _skip(reason):
+    if reason not in _reported:
+        _reported.add(reason)
+        logger.info("mgpu_tf: not patching Keras for keras-team/keras#20585: %s.", reason)
+
+
+def _strategy_of(model):
+    """The model's own strategy (None for none), or None with a log when Keras hides it."""
+    try:
+        return private.model_strategy(model)
+    except private.PrivateNameError as error:
+        _skip(f"{error} Keras' own build runs")
+        return None
+
+
+def _build_from_first_replica(original):
     """Wraps `_maybe_symbolic_build` to build from one replica's part of a distributed batch."""
     import tensorflow as tf
 
     @functools.wraps(original)
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        strategy = self._distribute_strategy
+        strategy = _strategy_of(self)
         if iterator is not None and data_batch is None and strategy is not None:
             for _, _, batches in iterator:
                 data_batch = tf.nest.map_structure(
@@ -154,13 +168,12 @@ def _build_from_first_replica(original, trainer):
     return _maybe_symbolic_build
 
 
-def _mean_over_replicas(original, trainer):
+def _mean_over_replicas(original):
     """Wraps `reduce_per_replica` to average logs over all workers' replicas."""
 
     @functools.wraps(original)
     def reduce_per_replica(values, strategy, reduction):
-        if (reduction in ("auto", "mean")
-                and trainer._collective_all_reduce_multi_worker(strategy)):
+        if reduction in ("auto", "mean") and private.is_multi_worker(strategy):
             return _mean_logs(values, strategy)
         return original(values, strategy, reduction)
 
@@ -181,6 +194,14 @@ def set_log_mean(strategy, mean):
     _LOG_MEANS[strategy] = mean
 
 
+def log_mean_function(strategy):
+    """Returns the `mean` that `set_log_mean` gave `strategy`, or None when it has none."""
+    try:
+        return _LOG_MEANS.get(strategy)
+    except TypeError:  # not weak-referenceable: nothing was set
+        return None
+
+
 def _mean_logs(values, strategy):
     """Averages the step's floating-point logs over replicas in one all-reduce."""
     import tensorflow as tf
@@ -196,8 +217,8 @@ def _mean_logs(values, strategy):
     out = list(flat)
     if floats:
         packed = strategy.run(pack, args=tuple(flat[i] for i in floats))
-        if strategy in _LOG_MEANS:
-            mean = _LOG_MEANS[strategy](strategy.experimental_local_results(packed)[0])
+        if log_mean_function(strategy) is not None:
+            mean = log_mean_function(strategy)(strategy.experimental_local_results(packed)[0])
         else:
             mean = strategy.reduce("MEAN", packed, axis=None)
         pieces = tf.split(mean, [local[i].shape.num_elements() for i in floats])
@@ -207,29 +228,3 @@ def _mean_logs(values, strategy):
         if i not in floats:
             out[i] = strategy.reduce("MEAN", v, axis=None)
     return tf.nest.pack_sequence_as(values, out)
-
-
-_KEY_BLOCKS = itertools.count(1)
-_KEY_BLOCK_SIZE = 1_000_000
-
-
-@contextlib.contextmanager
-def distinct_collective_keys():
-    """Makes the MirroredStrategy built inside the block use its own collective keys.
-
-    `MirroredStrategy.__init__` reads the class attribute `_collective_key_base`
-    (present from TensorFlow 2.4 on); it is moved to a fresh block for the
-    construction and put back after. On a TensorFlow without it, nothing changes.
-    """
-    import tensorflow as tf
-
-    cls = tf.distribute.MirroredStrategy
-    base = getattr(cls, "_collective_key_base", None)
-    if not isinstance(base, int):
-        yield
-        return
-    cls._collective_key_base = base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS)
-    try:
-        yield
-    finally:
-        cls._collective_key_base = base

@@ -1,0 +1,23 @@
+"""Fixes for upstream Keras and TensorFlow bugs, and the private names mgpu_tf touches.
+
+Each fix and each private name is guarded by the releases it is known for:
+
+- `multi_worker`: Keras' `fit`, `evaluate` and `predict` under
+  MultiWorkerMirroredStrategy (keras-team/keras#20585), and with replicas whose
+  batches differ in size (keras-team/keras#19246).
+- `collective_keys`: a collective key range of its own for each MirroredStrategy.
+- `private`: an accessor for every private Keras or TensorFlow name the toolkit
+  touches; `versions` says which releases each is known for.
+"""
+
+from mgpu_tf import lazy_exports
+
+_EXPORTS = {
+    "mgpu_tf.compat.multi_worker": ("KERAS_20585_VERSIONS apply_multi_worker_fixes "
+                                    "multi_worker_fixes_apply set_log_mean"),
+    "mgpu_tf.compat.collective_keys": "distinct_collective_keys",
+}
+
+_SUBMODULES = ("multi_worker", "collective_keys", "private", "versions")
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

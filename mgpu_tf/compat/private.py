@@ -1,0 +1,393 @@
+"""Every private Keras or TensorFlow name mgpu_tf touches, each behind one accessor.
+
+Keras keeps its private TensorFlow use inside `keras/src/backend/tensorflow/`;
+mgpu_tf keeps its private Keras and TensorFlow use here. Each accessor names the
+private name it touches and the releases it is known for (`versions.KNOWN`).
+Outside them it logs once and tries; when the name is gone it raises
+`PrivateNameError`, saying what to install, never an `AttributeError`. Modules
+that use an accessor inside a training step call `require` when they set up, so
+a missing name stops the setup, not the step; callers that can do without a name
+(collective keys, heartbeat timeouts, the batching check) catch the error and log.
+"""
+
+import importlib
+
+from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe, missing
+
+__all__ = [
+    "PrivateNameError",
+    "collective_key_base",
+    "configure_coordination_service",
+    "dataset_inputs",
+    "default_strategy",
+    "functional_nodes",
+    "is_functional",
+    "is_multi_worker",
+    "keras_trainer",
+    "model_strategy",
+    "nested_layers",
+    "optimizer_variables",
+    "reinitialize_variable",
+    "require",
+    "sequential_graph",
+    "set_collective_key_base",
+    "set_trainer_function",
+    "trainer_function",
+    "variable_index",
+    "wrap_optimizer_method",
+]
+
+_OPTIMIZER_METHODS = ("build", "apply", "update_step", "add_variable_from_reference",
+                      "_all_reduce_sum_gradients")
+
+
+def _method(owner, name, received):
+    """`attribute`, and a `PrivateNameError` too when what it finds cannot be called."""
+    method = attribute(owner, name, received)
+    if not callable(method):
+        raise missing(name, received)
+    return method
+
+
+def require(obj, *names, argument="obj"):
+    """Checks now that `obj` has the private `names`, so that a step never finds one missing.
+
+    Args:
+        obj: the object the names belong to.
+        *names: keys of `KNOWN` of the form `"Owner.attribute"`.
+        argument: what to call `obj` in the error. Defaults to `"obj"`.
+
+    Raises:
+        PrivateNameError: for the first name `obj` lacks.
+    """
+    for name in names:
+        attribute(obj, name, f"{argument}={describe(obj)}")
+
+
+# ------------------------------------------------------------------ models and layers
+
+
+def sequential_graph(model):
+    """Returns the functional model a Sequential runs, or None while it has none.
+
+    Touches `Sequential._functional` (Keras 3.0-3.15), which a Sequential sets
+    when it is built from a `keras.Input` or with an input shape.
+
+    Raises:
+        PrivateNameError: when the Sequential has no such attribute.
+    """
+    return attribute(model, "Sequential._functional", f"model={describe(model)}")
+
+
+def is_functional(model):
+    """Returns True when `model` is a functional Keras model (`keras.Model(inputs, outputs)`).
+
+    Touches `keras.src.models.functional.Functional` (Keras 3.0-3.15), the class
+    Keras gives such models, which it does not export.
+
+    Raises:
+        PrivateNameError: when Keras has no such class.
+    """
+    name = "keras.src.models.functional.Functional"
+    check(name)
+    try:
+        from keras.src.models.functional import Functional
+    except ImportError:
+        raise missing(name, f"model={describe(model)}") from None
+    return isinstance(model, Functional)
+
+
+def functional_nodes(model):
+    """Returns the operation nodes of a functional model in topological order, inputs left out.
+
+    Touches `Functional._nodes_by_depth` (Keras 3.0-3.15): `{depth: nodes}`, the
+    model's inputs at the greatest depth and its outputs at depth 0.
+
+    Raises:
+        PrivateNameError: when the model has no such attribute.
+    """
+    by_depth = attribute(model, "Functional._nodes_by_depth", f"model={describe(model)}")
+    nodes = []
+    for depth in sorted(by_depth, reverse=True):
+        nodes += [node for node in by_depth[depth] if not node.is_input]
+    return nodes
+
+
+def nested_layers(layer):
+    """Returns every layer inside `layer`, nested ones included, `layer` itself left out.
+
+    Touches `Layer._flatten_layers(include_self, recursive)` (Keras 3.0-3.15).
+
+    Raises:
+        PrivateNameError: when the layer has no such method.
+    """
+    flatten = _method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
+    return list(flatten(include_self=False))
+
+
+def reinitialize_variable(variable, value):
+    """Gives a Keras variable new storage holding `value`, made under the current device scope.
+
+    Touches `Variable._initialize(value)` (Keras 3.0-3.15), which creates the
+    backend variable; Keras offers no public way to move a variable.
+
+    Raises:
+        PrivateNameError: when the variable has no such method.
+    """
+    _method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
+
+
+# ------------------------------------------------------------------ optimizers
+
+
+def optimizer_variables(optimizer):
+    """Returns the model variables a built optimizer updates, in its own order.
+
+    Touches `BaseOptimizer._trainable_variables` (Keras 3.0-3.15).
+
+    Raises:
+        PrivateNameError: when the optimizer has no such attribute.
+    """
+    return list(attribute(optimizer, "BaseOptimizer._trainable_variables",
+                          f"optimizer={describe(optimizer)}"))
+
+
+def variable_index(optimizer, variable):
+    """Returns the position of `variable` in `optimizer_variables(optimizer)`.
+
+    Touches `BaseOptimizer._get_variable_index(variable)` (Keras 3.0-3.15).
+
+    Raises:
+        PrivateNameError: when the optimizer has no such method.
+    """
+    index = _method(optimizer, "BaseOptimizer._get_variable_index",
+                    f"optimizer={describe(optimizer)}")
+    return index(variable)
+
+
+def wrap_optimizer_method(optimizer, name, wrap):
+    """Replaces one optimizer's method `name` by `wrap(original)`, for this instance only.
+
+    Keras calls these methods through the instance (`self.update_step(...)`), so an
+    instance attribute takes their place: `build` and `apply` (Keras' trainer and
+    `apply_gradients` call them), `update_step` and `add_variable_from_reference`
+    (Keras 3.0-3.15), and the private `TFOptimizer._all_reduce_sum_gradients`
+    (Keras 3.3-3.15), which sums `(gradient, variable)` pairs over replicas.
+
+    Args:
+        optimizer: a Keras optimizer of the TensorFlow backend.
+        name: one of `build`, `apply`, `update_step`, `add_variable_from_reference`,
+            `_all_reduce_sum_gradients`.
+        wrap: called with the optimizer's current method; returns its replacement.
+
+    Returns:
+        The replacement.
+
+    Raises:
+        ValueError: for another `name`.
+        PrivateNameError: when the optimizer has no such method.
+    """
+    if name not in _OPTIMIZER_METHODS:
+        raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
+                         f"Received: name={name!r}")
+    owner = "TFOptimizer" if name.startswith("_") else "BaseOptimizer"
+    original = _method(optimizer, f"{owner}.{name}", f"optimizer={describe(optimizer)}")
+    replacement = wrap(original)
+    # object.__setattr__: Keras' optimizer would track the function as state.
+    object.__setattr__(optimizer, name, replacement)
+    return replacement
+
+
+# ------------------------------------------------------------------ Keras' TensorFlow trainer
+
+_TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_replica",
+                      "_collective_all_reduce_multi_worker")
+
+
+def keras_trainer():
+    """Returns Keras' TensorFlow trainer module.
+
+    Touches `keras.src.backend.tensorflow.trainer` (Keras 3.0-3.15).
+
+    Raises:
+        PrivateNameError: when Keras has no such module.
+    """
+    name = "keras.src.backend.tensorflow.trainer"
+    check(name)
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise missing(name, "the Keras installation") from None
+
+
+def _trainer_owner(name):
+    if name not in _TRAINER_FUNCTIONS:
+        raise ValueError(f"`name` must be one of {', '.join(_TRAINER_FUNCTIONS)}. "
+                         f"Received: name={name!r}")
+    trainer = keras_trainer()
+    if name.startswith("TensorFlowTrainer."):
+        return trainer.TensorFlowTrainer, name
+    return trainer, f"trainer.{name}"
+
+
+def trainer_function(name):
+    """Returns a function of Keras' TensorFlow trainer, as it is now (patched or not).
+
+    Touches `TensorFlowTrainer._maybe_symbolic_build(self, iterator=None,
+    data_batch=None)` (Keras 3.5-3.15), `reduce_per_replica(values, strategy,
+    reduction)` and `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15)
+    of `keras.src.backend.tensorflow.trainer`.
+
+    Args:
+        name: `"TensorFlowTrainer._maybe_symbolic_build"`, `"reduce_per_replica"` or
+            `"_collective_all_reduce_multi_worker"`.
+
+    Raises:
+        ValueError: for another `name`.
+        PrivateNameError: when the trainer has no such function.
+    """
+    owner, known = _trainer_owner(name)
+    return _method(owner, known, "the Keras installation")
+
+
+def set_trainer_function(name, function):
+    """Puts `function` in place of the one `trainer_function(name)` returns.
+
+    Keras' trainer calls `reduce_per_replica` by its module-level name and
+    `_maybe_symbolic_build` through the model, so the replacement is what runs.
+
+    Raises:
+        ValueError, PrivateNameError: as `trainer_function` does.
+    """
+    trainer_function(name)
+    setattr(_trainer_owner(name)[0], name.rpartition(".")[2], function)
+
+
+def is_multi_worker(strategy):
+    """Returns True when `strategy` is a MultiWorkerMirroredStrategy over several workers.
+
+    Calls Keras' `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15).
+
+    Raises:
+        PrivateNameError: when the trainer has no such function.
+    """
+    return trainer_function("_collective_all_reduce_multi_worker")(strategy)
+
+
+def model_strategy(model):
+    """Returns the strategy a Keras model was created under, or None for none.
+
+    Touches `Trainer._distribute_strategy` (Keras 3.0-3.15); the public
+    `distribute_strategy` gives the default strategy for none, which Keras' build
+    treats differently.
+
+    Raises:
+        PrivateNameError: when the model has no such attribute.
+    """
+    return attribute(model, "Trainer._distribute_strategy", f"model={describe(model)}")
+
+
+# ------------------------------------------------------------------ TensorFlow
+
+
+def dataset_inputs(dataset):
+    """Returns the data sets `dataset` reads from (none for a source such as `range`).
+
+    Touches `DatasetV2._inputs()` (TensorFlow 2.16-2.21).
+
+    Raises:
+        PrivateNameError: when the data set has no such method.
+    """
+    inputs = _method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
+    return list(inputs())
+
+
+def collective_key_base(strategy_class):
+    """Returns the number a MirroredStrategy class starts its collective keys at.
+
+    Touches the class attribute `MirroredStrategy._collective_key_base`
+    (TensorFlow 2.16-2.21), read by `MirroredStrategy.__init__`.
+
+    Raises:
+        PrivateNameError: when the class has none, or it is not an int.
+    """
+    name = "MirroredStrategy._collective_key_base"
+    received = f"strategy_class={strategy_class.__name__}"
+    base = attribute(strategy_class, name, received)
+    if not isinstance(base, int):
+        raise missing(name, received)
+    return base
+
+
+def set_collective_key_base(strategy_class, base):
+    """Sets where the MirroredStrategy objects built from now on start their collective keys.
+
+    Raises:
+        PrivateNameError: as `collective_key_base` does.
+    """
+    collective_key_base(strategy_class)
+    setattr(strategy_class, "_collective_key_base", int(base))
+
+
+def configure_coordination_service(service_leader, jobs, timeout_ms):
+    """Sets TensorFlow's coordination service for this process, unless it already has one.
+
+    Touches `tensorflow.python.eager.context` (TensorFlow 2.16-2.21): its
+    `context().coordination_service`, `context().configure_coordination_service`
+    and the `coordination_config_pb2` module it imports. Must run before the
+    runtime starts.
+
+    Args:
+        service_leader: the leader task, such as `"/job:chief/replica:0/task:0"`.
+        jobs: `{job name: number of tasks}`.
+        timeout_ms: the heartbeat and shutdown-barrier timeouts, in milliseconds.
+
+    Returns:
+        True when it set the service; False when the process already had one.
+
+    Raises:
+        PrivateNameError: when TensorFlow has no such module or function.
+    """
+    name = "tensorflow.python.eager.context"
+    check(name)
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        context = context_lib.context()
+        configure = context.configure_coordination_service
+        configured = context.coordination_service
+        job_proto = context_lib.coordination_config_pb2.CoordinatedJob
+    except (ImportError, AttributeError):
+        raise missing(name, f"service_leader={service_leader!r}") from None
+    if configured is not None:
+        return False
+    configure(
+        service_type="standalone",
+        service_leader=service_leader,
+        heartbeat_timeout_in_ms=int(timeout_ms),
+        shutdown_barrier_timeout_in_ms=int(timeout_ms),
+        coordinated_jobs=[job_proto(name=job, num_tasks=count)
+                          for job, count in jobs.items()],
+    )
+    return True
+
+
+def default_strategy():
+    """Returns TensorFlow's default strategy, the one outside every `strategy.scope()`.
+
+    Outside any scope it is `tf.distribute.get_strategy()`. Inside one it relies
+    on the strategy scope stack of each graph (TensorFlow 2.16-2.21): a fresh
+    `tf.Graph` has an empty stack, so `get_strategy()` there gives the default.
+
+    Raises:
+        PrivateNameError: when a fresh graph has a strategy in scope.
+    """
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return tf.distribute.get_strategy()
+    check("the strategy scope stack of each graph")
+    with tf.Graph().as_default():
+        if tf.distribute.has_strategy():
+            raise missing("the strategy scope stack of each graph", "a call inside a scope")
+        return tf.distribute.get_strategy()

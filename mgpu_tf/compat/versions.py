@@ -1,0 +1,182 @@
+"""Which releases each private Keras or TensorFlow name is known for, and what happens outside.
+
+`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`)
+to the releases it is known for: the Keras ranges were read from Keras' source at
+each release tag, the TensorFlow ranges run from the oldest TensorFlow mgpu_tf
+supports to the newest it is tested with. Outside its range a name is tried after
+one logged warning (`check`); a name that is gone raises `PrivateNameError`
+(`attribute`, `missing`), which says what to install.
+"""
+
+import dataclasses
+import logging
+import re
+
+__all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
+           "missing"]
+
+logger = logging.getLogger("mgpu_tf")
+
+
+class PrivateNameError(RuntimeError):
+    """A private Keras or TensorFlow name mgpu_tf needs is missing from the installed release."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+    """The releases a private name is known for, and what mgpu_tf uses it for.
+
+    Attributes:
+        library: `"keras"` or `"tensorflow"`.
+        first: the first `(major, minor)` release known to have it.
+        last: the last `(major, minor)` release known to have it.
+        purpose: what mgpu_tf does with it, as the start of a sentence.
+    """
+
+    library: str
+    first: tuple
+    last: tuple
+    purpose: str
+
+    def text(self):
+        """The range as `Keras 3.0-3.15`."""
+        return (f"{_LIBRARIES[self.library]} {self.first[0]}.{self.first[1]}-"
+                f"{self.last[0]}.{self.last[1]}")
+
+    def pin(self):
+        """A pip requirement for the known releases, such as `keras>=3.0,<3.16`."""
+        return (f"{self.library}>={self.first[0]}.{self.first[1]},"
+                f"<{self.last[0]}.{self.last[1] + 1}")
+
+
+_LIBRARIES = {"keras": "Keras", "tensorflow": "TensorFlow"}
+_OWNERS = {"keras": "Keras'", "tensorflow": "TensorFlow's"}
+
+
+def _keras(purpose, first=(3, 0), last=(3, 15)):
+    return Known("keras", first, last, purpose)
+
+
+def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
+    return Known("tensorflow", first, last, purpose)
+
+
+_KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
+_STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
+
+# Private name -> the releases it is known for.
+KNOWN = {
+    "Sequential._functional": _keras("ModelParallel reads a Sequential model's layer graph"),
+    "keras.src.models.functional.Functional": _keras("ModelParallel recognises a functional model"),
+    "Functional._nodes_by_depth": _keras("ModelParallel orders a functional model's layers"),
+    "Layer._flatten_layers": _keras("ModelParallel looks for batch-coupled layers"),
+    "Variable._initialize": _keras("ModelParallel moves each variable to its stage's device"),
+    "BaseOptimizer._trainable_variables": _keras(_STEPS_PER_SYNC),
+    "BaseOptimizer._get_variable_index": _keras(_STEPS_PER_SYNC),
+    # Public methods that Keras calls through the optimizer instance, so that an
+    # instance attribute takes their place: a calling convention, not an API.
+    "BaseOptimizer.build": _keras(_STEPS_PER_SYNC),
+    "BaseOptimizer.apply": _keras(_STEPS_PER_SYNC),
+    "BaseOptimizer.update_step": _keras("ModelParallel runs each variable's update on its device"),
+    "BaseOptimizer.add_variable_from_reference": _keras(
+        "ModelParallel creates each optimizer slot on its variable's device"),
+    "TFOptimizer._all_reduce_sum_gradients": _keras(
+        "Compression, the tcp transport and the all-reduce benchmarks replace the "
+        "gradients' all-reduce", first=(3, 3)),
+    "keras.src.backend.tensorflow.trainer": _keras(_KERAS_20585),
+    "TensorFlowTrainer._maybe_symbolic_build": _keras(_KERAS_20585, first=(3, 5)),
+    "trainer.reduce_per_replica": _keras(_KERAS_20585),
+    "trainer._collective_all_reduce_multi_worker": _keras(_KERAS_20585),
+    "Trainer._distribute_strategy": _keras(_KERAS_20585),
+    "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
+    "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
+    "MirroredStrategy._collective_key_base": _tensorflow(
+        "make_strategy gives each MirroredStrategy its own collective keys"),
+    "the strategy scope stack of each graph": _tensorflow(
+        "strategy_kind recognises TensorFlow's default strategy"),
+}
+
+_warned = set()
+
+
+def _version(library):
+    if library == "keras":
+        import keras
+
+        return keras.__version__
+    import tensorflow as tf
+
+    return tf.__version__
+
+
+def known_for(name, version=None):
+    """Returns True when the installed release (or `version`) is one `name` is known for.
+
+    Args:
+        name: a key of `KNOWN`.
+        version: a version string such as `"3.15.1"`. Defaults to the installed
+            release of the library that has `name`.
+
+    Raises:
+        ValueError: for a name that is not in `KNOWN`, or a version that does not
+            start with `major.minor`.
+    """
+    if name not in KNOWN:
+        raise ValueError(f"`name` must be one of {', '.join(sorted(KNOWN))}. "
+                         f"Received: name={name!r}")
+    known = KNOWN[name]
+    version = _version(known.library) if version is None else version
+    match = re.match(r"(\d+)\.(\d+)", str(version).strip())
+    if match is None:
+        raise ValueError("`version` must start with major.minor, such as '3.15.1'. "
+                         f"Received: version={version!r}")
+    return known.first <= (int(match[1]), int(match[2])) <= known.last
+
+
+def check(name):
+    """Logs once when the installed release is outside the ones `name` is known for."""
+    if name in _warned or known_for(name):
+        return
+    _warned.add(name)
+    known = KNOWN[name]
+    logger.warning(
+        "mgpu_tf: %s through %s private `%s`, known for %s; %s %s is outside them, so it is "
+        "tried untested.", known.purpose, _OWNERS[known.library], name, known.text(),
+        _LIBRARIES[known.library], _version(known.library))
+
+
+def missing(name, received):
+    """The `PrivateNameError` for the private `name`, gone from the installed release."""
+    known = KNOWN[name]
+    return PrivateNameError(
+        f"{known.purpose} through {_OWNERS[known.library]} private `{name}`, which "
+        f"{_LIBRARIES[known.library]} {_version(known.library)} does not have "
+        f"({known.text()} do). Received: {received}. "
+        f"Install a release it is known for: pip install '{known.pin()}'.")
+
+
+def attribute(owner, name, received):
+    """Returns `owner`'s attribute for the private `name` (`"Owner.attribute"`).
+
+    Logs once outside the releases `name` is known for (see `check`).
+
+    Args:
+        owner: the object, class or module that has it.
+        name: a key of `KNOWN`; the part after the last dot is the attribute.
+        received: what the error says was received, such as `"model=<Sequential 'm'>"`.
+
+    Raises:
+        PrivateNameError: when `owner` has no such attribute.
+    """
+    check(name)
+    try:
+        return getattr(owner, name.rpartition(".")[2])
+    except AttributeError:
+        raise missing(name, received) from None
+
+
+def describe(obj):
+    """`<SGD 'SGD'>`: the type and, for a Keras object, its name."""
+    name = getattr(obj, "name", None)
+    kind = type(obj).__name__
+    return f"<{kind} {name!r}>" if isinstance(name, str) else f"<{kind}>"
