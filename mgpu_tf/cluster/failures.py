@@ -14,6 +14,8 @@ import socket
 
 import tensorflow as tf
 
+from mgpu_tf.compat import private
+
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
     "WorkerLostError",
@@ -64,26 +66,16 @@ def configure_failure_detection(config, timeout_seconds):
         True when the settings were applied; False when this TensorFlow has no such
         setting (the strategy then keeps TensorFlow's defaults).
     """
-    try:
-        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
-        from tensorflow.python.eager import context
-    except ImportError:
-        logger.info("mgpu_tf: this TensorFlow cannot set heartbeat timeouts; keeping its own.")
-        return False
-    if context.context().coordination_service is not None:
-        return False
-    jobs = [coordination_config_pb2.CoordinatedJob(name=role, num_tasks=len(config.cluster[role]))
-            for role in ("chief", "worker") if role in config.cluster]
+    jobs = {role: len(config.cluster[role]) for role in ("chief", "worker")
+            if role in config.cluster}
     leader_role = "chief" if "chief" in config.cluster else "worker"
-    milliseconds = int(timeout_seconds * 1000)
-    context.context().configure_coordination_service(
-        service_type="standalone",
-        service_leader=f"/job:{leader_role}/replica:0/task:0",
-        heartbeat_timeout_in_ms=milliseconds,
-        shutdown_barrier_timeout_in_ms=milliseconds,
-        coordinated_jobs=jobs,
-    )
-    return True
+    try:
+        return private.configure_coordination_service(
+            f"/job:{leader_role}/replica:0/task:0", jobs, int(timeout_seconds * 1000))
+    except private.PrivateNameError as error:
+        logger.info("mgpu_tf: this TensorFlow cannot set heartbeat timeouts; keeping its "
+                    "own: %s", error)
+        return False
 
 
 def lost_task(error):

@@ -28,6 +28,8 @@ with strategy.scope():
 
 import tensorflow as tf
 
+from mgpu_tf.compat import private
+
 __all__ = ["accumulate"]
 
 
@@ -41,34 +43,44 @@ def accumulate(optimizer, strategy, steps_per_sync):
 
     Returns:
         `optimizer`, whose `apply` now accumulates.
+
+    Raises:
+        mgpu_tf.compat.private.PrivateNameError: when this Keras lacks a private
+            name accumulation needs (checked here, not in the training step).
     """
+    private.require(optimizer, "BaseOptimizer._trainable_variables",
+                    "BaseOptimizer._get_variable_index", argument="optimizer")
     state = _State(optimizer, strategy, steps_per_sync)
-    original_build = optimizer.build
-    original_apply = optimizer.apply
 
-    def build(variables):
-        original_build(variables)
-        state.build(variables)
+    def accumulating_build(original_build):
+        def build(variables):
+            original_build(variables)
+            state.build(variables)
+        return build
 
-    def apply(grads, trainable_variables=None):
-        if not optimizer.built:
-            build(list(trainable_variables))
-        variables = list(trainable_variables or optimizer._trainable_variables)
-        if not state.built:
-            state.build(optimizer._trainable_variables)
-        context = tf.distribute.get_replica_context()
-        if context is None:
-            raise ValueError(
-                "An optimizer with steps_per_sync > 1 must apply gradients in replica "
-                "context (inside strategy.run, as Keras fit does). Received: a call in "
-                "cross-replica context.")
-        state.add(grads, variables)
-        context.merge_call(_maybe_apply, args=(state, original_apply, variables))
+    build = private.wrap_optimizer_method(optimizer, "build", accumulating_build)
 
-    object.__setattr__(optimizer, "build", build)
-    object.__setattr__(optimizer, "apply", apply)
+    def accumulating_apply(original_apply):
+        def apply(grads, trainable_variables=None):
+            if not optimizer.built:
+                build(list(trainable_variables))
+            built_for = private.optimizer_variables(optimizer)
+            variables = list(trainable_variables or built_for)
+            if not state.built:
+                state.build(built_for)
+            context = tf.distribute.get_replica_context()
+            if context is None:
+                raise ValueError(
+                    "An optimizer with steps_per_sync > 1 must apply gradients in replica "
+                    "context (inside strategy.run, as Keras fit does). Received: a call in "
+                    "cross-replica context.")
+            state.add(grads, variables)
+            context.merge_call(_maybe_apply, args=(state, original_apply, variables))
+        return apply
+
+    private.wrap_optimizer_method(optimizer, "apply", accumulating_apply)
     if optimizer.built:
-        state.build(optimizer._trainable_variables)
+        state.build(private.optimizer_variables(optimizer))
     return optimizer
 
 
@@ -99,7 +111,7 @@ class _State:
         self.built = True
 
     def _sum(self, variable):
-        return self.sums[self.optimizer._get_variable_index(variable)]
+        return self.sums[private.variable_index(self.optimizer, variable)]
 
     def add(self, grads, variables):
         for g, v in zip(grads, variables):

@@ -36,12 +36,14 @@ import tensorflow as tf
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
+from mgpu_tf.compat import private
 
 __all__ = ["attach", "settings", "prepare", "install"]
 
 
 _SETTINGS = weakref.WeakKeyDictionary()
 _MARK = "_mgpu_tf_communication"
+_ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
 
 
 def attach(strategy, options):
@@ -129,14 +131,21 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         return optimizer
     compression = check_compression(compression)
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
+    if transport == "tcp" or wire is not None:
+        # Checked before the ring connects, so a missing name fails fast.
+        private.require(optimizer, _ALL_REDUCE, argument="optimizer")
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
-        object.__setattr__(optimizer, "_all_reduce_sum_gradients", functools.partial(
+        _replace_all_reduce(optimizer, functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire))
     elif wire is not None:
-        object.__setattr__(optimizer, "_all_reduce_sum_gradients",
-                           functools.partial(compressed_all_reduce, wire_dtype=wire))
+        _replace_all_reduce(optimizer, functools.partial(compressed_all_reduce, wire_dtype=wire))
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     object.__setattr__(optimizer, _MARK, (compression, steps_per_sync, transport))
     return optimizer
+
+
+def _replace_all_reduce(optimizer, all_reduce):
+    """Makes `all_reduce` sum the optimizer's `(gradient, variable)` pairs over replicas."""
+    private.wrap_optimizer_method(optimizer, "_all_reduce_sum_gradients", lambda _: all_reduce)

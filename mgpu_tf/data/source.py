@@ -7,16 +7,27 @@ that are not dense tensors) and counts examples, reading a source only when its
 size is unknown; the record counts of files are kept for later calls.
 """
 
+import logging
+
 import tensorflow as tf
+
+from mgpu_tf.compat import private
 
 __all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file"]
 
+logger = logging.getLogger("mgpu_tf")
+
 # (path, size, modification time) -> number of records.
 _RECORD_COUNTS = {}
+_reported = set()
 
 
 def _batch_op(dataset):
-    """Names the batching transformation a data set applies last, if any."""
+    """Names the batching transformation a data set applies last, if any.
+
+    Without TensorFlow's private list of a data set's inputs, only the last
+    transformation is looked at, and that is logged once.
+    """
     pending = [dataset]
     while pending:
         node = pending.pop()
@@ -26,9 +37,12 @@ def _batch_op(dataset):
         if "batch" in name.lower() or "DenseToRagged" in name:
             return name.strip("_")
         try:
-            pending += list(node._inputs())
-        except (AttributeError, TypeError):
-            continue
+            pending += private.dataset_inputs(node)
+        except private.PrivateNameError as error:
+            if not _reported:
+                _reported.add(True)
+                logger.warning("mgpu_tf: shard_dataset checks only the last step of a data "
+                               "set for batching: %s", error)
     return None
 
 

@@ -12,6 +12,8 @@ import numbers
 import keras
 import tensorflow as tf
 
+from mgpu_tf.compat import private
+
 __all__ = ["check_microbatches", "split", "join", "batch_coupled_layers"]
 
 # Layers whose output for one example depends on the other examples of the batch.
@@ -71,5 +73,5 @@ def join(pieces):
 
 def batch_coupled_layers(model):
     """Names the layers (nested ones included) that couple the examples of a batch."""
-    return [layer.name for layer in model._flatten_layers(include_self=False)
+    return [layer.name for layer in private.nested_layers(model)
             if isinstance(layer, _BATCH_COUPLED)]

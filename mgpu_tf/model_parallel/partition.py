@@ -12,6 +12,8 @@ import dataclasses
 import keras
 import numpy as np
 
+from mgpu_tf.compat import private
+
 __all__ = ["Unit", "Graph", "analyse", "check_cuts", "segment_models", "stage_atoms"]
 
 
@@ -68,8 +70,8 @@ def _param_bytes(operation):
 
 def _functional(model):
     if isinstance(model, keras.Sequential):
-        return model._functional
-    if isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth"):
+        return private.sequential_graph(model)
+    if private.is_functional(model):
         return model
     return None
 
@@ -100,9 +102,7 @@ def analyse(model):
             f"tensor enters the first stage and one leaves the last. Received: a model "
             f"with {len(graph.inputs)} inputs and {len(graph.outputs)} outputs."
         )
-    nodes = []
-    for depth in sorted(graph._nodes_by_depth, reverse=True):
-        nodes += [n for n in graph._nodes_by_depth[depth] if not n.is_input]
+    nodes = private.functional_nodes(graph)
     seen = {}
     for node in nodes:
         if id(node.operation) in seen:

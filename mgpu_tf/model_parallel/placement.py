@@ -16,6 +16,8 @@ import contextlib
 import keras
 import tensorflow as tf
 
+from mgpu_tf.compat import private
+
 __all__ = ["place_variables", "place_optimizer", "device_of"]
 
 
@@ -39,20 +41,8 @@ def place_variables(layers, device):
             if device_of(variable) == device:
                 continue
             with tf.device(device):
-                # Keras' TensorFlow Variable keeps its storage in `_value`; a new
-                # tf.Variable made under this device scope lives on `device`.
-                _reinitialize(variable, tf.identity(variable.value))
-
-
-def _reinitialize(variable, value):
-    """Gives a Keras variable new storage through Keras' private `_initialize`."""
-    initialize = getattr(variable, "_initialize", None)
-    if not callable(initialize):
-        raise RuntimeError(
-            "ModelParallel moves each variable to its stage's device through Keras' private "
-            f"`Variable._initialize`, which Keras {keras.__version__} does not have (Keras "
-            "3.0 to 3.15 do). Install one of those Keras versions to place stages.")
-    initialize(value)
+                # The new storage, made under this device scope, lives on `device`.
+                private.reinitialize_variable(variable, tf.identity(variable.value))
 
 
 def place_optimizer(optimizer, devices_by_variable):
@@ -70,17 +60,19 @@ def place_optimizer(optimizer, devices_by_variable):
         name = devices_by_variable.get(id(storage))
         return tf.device(name) if name else contextlib.nullcontext()
 
-    update_step = optimizer.update_step
-    add_variable_from_reference = optimizer.add_variable_from_reference
+    def placed_update_step(update_step):
+        def update(gradient, variable, learning_rate):
+            with device(variable):
+                return update_step(gradient, variable, learning_rate)
+        return update
 
-    def placed_update_step(gradient, variable, learning_rate):
-        with device(variable):
-            return update_step(gradient, variable, learning_rate)
+    def placed_add_variable_from_reference(add_variable_from_reference):
+        def add(reference_variable, *args, **kwargs):
+            with device(reference_variable):
+                return add_variable_from_reference(reference_variable, *args, **kwargs)
+        return add
 
-    def placed_add_variable_from_reference(reference_variable, *args, **kwargs):
-        with device(reference_variable):
-            return add_variable_from_reference(reference_variable, *args, **kwargs)
-
-    optimizer.update_step = placed_update_step
-    optimizer.add_variable_from_reference = placed_add_variable_from_reference
+    private.wrap_optimizer_method(optimizer, "update_step", placed_update_step)
+    private.wrap_optimizer_method(optimizer, "add_variable_from_reference",
+                                  placed_add_variable_from_reference)
     optimizer._mgpu_tf_placed = True

@@ -15,6 +15,7 @@ import numbers
 import keras
 import numpy as np
 
+from mgpu_tf.compat import private
 from mgpu_tf.strategies import options as options_lib
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
@@ -250,7 +251,8 @@ def _counts(graph, balance, stages, model, sample):
 
 
 def _build(model, input_shape):
-    if model.built and (not isinstance(model, keras.Sequential) or model._functional):
+    sequential = isinstance(model, keras.Sequential)
+    if model.built and (not sequential or private.sequential_graph(model) is not None):
         return
     if input_shape is None:
         raise ValueError(
@@ -266,7 +268,7 @@ def _build(model, input_shape):
             f"ModelParallel could not build the model with input_shape={tuple(input_shape)!r}: "
             f"{error}. Received: model={model.name!r}. Build it yourself and pass it built."
         ) from error
-    if isinstance(model, keras.Sequential) and not model._functional:
+    if sequential and private.sequential_graph(model) is None:
         raise ValueError(
             "ModelParallel could not build a layer graph for the model. Received: "
             f"model={model.name!r}. Start it with keras.Input(shape)."

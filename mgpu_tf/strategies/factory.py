@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.comm import prepare as communication
+from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
 from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
 from mgpu_tf.planner import recommend
@@ -131,7 +132,7 @@ def strategy_kind(strategy):
         if registered.strategy_types and isinstance(strategy, registered.strategy_types):
             return name
     if isinstance(strategy, tf.distribute.Strategy):
-        if type(strategy).__name__ == "_DefaultDistributionStrategy":
+        if strategy is private.default_strategy():
             return "default"
         return type(strategy).__name__
     raise TypeError(
