@@ -188,10 +188,13 @@ def test_strategy_hands_datasets_through_whole():
     assert [b.numpy().tolist() for b in made] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-def test_jit_compile_is_refused():
+def test_jit_compile_compiles_each_stage_on_its_device():
     model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2])
-    with pytest.raises(ValueError, match="ModelParallel cannot be XLA-compiled"):
-        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    assert model.jit_compile is False  # the pipeline around the stages stays outside XLA
+    stages = model._compiled_stages
+    assert [len(s) for s in stages] == [len(s) for s in model._stages]
+    assert all(isinstance(f, tf.types.experimental.PolymorphicFunction) for s in stages for f in s)
 
 
 def test_integer_inputs_and_sparse_gradients_train_like_the_reference():

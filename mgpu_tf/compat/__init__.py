@@ -6,6 +6,8 @@ Each fix and each private name is guarded by the releases it is known for:
   MultiWorkerMirroredStrategy (keras-team/keras#20585), and with replicas whose
   batches differ in size (keras-team/keras#19246).
 - `collective_keys`: a collective key range of its own for each MirroredStrategy.
+- `keras_steps`: `steps_per_execution` and `jit_compile` under `tf.distribute`
+  strategies (keras-team/keras#19005, tensorflow/tensorflow#53140).
 - `private`: an accessor for every private Keras or TensorFlow name the toolkit
   touches; `versions` says which releases each is known for.
 """
@@ -16,8 +18,9 @@ _EXPORTS = {
     "mgpu_tf.compat.multi_worker": ("KERAS_20585_VERSIONS apply_multi_worker_fixes "
                                     "multi_worker_fixes_apply set_log_mean"),
     "mgpu_tf.compat.collective_keys": "distinct_collective_keys",
+    "mgpu_tf.compat.keras_steps": "KERAS_STEP_VERSIONS apply_step_fixes step_fixes_apply",
 }
 
-_SUBMODULES = ("multi_worker", "collective_keys", "private", "versions")
+_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "private", "versions")
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

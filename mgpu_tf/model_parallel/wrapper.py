@@ -14,6 +14,7 @@ import numbers
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from mgpu_tf.compat import private
 from mgpu_tf.strategies import options as options_lib
@@ -147,6 +148,7 @@ class ModelParallel(keras.Model):
         self.supports_jit = False  # one XLA cluster cannot span devices
         self._model = model
         self._stages = atoms
+        self._compiled_stages = None  # the stages under XLA, once compile(jit_compile=True)
         self._devices = tuple(devices)
         self._microbatches = microbatches
         self._plan = _plan(graph, counts, devices, seconds)
@@ -177,16 +179,23 @@ class ModelParallel(keras.Model):
         return self._model
 
     def call(self, inputs, training=None):
-        return pipeline.run_pipeline(self._stages, self._devices, inputs, self._microbatches,
-                                     bool(training))
+        return pipeline.run_pipeline(self._compiled_stages or self._stages, self._devices,
+                                     inputs, self._microbatches, bool(training))
 
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
-        """Configures training as `keras.Model.compile` does; XLA is refused."""
-        if jit_compile is True:
-            raise ValueError(
-                "ModelParallel cannot be XLA-compiled: one XLA cluster runs on one device. "
-                "Received: jit_compile=True. Use jit_compile=False (or 'auto')."
-            )
+        """Configures training as `keras.Model.compile` does.
+
+        `jit_compile=True` compiles each piece of each stage with XLA on the stage's own
+        device (one XLA cluster cannot span devices); the pipeline between the stages and
+        the optimizer's update stay outside XLA. `"auto"` leaves XLA off, as Keras does
+        under a distribution strategy.
+        """
+        if jit_compile not in (True, False, "auto"):
+            raise ValueError("`jit_compile` must be True, False or 'auto'. "
+                             f"Received: jit_compile={jit_compile!r}")
+        self._compiled_stages = (
+            [[_compiled(atom) for atom in atoms] for atoms in self._stages]
+            if jit_compile is True else None)
         super().compile(optimizer, *args, jit_compile=False, **kwargs)
         placement.place_optimizer(self.optimizer, self._variable_devices)
         # The wrapped model shares the optimizer, so what `save` writes can resume training.
@@ -201,6 +210,14 @@ class ModelParallel(keras.Model):
 
     def load_weights(self, filepath, *args, **kwargs):
         return self._model.load_weights(filepath, *args, **kwargs)
+
+
+def _compiled(atom):
+    """`atom` as one XLA-compiled function; its gradient is compiled too."""
+    def call(inputs, training):
+        return atom(inputs, training=training)
+
+    return tf.function(call, jit_compile=True, reduce_retracing=True)
 
 
 def _check_stages(graph, balance, devices):

@@ -12,6 +12,7 @@ Worker 0's initial weights are broadcast to the others when the model is made.
 import keras
 import tensorflow as tf
 
+from mgpu_tf.compat import keras_steps
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import wrapper
 
@@ -53,6 +54,9 @@ class HybridParallel(wrapper.ModelParallel):
         super().__init__(model, devices, balance=balance, microbatches=microbatches,
                          name=kwargs.pop("name", f"hybrid_{model.name}"), **kwargs)
         self._communicator = communicator
+        # Its train step all-reduces, with no tf.distribute scope around it: Keras must run
+        # it inline for steps_per_execution to work (see mgpu_tf.compat.keras_steps).
+        keras_steps.use_inline_steps(self)
         # Floating weights only: integer state (such as a dropout layer's seed) stays per worker.
         weights = [w for w in self._model.weights if tf.as_dtype(w.dtype).is_floating]
         broadcast_weights(communicator, weights, self._stage_groups(weights))
