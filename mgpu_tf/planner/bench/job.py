@@ -22,17 +22,18 @@ __all__ = ["train_and_time", "time_collectives"]
 def _reverse_all_reduce(optimizer):
     """Makes the optimizer all-reduce the last layers' gradients first.
 
-    The one place the benchmark touches a private Keras name
-    (`BaseOptimizer._all_reduce_sum_gradients`); it is to move behind
-    `mgpu_tf.compat`'s accessor for that name.
+    Keras' private `TFOptimizer._all_reduce_sum_gradients` is reached through
+    `mgpu_tf.compat.private`, the one home of the private names the toolkit touches.
     """
+    from mgpu_tf.compat import private
+
     inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
-    original = inner._all_reduce_sum_gradients
 
-    def reversed_order(grads_and_vars):
-        return list(reversed(original(list(reversed(list(grads_and_vars))))))
+    def reversed_order(original):
+        return lambda grads_and_vars: list(reversed(original(list(reversed(list(
+            grads_and_vars))))))
 
-    object.__setattr__(inner, "_all_reduce_sum_gradients", reversed_order)
+    private.wrap_optimizer_method(inner, "_all_reduce_sum_gradients", reversed_order)
 
 
 def _build_model(spec):
