@@ -42,24 +42,27 @@ __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "comp
 
 _JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 
-# Flag name -> make_strategy option name; the flags add no option of their own.
+# Each make_strategy option's flag (of the same name): its absl type and what --help adds
+# to the option's description. The flags add no option of their own.
 _OPTION_FLAGS = {
-    "devices": "devices",
-    "num_gpus": "num_gpus",
-    "all_reduce": "all_reduce",
-    "num_packs": "num_packs",
-    "bytes_per_pack": "bytes_per_pack",
-    "compression": "compression",
-    "steps_per_sync": "steps_per_sync",
-    "transport": "transport",
-    "precision": "precision",
-    "tpu": "tpu",
-    "worker_hosts": "worker_hosts",
-    "task_index": "task_index",
-    "balance": "balance",
-    "microbatches": "microbatches",
-    "devices_per_worker": "devices_per_worker",
+    "devices": ("list", " (comma-separated names, or one number)."),
+    "num_gpus": ("integer", ""),
+    "all_reduce": ("string", ""),
+    "num_packs": ("integer", ""),
+    "bytes_per_pack": ("integer", ""),
+    "compression": ("string", ""),
+    "steps_per_sync": ("integer", ""),
+    "transport": ("string", ""),
+    "precision": ("string", ""),
+    "tpu": ("string", ""),
+    "worker_hosts": ("list", " (comma-separated)."),
+    "task_index": ("integer", ""),
+    "balance": ("list", " (comma-separated counts)."),
+    "microbatches": ("integer", ""),
+    "devices_per_worker": ("integer", ""),
 }
+_DEFINE = {"list": flags.DEFINE_list, "integer": flags.DEFINE_integer,
+           "string": flags.DEFINE_string}
 
 
 def define_flags(flag_values=flags.FLAGS):
@@ -83,35 +86,8 @@ def define_flags(flag_values=flags.FLAGS):
                          flag_values=flag_values)
     flags.DEFINE_enum("simulate_device_type", "CPU", ["CPU", "GPU"],
                       "Device type --simulate_devices splits.", flag_values=flag_values)
-    flags.DEFINE_list("devices", None, registry.OPTIONS["devices"] +
-                      " (comma-separated names, or one number).", flag_values=flag_values)
-    flags.DEFINE_integer("num_gpus", None, registry.OPTIONS["num_gpus"],
-                         flag_values=flag_values)
-    flags.DEFINE_string("all_reduce", None, registry.OPTIONS["all_reduce"],
-                        flag_values=flag_values)
-    flags.DEFINE_integer("num_packs", None, registry.OPTIONS["num_packs"],
-                         flag_values=flag_values)
-    flags.DEFINE_integer("bytes_per_pack", None, registry.OPTIONS["bytes_per_pack"],
-                         flag_values=flag_values)
-    flags.DEFINE_string("compression", None, registry.OPTIONS["compression"],
-                        flag_values=flag_values)
-    flags.DEFINE_integer("steps_per_sync", None, registry.OPTIONS["steps_per_sync"],
-                         flag_values=flag_values)
-    flags.DEFINE_string("transport", None, registry.OPTIONS["transport"],
-                        flag_values=flag_values)
-    flags.DEFINE_string("precision", None, registry.OPTIONS["precision"],
-                        flag_values=flag_values)
-    flags.DEFINE_string("tpu", None, registry.OPTIONS["tpu"], flag_values=flag_values)
-    flags.DEFINE_list("worker_hosts", None, registry.OPTIONS["worker_hosts"] +
-                      " (comma-separated).", flag_values=flag_values)
-    flags.DEFINE_integer("task_index", None, registry.OPTIONS["task_index"],
-                         flag_values=flag_values)
-    flags.DEFINE_list("balance", None, registry.OPTIONS["balance"] +
-                      " (comma-separated counts).", flag_values=flag_values)
-    flags.DEFINE_integer("microbatches", None, registry.OPTIONS["microbatches"],
-                         flag_values=flag_values)
-    flags.DEFINE_integer("devices_per_worker", None, registry.OPTIONS["devices_per_worker"],
-                         flag_values=flag_values)
+    for name, (kind, suffix) in _OPTION_FLAGS.items():
+        _DEFINE[kind](name, None, registry.OPTIONS[name] + suffix, flag_values=flag_values)
     flags.DEFINE_string(
         "jit_compile", "auto", "XLA for each replica's training step: auto (Keras' choice: "
         "off under a strategy and on CPU-only machines), true or false.",
@@ -184,8 +160,7 @@ def _devices_value(value):
 
 
 def _options(values):
-    options = {option: values[name] for name, option in _OPTION_FLAGS.items()
-               if values.get(name) is not None}
+    options = {name: values[name] for name in _OPTION_FLAGS if values.get(name) is not None}
     if "devices" in options:
         options["devices"] = _devices_value(options["devices"])
     if "balance" in options:
