@@ -31,18 +31,11 @@ SESSION_DEVICES = 4
 mgpu_tf.simulate_devices(SESSION_DEVICES)
 
 
-def _cluster_variables():
-    return {k: v for k, v in os.environ.items() if workers.is_cluster_variable(k)}
-
-
 @pytest.fixture(autouse=True)
 def restore_environment():
     """Puts back every variable mgpu_tf reads (TF_CONFIG, SLURM_*, ...) after each test."""
-    saved = _cluster_variables()
-    yield
-    for name in _cluster_variables().keys() - saved.keys():
-        del os.environ[name]
-    os.environ.update(saved)
+    with workers.cluster_variables_restored():
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,7 +4,11 @@ Each test sets the variables exactly as that system does and compares the cluste
 with one written out by hand.
 """
 
+import ast
 import json
+import os
+import pathlib
+import re
 
 import pytest
 
@@ -268,6 +272,59 @@ def test_auto_chooses_multi_worker_on_a_detected_cluster(monkeypatch, environ, s
     kind, reason = strategies.auto_choice()
     assert kind == "multi_worker"
     assert reason == f"{source} gives {3 if source == 'kubernetes' else 4} workers"
+
+
+# ------------------------------------------------------------------ the test session's environment
+
+
+def _names_read(path):
+    """Environment variable names a module reads: the string constants of its calls and
+    subscripts that involve `environ` (`environ.get("X")`, `environ["X"]`, `"X" in
+    environ`, `_integer(environ, "X")`), of `environ_value("X")` and of `getenv("X")`."""
+
+    def mentions_environ(node):
+        return any(isinstance(n, ast.Name) and n.id == "environ"
+                   or isinstance(n, ast.Attribute) and n.attr == "environ"
+                   for n in ast.walk(node))
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("environ_value", "getenv") or mentions_environ(node):
+                names |= {a.value for a in node.args if isinstance(a, ast.Constant)}
+        elif isinstance(node, ast.Subscript) and mentions_environ(node.value):
+            names.add(getattr(node.slice, "value", None))
+        elif isinstance(node, ast.Compare) and mentions_environ(node):
+            names.add(getattr(node.left, "value", None))
+    return {n for n in names if isinstance(n, str) and re.fullmatch(r"[A-Z][A-Z0-9_]+", n)}
+
+
+_READ = {name for path in (pathlib.Path(cluster.__file__).parents[1]).rglob("*.py")
+         for name in _names_read(path)}
+
+
+def test_the_session_watches_every_variable_mgpu_tf_reads():
+    # Not empty: the scan finds what detect's docstring lists, and TPU_NAME from the factory.
+    assert {"TF_CONFIG", "TPU_NAME", "JOB_COMPLETION_INDEX", "MGPU_TF_JOB_NAME",
+            "MGPU_TF_HOST_OVERRIDE", "SLURM_PROCID", "SLURM_STEP_NODELIST"} <= _READ
+    assert sorted(n for n in _READ if not workers.is_cluster_variable(n)) == []
+
+
+def test_the_session_puts_cluster_variables_back():
+    os.environ["TF_CONFIG"] = "before"
+    with workers.cluster_variables_restored():
+        os.environ["TF_CONFIG"] = "changed"
+        os.environ["SLURM_PROCID"] = "3"
+        os.environ["MGPU_TF_SOMETHING_NEW"] = "x"
+        del os.environ["TF_CONFIG"]
+    assert os.environ["TF_CONFIG"] == "before"
+    assert "SLURM_PROCID" not in os.environ and "MGPU_TF_SOMETHING_NEW" not in os.environ
+
+
+def test_a_test_starts_without_cluster_variables():
+    assert not [n for n in os.environ if workers.is_cluster_variable(n)]
 
 
 # ------------------------------------------------------------------ real workers

@@ -3,8 +3,11 @@
 Every process gets this session's environment without its cluster (`run_workers`
 hands out TF_CONFIG through mgpu_tf's launcher; `run_with_environments` gives each
 process exactly the variables a deployment would), on the CPU unless `gpus=True`.
+The cluster variables are also what the session keeps clean between tests
+(`cluster_variables_restored`, used by conftest.py).
 """
 
+import contextlib
 import io
 import os
 import re
@@ -15,8 +18,9 @@ import time
 
 from mgpu_tf.cluster import launcher
 
-__all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "is_cluster_variable", "environment",
-           "run_workers", "run_python", "run_with_environments", "run_together"]
+__all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "is_cluster_variable",
+           "cluster_variables_restored", "environment", "run_workers", "run_python",
+           "run_with_environments", "run_together"]
 
 # The variables mgpu_tf.cluster.detect reads (TPU_NAME: the strategy factory, through it).
 CLUSTER_VARIABLES = ("TF_CONFIG", "TPU_NAME", "JOB_COMPLETION_INDEX")
@@ -28,6 +32,25 @@ _BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow", "PYTHONUNBU
 def is_cluster_variable(name):
     """True for a variable that tells mgpu_tf where the process runs."""
     return name in CLUSTER_VARIABLES or name.startswith(CLUSTER_PREFIXES)
+
+
+def _cluster_variables():
+    return {k: v for k, v in os.environ.items() if is_cluster_variable(k)}
+
+
+@contextlib.contextmanager
+def cluster_variables_restored():
+    """Puts the cluster variables of `os.environ` back as they were on entry.
+
+    Variables set inside are removed, changed ones reset, removed ones set again.
+    """
+    saved = _cluster_variables()
+    try:
+        yield
+    finally:
+        for name in _cluster_variables().keys() - saved.keys():
+            del os.environ[name]
+        os.environ.update(saved)
 
 
 def environment(extra=None, *, gpus=False):
