@@ -2,11 +2,13 @@
 
 From the same initial weights, a few SGD steps of `model.fit` under mirrored (2
 and 4 devices) and multi_worker (2 real workers) must give the weights plain
-Keras gives under the default strategy on the same global batches.
+Keras gives under the default strategy on the same global batches. On a machine
+with GPUs, mirrored over two real GPUs must give the weights of one GPU.
 """
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import mgpu_tf
 from support import compare
@@ -47,8 +49,37 @@ def test_mirrored_matches_default(problem, reference, devices):
     assert strategy.num_replicas_in_sync == devices
     with strategy.scope():
         model = mw_equivalence.build_model(weights)
-    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False,
+              verbose=0)
     assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
+
+
+@pytest.fixture
+def without_tf32():
+    """Full float32 matrix products: TensorFloat-32 on recent GPUs rounds to 10 bits."""
+    enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    yield
+    tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+
+@pytest.mark.gpu(2)
+@pytest.mark.parametrize("all_reduce", ["nccl", "hierarchical_copy"])
+def test_mirrored_on_two_gpus_matches_one_gpu(problem, all_reduce, without_tf32):
+    x, y, weights = problem
+    one = mgpu_tf.make_strategy("one_device", devices=["GPU:0"])
+    with one.scope():
+        single = mw_equivalence.build_model(weights)
+    single.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    strategy = mgpu_tf.make_strategy("mirrored", num_gpus=2, all_reduce=all_reduce)
+    assert [d.split("device:")[-1] for d in strategy.extended.worker_devices] == [
+        "GPU:0", "GPU:1"]
+    with strategy.scope():
+        model = mw_equivalence.build_model(weights)
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False,
+              verbose=0)
+    assert compare.relative_difference(single.get_weights(), weights) > 1e-3
+    assert compare.relative_difference(model.get_weights(), single.get_weights()) < TOLERANCE
 
 
 @pytest.mark.multiworker
