@@ -60,9 +60,47 @@ def test_time_balances_measured_time_and_reports_it():
     assert model.plan[0].seconds > model.plan[1].seconds * 0.5
 
 
-def test_time_without_sample_uses_zeros_of_the_input_shape():
-    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance="time")
-    assert all(s.seconds is not None for s in model.plan)
+def _waiting(seconds_per_row):
+    """Wait layers of known cost: seconds for each row, forward only, no weights."""
+    x = keras.Input((4,))
+    y = x
+    for i, seconds in enumerate(seconds_per_row):
+        y = models.Wait(seconds, name=f"wait_{i}")(y)
+    return keras.Model(x, y)
+
+
+def _check_time_plan(model, costs, stages):
+    """The plan of `model` against layer costs known in advance (seconds).
+
+    The heaviest stage by known cost is the least any split allows (brute force), and
+    each stage's measured seconds are its known cost, which a loaded machine can only
+    raise: by at most a half, plus 5 ms for the calls themselves.
+    """
+    counts = [len(s.layers) for s in model.plan]
+    bounds = np.cumsum([0] + counts)
+    known = [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert max(known) == pytest.approx(_brute_force_heaviest(costs, stages)), counts
+    for stage, cost in zip(model.plan, known):
+        assert cost <= stage.seconds <= 1.5 * cost + 5e-3, (stage, cost)
+
+
+def test_time_puts_the_costly_layer_alone():
+    # Per row: 50, 5, 5 and 30 ms for a sample of one row. Uniform would cut [2, 2]
+    # and params (no weights at all) has nothing to go by; time must cut [1, 3].
+    per_row = [50e-3, 5e-3, 5e-3, 30e-3]
+    model = mgpu_tf.ModelParallel(_waiting(per_row), DEVICES[:2], balance="time",
+                                  sample=np.ones((1, 4), "float32"))
+    assert model.plan[0].layers == ("wait_0",)
+    _check_time_plan(model, per_row, 2)
+
+
+def test_time_without_sample_times_32_rows_of_zeros():
+    # 32 rows of the given per-row waits: 48, 16, 16, 16, 16 ms. Best over 3 stages:
+    # [48 | 16, 16 | 16, 16].
+    per_row = [1.5e-3, 0.5e-3, 0.5e-3, 0.5e-3, 0.5e-3]
+    model = mgpu_tf.ModelParallel(_waiting(per_row), DEVICES[:3], balance="time")
+    assert [len(s.layers) for s in model.plan] == [1, 2, 2]
+    _check_time_plan(model, [32 * s for s in per_row], 3)
 
 
 def test_explicit_balance_is_used_as_given():
