@@ -1,10 +1,11 @@
 """Property-based checks: the TF_CONFIG and flag parsers answer any input with a
 valid result or one of mgpu_tf's errors, never a crash or a hang."""
 
+import collections
 import json
 
 from absl import flags
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from mgpu_tf.cluster import tf_config
@@ -52,10 +53,69 @@ def test_tf_config_shaped_values(value):
     _parse_or_our_error(value)
 
 
+@st.composite
+def _valid_tf_config(draw):
+    """A TF_CONFIG that is valid by construction: unique ports, the task inside the cluster."""
+    roles = draw(st.sampled_from([["worker"], ["chief", "worker"], ["chief"],
+                                  ["worker", "evaluator"], ["chief", "worker", "evaluator"]]))
+    sizes = {role: 1 if role == "chief" else draw(st.integers(1, 3)) for role in roles}
+    host = draw(st.sampled_from(["a", "10.0.0.1", "[::1]", "node-7.train"]))
+    ports = iter(draw(st.lists(st.integers(1, 65535), min_size=sum(sizes.values()),
+                               max_size=sum(sizes.values()), unique=True)))
+    cluster = {role: [f"{host}:{next(ports)}" for _ in range(size)] for role, size in sizes.items()}
+    task_type = draw(st.sampled_from(roles))
+    return {"cluster": cluster,
+            "task": {"type": task_type, "index": draw(st.integers(0, sizes[task_type] - 1))}}
+
+
+@st.composite
+def _near_tf_config_text(draw):
+    """TF_CONFIG text as a person or a script writes it, valid or slightly broken."""
+    text = json.dumps(draw(_valid_tf_config()), indent=draw(st.sampled_from([None, 0, 2])),
+                      separators=draw(st.sampled_from([None, (",", ":")])))
+    edit = draw(st.sampled_from(["none", "none", "pad", "cut", "insert", "replace"]))
+    at = draw(st.integers(0, len(text)))
+    piece = draw(st.sampled_from(["", " ", "0", "-1", "1", '"', ",", "}", "]", "x", ":", "99999",
+                                  '"ps"', '"chief"', "null", "true", "\n"]))
+    if edit == "pad":
+        return draw(st.sampled_from([" ", "\n", "\t"])) + text + draw(st.sampled_from(["", " \n"]))
+    if edit == "cut":
+        return text[:at]
+    if edit == "insert":
+        return text[:at] + piece + text[at:]
+    if edit == "replace":
+        return text[:at] + piece + text[at + len(piece):]
+    return text
+
+
+@settings(max_examples=200, deadline=1000)
+@given(_valid_tf_config())
+def test_valid_tf_config_text_round_trips(value):
+    config = _parse_or_our_error(json.dumps(value))
+    assert config is not None, value
+    assert config.to_tf_config() == value
+
+
 @settings(max_examples=200, deadline=1000)
 @given(st.text(max_size=60))
 def test_any_text(text):
     _parse_or_our_error(text)
+
+
+def test_text_near_a_tf_config():
+    # Mostly valid text with small edits: both outcomes must occur often, so that the
+    # round-trip checks of a parsed result really run (random text almost never parses).
+    outcomes = collections.Counter()
+
+    @settings(max_examples=300, deadline=1000, database=None)
+    @given(_near_tf_config_text())
+    def check(text):
+        parsed = _parse_or_our_error(text) is not None
+        event("parsed" if parsed else "refused")
+        outcomes[parsed] += 1
+
+    check()
+    assert outcomes[True] >= 50 and outcomes[False] >= 50, outcomes
 
 
 @settings(max_examples=200, deadline=1000)
