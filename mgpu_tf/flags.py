@@ -28,19 +28,15 @@ app.run(main)
 ```
 """
 
-import numbers
-
 from absl import flags
 
+from mgpu_tf.compat import keras_steps
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import factory
 from mgpu_tf.strategies import options as options_lib
 from mgpu_tf.strategies import registry
 
-__all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options",
-           "check_jit_compile", "check_steps_per_execution"]
-
-_JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
+__all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 
 # Each make_strategy option's flag (of the same name): its absl type and what --help adds
 # to the option's description. The flags add no option of their own.
@@ -95,9 +91,10 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer(
         "steps_per_execution", 1, "Training steps run in one call into TensorFlow, so Python "
         "and callbacks run once per this many steps (1: every step).", flag_values=flag_values)
-    flags.register_validator("jit_compile", _raises(check_jit_compile),
+    flags.register_validator("jit_compile", _raises(keras_steps.check_jit_compile),
                              flag_values=flag_values)
-    flags.register_validator("steps_per_execution", _raises(check_steps_per_execution),
+    flags.register_validator("steps_per_execution",
+                             _raises(keras_steps.check_steps_per_execution),
                              flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.
@@ -107,39 +104,11 @@ def define_flags(flag_values=flags.FLAGS):
         flag_values=flag_values)
 
 
-def check_jit_compile(value):
-    """Returns `value` (`"auto"`, a bool, or its name in any case) as `model.compile` takes it.
-
-    Raises:
-        ValueError: for anything else.
-    """
-    key = str(value).strip().lower() if isinstance(value, (str, bool)) else None
-    if key not in _JIT_COMPILE:
-        raise ValueError("`jit_compile` must be one of auto, true, false. "
-                         f"Received: jit_compile={value!r}")
-    return _JIT_COMPILE[key]
-
-
-def check_steps_per_execution(value):
-    """Returns `value` as a positive integer.
-
-    Raises:
-        TypeError: when it is not an integer.
-        ValueError: when it is below 1.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError("`steps_per_execution` must be an integer. "
-                        f"Received: steps_per_execution={value!r}")
-    if value < 1:
-        raise ValueError("`steps_per_execution` must be at least 1. "
-                         f"Received: steps_per_execution={value!r}")
-    return int(value)
-
-
 def compile_options(flag_values=flags.FLAGS):
     """Returns `{"jit_compile": ..., "steps_per_execution": ...}` for `model.compile`."""
-    return {"jit_compile": check_jit_compile(flag_values.jit_compile),
-            "steps_per_execution": check_steps_per_execution(flag_values.steps_per_execution)}
+    return {"jit_compile": keras_steps.check_jit_compile(flag_values.jit_compile),
+            "steps_per_execution": keras_steps.check_steps_per_execution(
+                flag_values.steps_per_execution)}
 
 
 def _raises(check):

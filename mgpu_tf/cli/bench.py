@@ -31,6 +31,12 @@ def add_parser(subparsers):
     parser.add_argument("--only", default=None,
                         help="comma-separated setting keys to run (default: all); "
                         "see the keys with --list")
+    parser.add_argument("--jit_compile", "--jit-compile", default=None,
+                        help="also run the main settings with model.compile(jit_compile=...): "
+                        "true, false or auto (default: not at all)")
+    parser.add_argument("--steps_per_execution", "--steps-per-execution", type=int,
+                        default=None, help="also run the main settings with "
+                        "model.compile(steps_per_execution=N) (default: not at all)")
     parser.add_argument("--list", action="store_true", help="list the settings and exit")
     parser.add_argument("--out", default=".", help="folder for bench.json and bench.png")
     parser.set_defaults(run=bench_command)
@@ -51,6 +57,9 @@ def _check(args):
             f"--global-batch={args.global_batch}. Use {low or args.workers} or "
             f"{low + args.workers}.")
     settings = bench_lib.default_settings(args.workers, global_batch=args.global_batch)
+    switches = _switches(args)
+    if switches:
+        settings += bench_lib.switched(settings, **switches)
     if args.only:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         known = [s.key for s in settings]
@@ -58,8 +67,29 @@ def _check(args):
         if unknown or not keys:
             raise ValueError(f"--only names unknown settings {unknown}. Received: "
                              f"--only={args.only!r}. Known: {', '.join(known)}.")
+        if switches:
+            # A twin needs its setting, and every twin the default strategy's pair.
+            keys += [s.base for s in settings if s.key in keys and s.base]
+            keys += [f"{k}+switches" for k in keys] + ["processN", "processN+switches"]
         settings = [s for s in settings if s.key in keys]
     return settings
+
+
+def _switches(args):
+    """`{"jit_compile", "steps_per_execution"}` for the twins, or None without the flags."""
+    if args.jit_compile is None and args.steps_per_execution is None:
+        return None
+    from mgpu_tf.compat import keras_steps
+
+    try:
+        jit = keras_steps.check_jit_compile(
+            "auto" if args.jit_compile is None else args.jit_compile)
+        steps = keras_steps.check_steps_per_execution(
+            1 if args.steps_per_execution is None else args.steps_per_execution)
+    except (TypeError, ValueError) as error:
+        flag = "--jit_compile" if "jit_compile" in str(error) else "--steps_per_execution"
+        raise ValueError(f"{flag}: {error}") from None
+    return {"jit_compile": jit, "steps_per_execution": steps}
 
 
 def bench_command(args):
@@ -69,8 +99,9 @@ def bench_command(args):
         print(f"mgpu-tf bench: {error}", file=sys.stderr)
         return 2
     if args.list:
+        width = max(len(s.key) for s in settings) + 2
         for s in settings:
-            print(f"{s.key:<26}{s.name}")
+            print(f"{s.key:<{width}}{s.name}")
         return 0
     spec = bench_lib.ModelSpec(width=args.width, depth=args.depth)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -35,12 +35,15 @@ import ast
 import hashlib
 import inspect
 import logging
+import numbers
 import re
 import warnings
 
 __all__ = [
     "KERAS_STEP_VERSIONS",
     "apply_step_fixes",
+    "check_jit_compile",
+    "check_steps_per_execution",
     "step_fixes_apply",
     "source_fingerprints",
     "use_inline_steps",
@@ -62,6 +65,7 @@ KNOWN_FINGERPRINTS = {
 }
 
 _MARK = "_mgpu_tf_inline_steps"
+_JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 _reported = set()
 
 
@@ -69,6 +73,35 @@ def _report(reason):
     if reason not in _reported:
         _reported.add(reason)
         logger.info("mgpu_tf: %s", reason)
+
+
+def check_jit_compile(value):
+    """Returns `value` (`"auto"`, a bool, or its name in any case) as `model.compile` takes it.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    key = str(value).strip().lower() if isinstance(value, (str, bool)) else None
+    if key not in _JIT_COMPILE:
+        raise ValueError("`jit_compile` must be one of auto, true, false. "
+                         f"Received: jit_compile={value!r}")
+    return _JIT_COMPILE[key]
+
+
+def check_steps_per_execution(value):
+    """Returns `value` as a positive integer.
+
+    Raises:
+        TypeError: when it is not an integer.
+        ValueError: when it is below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("`steps_per_execution` must be an integer. "
+                        f"Received: steps_per_execution={value!r}")
+    if value < 1:
+        raise ValueError("`steps_per_execution` must be at least 1. "
+                         f"Received: steps_per_execution={value!r}")
+    return int(value)
 
 
 def step_fixes_apply(keras_version):

@@ -11,7 +11,7 @@ The names load on first use, so `mgpu-tf bench --help` answers without TensorFlo
 from mgpu_tf import lazy_exports
 
 _EXPORTS = {
-    "mgpu_tf.planner.bench.settings": "ModelSpec Setting default_settings",
+    "mgpu_tf.planner.bench.settings": "ModelSpec Setting default_settings switched",
     "mgpu_tf.planner.bench.runner": "FreshProcessError run_in_fresh_process",
     "mgpu_tf.planner.bench.scaling": "measure run_benchmark",
     "mgpu_tf.planner.bench.report": "summarise format_table write_json write_plot",

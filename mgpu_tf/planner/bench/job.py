@@ -161,7 +161,8 @@ def train_and_time(payload):
     with strategy.scope():
         model = mgpu_tf.prepare_model(_build_model(spec), strategy)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      **dict(setting.compile))
     if overlap:
         _reverse_all_reduce(model.optimizer)
     seconds = []

@@ -59,9 +59,14 @@ def summarise(settings, runs):
     compute = by_group.get("compute-worker") or by_group.get("compute")
     # A ring of two sends and receives at once: two opposite streams share the loopback.
     bandwidth = cost_model.measure_loopback_bandwidth(streams=2)
-    for row in rows:
+    keys = {s.key: s.name for s in settings}
+    for row, setting in zip(rows, settings):
         same_precision = row["mode"] != "process" and "mixed_bfloat16" in row["group"]
         base = "process mixed_bfloat16" if same_precision else "process"
+        if setting.base:
+            base = "process +switches"
+            _switch_speedups(row, runs, keys[setting.base], names.get(base),
+                             keys.get("processN"))
         if base in names and row["group"] != base and row["group"] != "process":
             # Paired by round: each round ran both settings minutes apart, under one load.
             pairs = zip(runs[row["name"]], runs[names[base]])
@@ -84,9 +89,23 @@ def summarise(settings, runs):
     return rows
 
 
+def _switch_speedups(row, runs, without, default_with, default_without):
+    """Adds the speed-up the switches give `row`, and its share of the default strategy's."""
+    pairs = list(zip(runs[row["name"]], runs[without]))
+    row["switch_speedup"] = statistics.median(
+        r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
+    if default_with and default_without and default_with != row["name"]:
+        # Paired by round: (with / without here) / (with / without for the default strategy).
+        rounds = zip(runs[row["name"]], runs[without], runs[default_with], runs[default_without])
+        row["speedup_vs_default"] = statistics.median(
+            (r["examples_per_sec"] / b["examples_per_sec"])
+            / (d["examples_per_sec"] / e["examples_per_sec"]) for r, b, d, e in rounds)
+
+
 def format_table(rows):
     """The summary rows as a compact table, with a note on the bandwidths."""
-    lines = [f"{'setting':<38}{'ex/s':>9}{'ratio':>7}{'step ms':>9}{'comm ms':>9}"
+    width = max([len("setting")] + [len(r["name"]) for r in rows]) + 1
+    lines = [f"{'setting':<{width}}{'ex/s':>9}{'ratio':>7}{'step ms':>9}{'comm ms':>9}"
              f"{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
 
     def ms(row, key):
@@ -94,7 +113,7 @@ def format_table(rows):
 
     for r in rows:
         ratio = f"{r['ratio']:>7.2f}" if "ratio" in r else f"{'':>7}"
-        lines.append(f"{r['name']:<38}{r['examples_per_sec']:>9.0f}{ratio}"
+        lines.append(f"{r['name']:<{width}}{r['examples_per_sec']:>9.0f}{ratio}"
                      f"{ms(r, 'step_seconds')}{ms(r, 'all_reduce_seconds')}"
                      f"{ms(r, 'model_all_reduce_seconds')}"
                      f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
@@ -116,6 +135,16 @@ def format_table(rows):
             "measured step alone under multi_worker, else its 1-thread computation, + link "
             "model). ratio: against the 1-process row of the same precision, median of the "
             "rounds' ratios.")
+    switched = [r for r in rows if "switch_speedup" in r]
+    if switched:
+        lines.append(f"{'with the speed switches':<{width}}{'speed-up':>9}{'vs default':>11}")
+        for r in switched:
+            share = (f"{r['speedup_vs_default']:>11.2f}" if "speedup_vs_default" in r
+                     else f"{'':>11}")
+            lines.append(f"{r['name']:<{width}}{r['switch_speedup']:>9.2f}{share}")
+        lines.append("speed-up: examples/s with the switches over the same setting without; "
+                     "vs default: that speed-up over the one the default strategy (1 process) "
+                     "gets from the same switches.")
     return "\n".join(lines)
 
 

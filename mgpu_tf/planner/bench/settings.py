@@ -11,7 +11,12 @@ for setting in bench.default_settings(2, global_batch=256):
 
 import dataclasses
 
-__all__ = ["ModelSpec", "Setting", "default_settings"]
+__all__ = ["ModelSpec", "Setting", "default_settings", "switched"]
+
+# The settings that get a twin with Keras' speed switches on, when they are asked for:
+# the baseline, one machine's replicas, plain workers and the workers' best options.
+SWITCHED = ("processN", "mirrored", "workers", "workers-tcp", "workers-float16-steps4",
+            "workers-tcp-float16-steps4", "model_parallel")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +43,9 @@ class Setting:
         global_batch: examples per step over all replicas.
         options: extra `make_strategy` options, as `(name, value)` pairs.
         group: the row of the plot the setting belongs to.
+        compile: `model.compile` arguments (`jit_compile`, `steps_per_execution`),
+            as `(name, value)` pairs.
+        base: for a setting with the speed switches on, the key of its twin without.
     """
 
     key: str
@@ -48,11 +56,15 @@ class Setting:
     global_batch: int
     options: tuple = ()
     group: str = ""
+    compile: tuple = ()
+    base: str = ""
 
     @classmethod
     def from_dict(cls, data):
         """The setting `dataclasses.asdict` gave `data` for (JSON makes pairs lists)."""
-        return cls(**{**data, "options": tuple(tuple(o) for o in data["options"])})
+        pairs = {name: tuple(tuple(o) for o in data.get(name, ())) for name in
+                 ("options", "compile")}
+        return cls(**{**data, **pairs})
 
 
 # (key, label after "N workers", make_strategy options) of each multi_worker setting.
@@ -74,6 +86,19 @@ _WORKER_OPTIONS = [
     ("workers-tcp-float16-steps4", " tcp, float16, steps_per_sync=4",
      (("transport", "tcp"), ("compression", "float16"), ("steps_per_sync", 4))),
 ]
+
+
+def switched(settings, *, jit_compile=True, steps_per_execution=8):
+    """Each setting of `SWITCHED` among `settings`, again with Keras' speed switches on.
+
+    A twin's key is its setting's with `+switches`; its ratio is taken against the
+    1-process twin, and its speed-up against its own setting.
+    """
+    label = f"jit_compile={jit_compile}, steps_per_execution={steps_per_execution}"
+    return [dataclasses.replace(
+        s, key=f"{s.key}+switches", name=f"{s.name}; {label}", group=f"{s.group} +switches",
+        compile=(("jit_compile", jit_compile), ("steps_per_execution", steps_per_execution)),
+        base=s.key) for s in settings if s.key in SWITCHED]
 
 
 def default_settings(n=2, *, global_batch=256, model_parallel=True):
