@@ -21,13 +21,10 @@ import tensorflow as tf
 from absl import app, flags
 
 from mgpu_tf import callbacks
-
-from mgpu_tf.cluster import detect as cluster
-
-from mgpu_tf.cluster import failures
-
-from mgpu_tf.data import sharding
 from mgpu_tf import flags as mgpu_flags
+from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import failures
+from mgpu_tf.data import sharding
 from mgpu_tf.strategies import factory as strategies
 
 __all__ = ["load_data", "build_model", "train", "main"]

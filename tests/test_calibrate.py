@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from mgpu_tf.cluster import calibrate
 from mgpu_tf.cli import main as cli_main
+from mgpu_tf.cluster import calibrate
 from support import workers
 
 

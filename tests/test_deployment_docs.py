@@ -15,8 +15,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
+from mgpu_tf.cluster import launcher
 from support import main_job
 from support import workers
 

@@ -13,9 +13,9 @@ import re
 import pytest
 
 from mgpu_tf.cluster import detect as cluster
-from mgpu_tf.cluster import tf_config
 from mgpu_tf.cluster import hostlist
 from mgpu_tf.cluster import launcher
+from mgpu_tf.cluster import tf_config
 from mgpu_tf.strategies import factory as strategies
 from support import main_job
 from support import workers

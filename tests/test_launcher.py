@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from mgpu_tf.cluster import launcher
 from mgpu_tf.cli import main as cli_main
+from mgpu_tf.cluster import launcher
 
 _ECHO = [sys.executable, "-c", "import os; print(os.environ['TF_CONFIG'])"]
 

@@ -8,9 +8,9 @@ import keras
 import pytest
 
 import mgpu_tf
-from mgpu_tf.strategies import factory as strategies
 from mgpu_tf.cli import main as cli_main
 from mgpu_tf.planner import PlanError, memory, parse_size, recommend
+from mgpu_tf.strategies import factory as strategies
 from support import models
 from support import planner_models
 

@@ -8,8 +8,8 @@ from absl import flags
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from mgpu_tf.cluster import tf_config
 from mgpu_tf import flags as mgpu_flags
+from mgpu_tf.cluster import tf_config
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=12),

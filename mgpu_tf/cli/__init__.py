@@ -1,35 +1,13 @@
-"""The `mgpu-tf` command: one entry point, one module per sub-command."""
+"""The `mgpu-tf` command: one entry point, one module per sub-command.
 
-import argparse
-import sys
+`app` holds the top-level parser and `main`; `launch`, `env`, `k8s`, `calibrate`,
+`bench` and `plan` each add their sub-command (`add_parser`) and run it
+(`NAME_command`); `parsing` is what their parsers share. Nothing here imports
+TensorFlow until a command needs it.
+"""
 
-from mgpu_tf.cli import bench as bench_cmd
-from mgpu_tf.cli import calibrate as calibrate_cmd
-from mgpu_tf.cli import env as env_cmd
-from mgpu_tf.cli import k8s as k8s_cmd
-from mgpu_tf.cli import launch as launch_cmd
-from mgpu_tf.cli import plan as plan_cmd
+from mgpu_tf import lazy_exports
 
-__all__ = ["main"]
+_EXPORTS = {"mgpu_tf.cli.app": "main"}
 
-_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd, plan_cmd)
-
-
-def _parser():
-    parser = argparse.ArgumentParser(
-        prog="mgpu-tf", description="Multi-device training for TensorFlow and Keras 3."
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _COMMANDS:
-        module.add_parser(subparsers)
-    return parser
-
-
-def main(argv=None):
-    """Runs `mgpu-tf ARGS`; returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    return args.run(args)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

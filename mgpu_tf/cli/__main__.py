@@ -1,5 +1,5 @@
 import sys
 
-from mgpu_tf.cli import main
+from mgpu_tf.cli.app import main
 
 sys.exit(main())

@@ -1,25 +1,25 @@
-"""`mgpu-tf bench`: the scaling benchmark, as a table, a JSON file and a plot."""
+"""`mgpu-tf bench`: measure examples/s on 1 and N simulated devices, local workers and
+pipeline stages, each communication option on and off.
+
+Train one MLP under each setting in fresh processes (N local workers of one thread each
+against one process of N threads, each communication option on and off, N simulated
+devices, N model_parallel stages), alternating rounds, and print the medians with the
+ring all-reduce cost model's figures. Writes OUT/bench.json and OUT/bench.png. Example:
+mgpu-tf bench --workers 2 --rounds 3
+"""
 
 import os
 import sys
 import time
 
+from mgpu_tf.cli import parsing
 from mgpu_tf.planner import bench as bench_lib
 
 __all__ = ["add_parser", "bench_command"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure examples/s on 1 and N simulated devices, local workers and pipeline "
-        "stages, each communication option on and off",
-        description="Train one MLP under each setting in fresh processes (N local workers "
-        "of one thread each against one process of N threads, each communication option "
-        "on and off, N simulated devices, N model_parallel stages), alternating rounds, "
-        "and print the medians with the ring all-reduce cost model's figures. Writes "
-        "OUT/bench.json and OUT/bench.png. Example: mgpu-tf bench --workers 2 --rounds 3",
-    )
+    parser = parsing.add_command(subparsers, bench_command, __doc__)
     parser.add_argument("--workers", type=int, default=2,
                         help="N: devices, workers and stages to compare with one (default 2)")
     parser.add_argument("--global-batch", type=int, default=256,
@@ -39,7 +39,6 @@ def add_parser(subparsers):
                         "model.compile(steps_per_execution=N) (default: not at all)")
     parser.add_argument("--list", action="store_true", help="list the settings and exit")
     parser.add_argument("--out", default=".", help="folder for bench.json and bench.png")
-    parser.set_defaults(run=bench_command)
     return parser
 
 

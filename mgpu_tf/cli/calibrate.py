@@ -1,33 +1,31 @@
-"""`mgpu-tf calibrate`: measure each worker's speed and propose shard weights."""
+"""`mgpu-tf calibrate`: run a job briefly on N local workers, or take measured speeds, and
+propose shard weights.
+
+Run COMMAND as N local workers, each measuring its own speed (it must print
+'examples_per_sec=X' and use a local strategy), and print the shard weights that match:
+MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s --node-pool. Example: mgpu-
+tf calibrate --workers 2 -- python -m mgpu_tf.train --strategy=mirrored --epochs=2. For
+workers on other machines, run the same command on each and pass the figures: mgpu-tf
+calibrate --speeds 812,410
+"""
 
 import sys
 
+from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import calibrate
-
 from mgpu_tf.cluster import launcher
 
 __all__ = ["add_parser", "calibrate_command"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "calibrate",
-        help="run a job briefly on N local workers, or take measured speeds, and propose "
-        "shard weights",
-        description="Run COMMAND as N local workers, each measuring its own speed (it must "
-        "print 'examples_per_sec=X' and use a local strategy), and print the shard weights "
-        "that match: MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s "
-        "--node-pool. Example: mgpu-tf calibrate --workers 2 -- python -m mgpu_tf.train "
-        "--strategy=mirrored --epochs=2. For workers on other machines, run the same "
-        "command on each and pass the figures: mgpu-tf calibrate --speeds 812,410",
-    )
+    parser = parsing.add_command(subparsers, calibrate_command, __doc__)
     parser.add_argument("--workers", type=int, default=None, help="number of local workers")
     parser.add_argument("--speeds", default=None,
                         help="comma-separated examples/sec measured elsewhere, one per worker")
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the job each worker runs")
-    parser.set_defaults(run=calibrate_command)
     return parser
 
 

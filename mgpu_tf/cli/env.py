@@ -1,16 +1,20 @@
-"""`mgpu-tf env`: what a bug report needs to know about this machine."""
+"""`mgpu-tf env`: print versions, devices, the strategy 'auto' would choose, and the cluster.
+
+Print what a bug report needs: the versions of Python, TensorFlow, Keras and mgpu_tf,
+the devices TensorFlow sees, the strategy 'auto' would choose and why, and the cluster
+found in the environment. Example: mgpu-tf env
+"""
 
 import platform
 import sys
+
+from mgpu_tf.cli import parsing
 
 __all__ = ["add_parser", "env_command", "environment_report"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "env", help="print versions, devices, the strategy 'auto' would choose, and the cluster")
-    parser.set_defaults(run=env_command)
-    return parser
+    return parsing.add_command(subparsers, env_command, __doc__)
 
 
 def environment_report():

@@ -1,25 +1,22 @@
-"""`mgpu-tf k8s`: print the Kubernetes manifests that run a command on N GPU workers."""
+"""`mgpu-tf k8s`: print Kubernetes manifests (Indexed Job or Kubeflow TFJob) for N GPU workers.
 
-import argparse
+Print the manifests that run COMMAND as a multi-worker job on Kubernetes: a headless
+Service and an Indexed Job (default), or a Kubeflow TFJob. Example: mgpu-tf k8s
+--workers 4 --gpus-per-worker 2 --image IMAGE -- python -m mgpu_tf.train
+--strategy=multi_worker | kubectl apply -f -
+"""
+
 import sys
 
+from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import detect as cluster
-
 from mgpu_tf.cluster import kubernetes
 
 __all__ = ["add_parser", "k8s_command"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "k8s",
-        help="print Kubernetes manifests (Indexed Job or Kubeflow TFJob) for N GPU workers",
-        description="Print the manifests that run COMMAND as a multi-worker job on "
-        "Kubernetes: a headless Service and an Indexed Job (default), or a Kubeflow TFJob. "
-        "Example: mgpu-tf k8s --workers 4 --gpus-per-worker 2 --image IMAGE -- "
-        "python -m mgpu_tf.train --strategy=multi_worker | kubectl apply -f -",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = parsing.add_command(subparsers, k8s_command, __doc__, raw=True)
     parser.add_argument("--workers", type=int, default=None,
                         help="number of workers (default: the node pools' total)")
     parser.add_argument("--gpus-per-worker", type=int, default=1,
@@ -40,7 +37,6 @@ def add_parser(subparsers):
                         "nvidia.com/gpu.product")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the command each worker's container runs")
-    parser.set_defaults(run=k8s_command)
     return parser
 
 

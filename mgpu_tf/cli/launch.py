@@ -1,22 +1,21 @@
-"""`mgpu-tf launch`: run one command as N local workers of a TF_CONFIG cluster."""
+"""`mgpu-tf launch`: run a command as N local workers, each with its own TF_CONFIG.
+
+Start N local worker processes of COMMAND, each with a TF_CONFIG on free ports, prefix
+their output with the worker index, and stop them all when one fails or on Ctrl-C.
+Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
+"""
 
 import signal
 import sys
 
+from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import launcher
 
 __all__ = ["add_parser", "launch_command"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "launch",
-        help="run a command as N local workers, each with its own TF_CONFIG",
-        description="Start N local worker processes of COMMAND, each with a TF_CONFIG on "
-        "free ports, prefix their output with the worker index, and stop them all when "
-        "one fails or on Ctrl-C. Example: mgpu-tf launch --workers 2 -- "
-        "python -m mgpu_tf.train --strategy=multi_worker",
-    )
+    parser = parsing.add_command(subparsers, launch_command, __doc__)
     parser.add_argument("--workers", type=int, required=True, help="number of workers")
     parser.add_argument("--port", type=int, default=None,
                         help="first port (workers use PORT, PORT+1, ...); default: free ports")
@@ -29,7 +28,6 @@ def add_parser(subparsers):
                         "each start sees MGPU_TF_RESTART=0,1,... (default 0)")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the command each worker runs")
-    parser.set_defaults(run=launch_command)
     return parser
 
 

@@ -1,26 +1,26 @@
-"""`mgpu-tf plan`: memory per device and the recommended parallelism for a Keras model."""
+"""`mgpu-tf plan`: memory per device for data, model and hybrid parallelism, and which to use.
+
+Build the model a function returns, add up each device's parameters, gradients,
+optimizer slots and traced activations for data, model and hybrid parallelism, predict
+the data-parallel step, and recommend one. Devices may be declared: --devices 8
+--device-memory 80GiB plans for hardware you do not have. Example: mgpu-tf plan --model
+my_models:build --global-batch-size 256 --devices 8 --device-memory 16GiB --interconnect
+nvlink
+"""
 
 import importlib
 import importlib.util
 import os
 import sys
 
+from mgpu_tf.cli import parsing
 from mgpu_tf.planner import interconnect as interconnect_lib
 
 __all__ = ["add_parser", "plan_command", "load_model"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "plan",
-        help="memory per device for data, model and hybrid parallelism, and which to use",
-        description="Build the model a function returns, add up each device's parameters, "
-        "gradients, optimizer slots and traced activations for data, model and hybrid "
-        "parallelism, predict the data-parallel step, and recommend one. Devices may be "
-        "declared: --devices 8 --device-memory 80GiB plans for hardware you do not have. "
-        "Example: mgpu-tf plan --model my_models:build --global-batch-size 256 --devices 8 "
-        "--device-memory 16GiB --interconnect nvlink",
-    )
+    parser = parsing.add_command(subparsers, plan_command, __doc__)
     parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION",
                         help="a function returning a built Keras model (MODULE may be a "
                         "dotted module name or a path to a .py file)")
@@ -42,7 +42,6 @@ def add_parser(subparsers):
                         help="seconds per ring hop, instead of the interconnect's")
     parser.add_argument("--no-measure", action="store_true",
                         help="do not time a step here (no step-time prediction)")
-    parser.set_defaults(run=plan_command)
     return parser
 
 

@@ -35,8 +35,8 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf.comm import compression
 from mgpu_tf import compat
+from mgpu_tf.comm import compression
 from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",

@@ -13,8 +13,8 @@ import logging
 
 import tensorflow as tf
 
-from mgpu_tf.data import replica_weights
 from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
 

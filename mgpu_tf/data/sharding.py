@@ -39,9 +39,9 @@ import os
 
 import tensorflow as tf
 
-from mgpu_tf.data import replica_weights
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
 from mgpu_tf.strategies import factory as strategies_lib

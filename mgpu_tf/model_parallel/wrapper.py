@@ -17,12 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.compat import private
-from mgpu_tf.strategies import options as options_lib
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import partition
 from mgpu_tf.model_parallel import pipeline
 from mgpu_tf.model_parallel import placement
+from mgpu_tf.strategies import options as options_lib
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance"]
 

@@ -12,9 +12,9 @@ import math
 import numbers
 
 from mgpu_tf.planner import cost_model
-from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import memory as memory_lib
+from mgpu_tf.strategies import devices as devices_lib
 
 __all__ = ["Option", "Plan", "PlanError", "plan", "auto_strategy", "local_device_memory"]
 

@@ -11,9 +11,9 @@ lost-worker detection of `mgpu_tf.cluster.failures`.
 import tensorflow as tf
 
 from mgpu_tf import compat
-from mgpu_tf.compat import keras_steps
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
+from mgpu_tf.compat import keras_steps
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies.registry import register_strategy
 

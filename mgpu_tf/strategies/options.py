@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
+from mgpu_tf.comm import transport
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import precision as precision_lib
 from mgpu_tf.strategies import registry
-from mgpu_tf.comm import transport
 
 __all__ = ["check_devices", "validate_options"]
 

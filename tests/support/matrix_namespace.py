@@ -8,10 +8,10 @@ import tensorflow as tf
 from absl import flags as absl_flags
 
 import mgpu_tf
+from mgpu_tf import flags as mgpu_flags
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
 from mgpu_tf.cluster import launcher
-from mgpu_tf import flags as mgpu_flags
 from support import models
 
 

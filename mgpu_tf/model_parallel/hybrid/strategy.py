@@ -15,12 +15,12 @@ import numbers
 import tensorflow as tf
 
 from mgpu_tf.cluster import detect as cluster_lib
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import builtin
-from mgpu_tf.strategies import options as options_lib
-from mgpu_tf.strategies import registry
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import wrapper
+from mgpu_tf.strategies import builtin
+from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.strategies import options as options_lib
+from mgpu_tf.strategies import registry
 
 __all__ = ["HybridStrategy", "check_layout"]
 
