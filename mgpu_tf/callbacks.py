@@ -19,6 +19,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from mgpu_tf.compat import private_callbacks
+
 __all__ = [
     "is_chief",
     "chief_path",
@@ -121,18 +123,23 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
         super().__init__(backup_dir, save_freq=save_freq,
                          delete_checkpoint=delete_checkpoint, double_checkpoint=False)
-
-    def _save_model(self):
-        strategy = self.model.distribute_strategy
-        with chief_path(self._weights_path, strategy) as target:
-            self.model.save_weights(target, overwrite=True)
-        with chief_path(self._training_metadata_path, strategy) as target:
-            with open(target, "w") as f:
-                json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, f)
+        # Keras writes its backup in place from every worker, in a private hook.
+        private_callbacks.set_backup_writer(self, _write_backup)
 
     def on_train_end(self, logs=None):
         if is_chief(self.model.distribute_strategy):
             super().on_train_end(logs)
+
+
+def _write_backup(callback):
+    """Writes the files Keras' BackupAndRestore would write, from the chief only, atomically."""
+    strategy = callback.model.distribute_strategy
+    weights, metadata = private_callbacks.backup_files(callback)
+    with chief_path(weights, strategy) as target:
+        callback.model.save_weights(target, overwrite=True)
+    with chief_path(metadata, strategy) as target:
+        with open(target, "w") as f:
+            json.dump(private_callbacks.backup_metadata(callback), f)
 
 
 class _WorkerScratch:
@@ -164,19 +171,18 @@ class ModelCheckpoint(_WorkerScratch, keras.callbacks.ModelCheckpoint):
     """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes.
 
     Other workers save into a temporary directory that is removed when training
-    ends. Takes the same arguments as the Keras callback.
+    ends. The callback's `model` is a stand-in for the model whose `save` and
+    `save_weights` write atomically. Takes the same arguments as the Keras callback.
     """
 
     def _redirect(self, scratch):
         self.filepath = os.path.join(scratch, os.path.basename(self.filepath))
 
-    def _save_model(self, epoch, batch, logs):
-        model = self._model
-        self._model = _ChiefWriter(model)
-        try:
-            super()._save_model(epoch, batch, logs)
-        finally:
-            self._model = model
+    def set_model(self, model):
+        # Keras saves through the callback's `model.save` and `model.save_weights`.
+        if not isinstance(model, _ChiefWriter):
+            model = _ChiefWriter(model)
+        super().set_model(model)
 
 
 class TensorBoard(_WorkerScratch, keras.callbacks.TensorBoard):

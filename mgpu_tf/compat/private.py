@@ -8,6 +8,7 @@ Outside them it logs once and tries; when the name is gone it raises
 that use an accessor inside a training step call `require` when they set up, so
 a missing name stops the setup, not the step; callers that can do without a name
 (collective keys, heartbeat timeouts, the batching check) catch the error and log.
+The private names of Keras' callbacks have their accessors in `private_callbacks`.
 """
 
 import importlib
