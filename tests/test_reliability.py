@@ -38,7 +38,10 @@ def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     steps = _steps(out / "steps-0.txt")
     first = [s for s in steps if s[0] == 0]
     second = [s for s in steps if s[0] == 1]
-    assert first[-1][1:] == (1, 3), "worker 0 went past the step where worker 1 died"
+    # Worker 0 cannot pass the step at which worker 1 died (epoch 1, batch 3): the next
+    # one needs worker 1's gradients. Whether it records that step before the launcher
+    # stops it is a race, so it may end one step short.
+    assert first[-1][1:] in ((1, 2), (1, 3)), f"worker 0 stopped at {first[-1][1:]}"
     # The restart redoes only the unfinished epoch: it starts at epoch 1, batch 0.
     assert second[0][1:] == (1, 0)
     assert len(second) == 2 * 8
