@@ -129,9 +129,10 @@ def test_patch_keeps_one_machine_reduction(unpatched_keras):
 
 
 def test_public_names_stay_in_one_place():
-    assert compat.__all__ == ["KERAS_20585_VERSIONS", "apply_multi_worker_fixes",
+    assert compat.__all__ == ["KERAS_20585_VERSIONS", "KERAS_STEP_VERSIONS",
+                              "apply_multi_worker_fixes", "apply_step_fixes",
                               "distinct_collective_keys", "multi_worker_fixes_apply",
-                              "set_log_mean"]
+                              "set_log_mean", "step_fixes_apply"]
     assert mgpu_tf.compat.apply_multi_worker_fixes is multi_worker.apply_multi_worker_fixes
     assert compat.distinct_collective_keys is collective_keys.distinct_collective_keys
 

@@ -566,8 +566,6 @@ _BY_NAME = {"getattr", "hasattr", "setattr", "delattr", "__getattribute__", "__s
 # Private names that modules outside mgpu_tf/compat/ still use themselves: the path (or
 # folder) of the modules, and the names. Each is to move behind mgpu_tf.compat.private.
 _NOT_YET_ROUTED = {
-    # The all-reduce order experiment of the scaling benchmark.
-    "mgpu_tf/planner/bench/": {"_all_reduce_sum_gradients"},
 }
 
 

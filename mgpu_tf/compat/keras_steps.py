@@ -32,22 +32,18 @@ off under any strategy and on CPU-only machines.
 """
 
 import ast
+import functools
 import hashlib
 import inspect
 import logging
 import numbers
-import re
 import warnings
 
-__all__ = [
-    "KERAS_STEP_VERSIONS",
-    "apply_step_fixes",
-    "check_jit_compile",
-    "check_steps_per_execution",
-    "step_fixes_apply",
-    "source_fingerprints",
-    "use_inline_steps",
-]
+from mgpu_tf.compat import versions
+
+__all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
+           "check_steps_per_execution", "step_fixes_apply", "source_fingerprints",
+           "use_inline_steps"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -66,13 +62,6 @@ KNOWN_FINGERPRINTS = {
 
 _MARK = "_mgpu_tf_inline_steps"
 _JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
-_reported = set()
-
-
-def _report(reason):
-    if reason not in _reported:
-        _reported.add(reason)
-        logger.info("mgpu_tf: %s", reason)
 
 
 def check_jit_compile(value):
@@ -111,15 +100,7 @@ def step_fixes_apply(keras_version):
         TypeError: when `keras_version` is not a string.
         ValueError: when it does not start with `major.minor`.
     """
-    if not isinstance(keras_version, str):
-        raise TypeError(
-            f"`keras_version` must be a string. Received: keras_version={keras_version!r}")
-    match = re.match(r"(\d+)\.(\d+)", keras_version.strip())
-    if match is None:
-        raise ValueError("`keras_version` must start with major.minor, such as '3.15.1'. "
-                         f"Received: keras_version={keras_version!r}")
-    first, last = KERAS_STEP_VERSIONS
-    return first <= (int(match[1]), int(match[2])) <= last
+    return versions.release_in(keras_version, *KERAS_STEP_VERSIONS, argument="keras_version")
 
 
 def source_fingerprints():
@@ -170,13 +151,7 @@ def apply_step_fixes(*, keras_version=None):
     import keras
 
     keras_version = keras.__version__ if keras_version is None else keras_version
-    first, last = KERAS_STEP_VERSIONS
-    reason = None
-    if not step_fixes_apply(keras_version):
-        reason = (f"Keras {keras_version} is outside {first[0]}.{first[1]}-{last[0]}."
-                  f"{last[1]}, the versions it is for")
-    elif keras.backend.backend() != "tensorflow":
-        reason = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+    reason = versions.keras_mismatch(keras_version, *KERAS_STEP_VERSIONS)
     from keras.src.backend.tensorflow import trainer
 
     cls = trainer.TensorFlowTrainer
@@ -185,15 +160,15 @@ def apply_step_fixes(*, keras_version=None):
     if reason is None and source_fingerprints() != KNOWN_FINGERPRINTS:
         reason = "the installed Keras trainer is not the code the fix was written for"
     if reason:
-        _report("not patching Keras for steps_per_execution and jit_compile under "
-                f"tf.distribute: {reason}. Under a strategy, compile with "
-                "steps_per_execution=1 and jit_compile=False.")
+        versions.log_once("not patching Keras for steps_per_execution and jit_compile under "
+                          f"tf.distribute: {reason}. Under a strategy, compile with "
+                          "steps_per_execution=1 and jit_compile=False.")
         return False
     cls.make_train_function = _dispatch(cls.make_train_function, "train")
     cls.make_test_function = _dispatch(cls.make_test_function, "test")
-    _report(f"patched Keras {keras_version} so that steps_per_execution and jit_compile "
-            "work under tf.distribute strategies (TensorFlowTrainer.make_train_function "
-            "and make_test_function).")
+    versions.log_once(f"patched Keras {keras_version} so that steps_per_execution and "
+                      "jit_compile work under tf.distribute strategies "
+                      "(TensorFlowTrainer.make_train_function and make_test_function).")
     return True
 
 
@@ -209,6 +184,7 @@ def _wants_fix(model):
 
 
 def _dispatch(original, kind):
+    @functools.wraps(original)  # `source_fingerprints` reads the original through it
     def make_function(self, force=False):
         if not _wants_fix(self):
             return original(self, force)
@@ -219,8 +195,6 @@ def _dispatch(original, kind):
         setattr(self, attribute, _make_function(self, step, kind))
         return getattr(self, attribute)
 
-    make_function.__name__ = original.__name__
-    make_function.__doc__ = original.__doc__
     setattr(make_function, _MARK, True)
     return make_function
 

@@ -23,10 +23,9 @@ through `mgpu_tf.compat.private`.
 
 import functools
 import logging
-import re
 import weakref
 
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private, versions
 
 __all__ = [
     "KERAS_20585_VERSIONS",
@@ -57,16 +56,7 @@ def multi_worker_fixes_apply(keras_version):
         TypeError: when `keras_version` is not a string.
         ValueError: when it does not start with `major.minor`.
     """
-    if not isinstance(keras_version, str):
-        raise TypeError(
-            f"`keras_version` must be a string. Received: keras_version={keras_version!r}")
-    match = re.match(r"(\d+)\.(\d+)", keras_version.strip())
-    if match is None:
-        raise ValueError(
-            "`keras_version` must start with major.minor, such as '3.15.1'. "
-            f"Received: keras_version={keras_version!r}")
-    first, last = KERAS_20585_VERSIONS
-    return first <= (int(match[1]), int(match[2])) <= last
+    return versions.release_in(keras_version, *KERAS_20585_VERSIONS, argument="keras_version")
 
 
 def apply_multi_worker_fixes(*, keras_version=None):
@@ -103,13 +93,7 @@ def apply_multi_worker_fixes(*, keras_version=None):
     import keras
 
     keras_version = keras.__version__ if keras_version is None else keras_version
-    first, last = KERAS_20585_VERSIONS
-    reason = None
-    if not multi_worker_fixes_apply(keras_version):
-        reason = (f"Keras {keras_version} is outside {first[0]}.{first[1]}-"
-                  f"{last[0]}.{last[1]}, the versions it is for")
-    elif keras.backend.backend() != "tensorflow":
-        reason = f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+    reason = versions.keras_mismatch(keras_version, *KERAS_20585_VERSIONS)
     if reason:
         _skip(reason)
         return False
@@ -133,9 +117,7 @@ def apply_multi_worker_fixes(*, keras_version=None):
 
 
 def _skip(reason):
-    if reason not in _reported:
-        _reported.add(reason)
-        logger.info("mgpu_tf: not patching Keras for keras-team/keras#20585: %s.", reason)
+    versions.log_once(f"not patching Keras for keras-team/keras#20585: {reason}.")
 
 
 def _strategy_of(model):

@@ -13,7 +13,7 @@ import logging
 import re
 
 __all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
-           "missing"]
+           "keras_mismatch", "log_once", "missing", "release_in"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -105,6 +105,7 @@ KNOWN = {
 }
 
 _warned = set()
+_logged = set()
 
 
 def _version(library):
@@ -133,12 +134,55 @@ def known_for(name, version=None):
         raise ValueError(f"`name` must be one of {', '.join(sorted(KNOWN))}. "
                          f"Received: name={name!r}")
     known = KNOWN[name]
-    version = _version(known.library) if version is None else version
-    match = re.match(r"(\d+)\.(\d+)", str(version).strip())
+    version = _version(known.library) if version is None else str(version)
+    return release_in(version, known.first, known.last)
+
+
+def log_once(message):
+    """Logs `message` at INFO on the "mgpu_tf" logger, the first time it is seen only."""
+    if message not in _logged:
+        _logged.add(message)
+        logger.info("mgpu_tf: %s", message)
+
+
+def keras_mismatch(keras_version, first, last):
+    """Why a fix for Keras `first` to `last` does not apply here, or None when it does.
+
+    Args:
+        keras_version: the Keras version to decide for, such as `"3.15.1"`.
+        first: the first `(major, minor)` release the fix is for.
+        last: the last `(major, minor)` release the fix is for.
+    """
+    import keras
+
+    if not release_in(keras_version, first, last, argument="keras_version"):
+        return (f"Keras {keras_version} is outside {first[0]}.{first[1]}-{last[0]}.{last[1]}, "
+                "the versions it is for")
+    if keras.backend.backend() != "tensorflow":
+        return f"the Keras backend is {keras.backend.backend()!r}, not 'tensorflow'"
+    return None
+
+
+def release_in(version, first, last, *, argument="version"):
+    """Returns True when `version` (`"3.15.1"`) is a release from `first` to `last`.
+
+    Args:
+        version: a version string.
+        first: the first `(major, minor)` release of the range.
+        last: the last `(major, minor)` release of the range.
+        argument: the name the errors give the version. Defaults to `"version"`.
+
+    Raises:
+        TypeError: when `version` is not a string.
+        ValueError: when it does not start with `major.minor`.
+    """
+    if not isinstance(version, str):
+        raise TypeError(f"`{argument}` must be a string. Received: {argument}={version!r}")
+    match = re.match(r"(\d+)\.(\d+)", version.strip())
     if match is None:
-        raise ValueError("`version` must start with major.minor, such as '3.15.1'. "
-                         f"Received: version={version!r}")
-    return known.first <= (int(match[1]), int(match[2])) <= known.last
+        raise ValueError(f"`{argument}` must start with major.minor, such as '3.15.1'. "
+                         f"Received: {argument}={version!r}")
+    return first <= (int(match[1]), int(match[2])) <= last
 
 
 def check(name):
