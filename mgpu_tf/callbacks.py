@@ -35,11 +35,34 @@ __all__ = [
 def is_chief(strategy=None):
     """True in the process that writes checkpoints and logs.
 
+    Answers for every strategy `mgpu_tf.make_strategy` returns: TensorFlow's ask
+    their `extended.should_checkpoint`; `"model_parallel"` runs in one process, the
+    chief; `"hybrid"` asks the `MultiWorkerMirroredStrategy` it communicates through.
+
+    Example:
+
+    ```python
+    import mgpu_tf
+    strategy = mgpu_tf.make_strategy("default")
+    assert mgpu_tf.callbacks.is_chief(strategy)
+    ```
+
     Args:
         strategy: the strategy to ask. Defaults to the current one.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    return bool(getattr(strategy.extended, "should_checkpoint", True))
+    # TensorFlow's strategies answer through `extended`, the toolkit's own directly.
+    return bool(getattr(getattr(strategy, "extended", strategy), "should_checkpoint", True))
+
+
+def _strategy_of(model):
+    """The strategy that knows whether this process writes `model`'s files.
+
+    A `HybridParallel` trains outside any `tf.distribute` scope (its
+    `distribute_strategy` is the default one, chief everywhere); its `communicator`
+    knows the workers.
+    """
+    return getattr(model, "communicator", None) or model.distribute_strategy
 
 
 @contextlib.contextmanager
@@ -80,13 +103,13 @@ def chief_path(path, strategy=None):
 
 def save_model(model, filepath, **kwargs):
     """`model.save(filepath)` from the chief only, atomically."""
-    with chief_path(filepath, model.distribute_strategy) as target:
+    with chief_path(filepath, _strategy_of(model)) as target:
         model.save(target, **kwargs)
 
 
 def save_weights(model, filepath, **kwargs):
     """`model.save_weights(filepath)` from the chief only, atomically."""
-    with chief_path(filepath, model.distribute_strategy) as target:
+    with chief_path(filepath, _strategy_of(model)) as target:
         model.save_weights(target, **kwargs)
 
 
@@ -127,13 +150,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         private_callbacks.set_backup_writer(self, _write_backup)
 
     def on_train_end(self, logs=None):
-        if is_chief(self.model.distribute_strategy):
+        if is_chief(_strategy_of(self.model)):
             super().on_train_end(logs)
 
 
 def _write_backup(callback):
     """Writes the files Keras' BackupAndRestore would write, from the chief only, atomically."""
-    strategy = callback.model.distribute_strategy
+    strategy = _strategy_of(callback.model)
     weights, metadata = private_callbacks.backup_files(callback)
     with chief_path(weights, strategy) as target:
         callback.model.save_weights(target, overwrite=True)
@@ -155,7 +178,7 @@ class _WorkerScratch:
         raise NotImplementedError
 
     def set_model(self, model):
-        if not is_chief(model.distribute_strategy) and self._scratch is None:
+        if not is_chief(_strategy_of(model)) and self._scratch is None:
             self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
             self._redirect(self._scratch)
         super().set_model(model)

@@ -50,6 +50,7 @@ class ModelParallelStrategy:
     """
 
     num_replicas_in_sync = 1  # one copy of the model: the global batch is the batch
+    should_checkpoint = True  # one process, which writes checkpoints and logs
 
     def __init__(self, devices, *, balance="params", microbatches=1):
         self.devices = tuple(devices)

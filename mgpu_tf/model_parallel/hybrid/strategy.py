@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 from mgpu_tf.model_parallel import wrapper
 from mgpu_tf.strategies import builtin
 from mgpu_tf.strategies import devices as devices_lib
@@ -69,6 +70,11 @@ class HybridStrategy:
     @property
     def num_replicas_in_sync(self):
         return self.num_workers
+
+    @property
+    def should_checkpoint(self):
+        """True on the chief, the one worker that writes checkpoints and logs."""
+        return bool(self.communicator.extended.should_checkpoint)
 
     def scope(self):
         """A context for building the model; variables are placed by `prepare_model`."""
