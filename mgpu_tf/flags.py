@@ -38,6 +38,10 @@ from mgpu_tf.strategies import registry
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 
+# The flags are the key flags of the module that calls define_flags(), not of this one:
+# absl's --help lists the main module's key flags only, the rest under --helpfull.
+flags.disclaim_key_flags()
+
 # Each make_strategy option's flag (of the same name): its absl type and what --help adds
 # to the option's description. The flags add no option of their own.
 _OPTION_FLAGS = {
@@ -63,6 +67,9 @@ _DEFINE = {"list": flags.DEFINE_list, "integer": flags.DEFINE_integer,
 
 def define_flags(flag_values=flags.FLAGS):
     """Defines the strategy flags on `flag_values`; safe to call more than once.
+
+    They belong to the calling module, so a script that calls this lists them
+    under `--help` beside its own flags.
 
     `--simulate_devices=N` splits the CPU (or GPU, with `--simulate_device_type`)
     when flags are parsed: that is the earliest moment, before anything starts

@@ -5,6 +5,7 @@ import tensorflow as tf
 from absl import flags
 
 from mgpu_tf import flags as mgpu_flags
+from support import workers
 
 
 @pytest.fixture
@@ -91,3 +92,15 @@ def test_hybrid_flags(flag_values):
     flag_values(["prog", "--strategy=hybrid", "--devices_per_worker=2", "--microbatches=2"])
     assert mgpu_flags.strategy_options(flag_values) == (
         "hybrid", {"devices_per_worker": 2, "microbatches": 2})
+
+
+def test_the_flags_are_the_calling_modules_key_flags(flag_values):
+    names = {flag.name for flag in flag_values.get_key_flags_for_module(__name__)}
+    assert {"strategy", "simulate_devices", "devices", "jit_compile", "epochs"} <= names
+
+
+def test_the_main_job_lists_the_strategy_flags_under_help():
+    result = workers.run_python("-m", "mgpu_tf.train", "--help", timeout=120)
+    for flag in ("--strategy", "--simulate_devices", "--devices_per_worker", "--epochs"):
+        assert flag in result.stdout, flag
+    assert "--helpfull" in result.stdout and "--xml_output_file" not in result.stdout
