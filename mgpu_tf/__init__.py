@@ -8,6 +8,8 @@ each is reachable as an attribute and loads when first touched.
 
 import enum
 import importlib
+import logging
+import sys
 
 __version__ = "0.1.0"
 
@@ -78,5 +80,56 @@ def lazy_exports(package, exports, submodules=()):
 
     return sorted(exports), __getattr__, __dir__
 
+
+class _UnlessRootShows(logging.Handler):
+    """Writes a record to stderr when the root logger has no handler to show it.
+
+    With no logging configured (a plain script) Python shows warnings only; once the
+    root logger has a handler (absl's `app.run`, `logging.basicConfig`, pytest), the
+    record propagates to it and this one stays silent, so each line shows once.
+    """
+
+    def handle(self, record):
+        return False if logging.getLogger().handlers else super().handle(record)
+
+    def emit(self, record):
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def _show_own_logs():
+    """Shows the "mgpu_tf" logger's INFO lines (what `auto` chose), unless already set up."""
+    logger = logging.getLogger("mgpu_tf")
+    if logger.handlers or logger.level != logging.NOTSET:
+        return
+    logger.setLevel(logging.INFO)
+    handler = _UnlessRootShows()
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(message)s"))
+    logger.addHandler(handler)
+
+
+def _root_has_handlers(record):
+    return not logging.getLogger().handlers
+
+
+def _one_line_per_tensorflow_record():
+    """Stops TensorFlow's log lines from printing twice once the root logger has a handler.
+
+    TensorFlow gives its "tensorflow" logger a stderr handler of its own when it is
+    imported before any logging is configured, meaning it only for that case
+    (`tf_logging.get_logger`); the records also propagate to the root logger, so
+    under absl's `app.run`, which configures the root logger later, each line
+    printed twice. Here TensorFlow's own handler steps aside while the root logger
+    has one. Safe to call more than once; does nothing before TensorFlow is imported.
+    """
+    for handler in logging.getLogger("tensorflow").handlers:
+        if _root_has_handlers not in handler.filters:
+            handler.addFilter(_root_has_handlers)
+
+
+_show_own_logs()
+_one_line_per_tensorflow_record()
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

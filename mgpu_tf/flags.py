@@ -30,6 +30,7 @@ app.run(main)
 
 from absl import flags
 
+import mgpu_tf
 from mgpu_tf.compat import keras_steps
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import factory
@@ -78,6 +79,8 @@ def define_flags(flag_values=flags.FLAGS):
     Args:
         flag_values: the `FlagValues` to define on. Defaults to `absl.flags.FLAGS`.
     """
+    # absl's app.run gives the root logger a handler: TensorFlow's own must step aside.
+    mgpu_tf._one_line_per_tensorflow_record()
     if "strategy" in flag_values:
         return
     flags.DEFINE_string(
