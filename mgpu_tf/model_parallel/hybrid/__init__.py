@@ -11,4 +11,4 @@ _EXPORTS = {
     "mgpu_tf.model_parallel.hybrid.strategy": "HybridStrategy",
 }
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("model", "strategy"))
