@@ -161,10 +161,39 @@ def test_device_memory_without_a_model_is_refused():
     assert "model" in strategies.OPTIONS
 
 
+def test_auto_plans_for_the_global_batch_size_it_is_given():
+    # 48 MiB devices hold the model with a batch of 32, not with 4096 however it is cut.
+    model = planner_models.lopsided()
+    strategy = mgpu_tf.make_strategy("auto", model=model, device_memory="48MiB")
+    assert mgpu_tf.strategy_kind(strategy) == "default"
+    with pytest.raises(PlanError, match="Received: devices=4, workers=1, "
+                       "device_memory=48.00 MiB, global_batch_size=4096"):
+        mgpu_tf.make_strategy("auto", model=model, device_memory="48MiB",
+                              global_batch_size=4096)
+
+
+@pytest.mark.parametrize("kind, options, error, match", [
+    ("auto", {"global_batch_size": 64}, ValueError,
+     "`global_batch_size` is for planning a model: pass `model` too. Received: "
+     "global_batch_size=64, model=None"),
+    ("auto", {"model": "m", "global_batch_size": 0}, ValueError,
+     "`global_batch_size` must be at least 1. Received: global_batch_size=0"),
+    ("auto", {"model": "m", "global_batch_size": 6.5}, TypeError,
+     "`global_batch_size` must be an integer. Received: global_batch_size=6.5"),
+    ("mirrored", {"global_batch_size": 64}, ValueError,
+     "`global_batch_size` does not apply to strategy 'mirrored'; it applies to 'auto' only, "
+     "with `model`"),
+])
+def test_auto_global_batch_size_is_checked_before_planning(kind, options, error, match):
+    with pytest.raises(error, match=re.escape(match)):
+        mgpu_tf.make_strategy(kind, **options)
+    assert "global_batch_size" in strategies.OPTIONS
+
+
 def test_cli_prints_the_recommendation_for_declared_devices(capsys):
     code = cli_main(["plan", "--model", "support.planner_models:lopsided",
-                     "--global-batch-size", "64", "--devices", "8", "--device-memory", "31MiB",
-                     "--no-measure"])
+                     "--global_batch_size", "64", "--devices", "8", "--device_memory", "31MiB",
+                     "--no_measure"])
     out = capsys.readouterr().out
     assert code == 0
     assert out.startswith("recommended: model parallel (4 stages)")
@@ -185,22 +214,47 @@ def test_cli_prints_the_recommendation_for_declared_devices(capsys):
      "--model: not_a_model\\(\\) returned int, not a Keras model"),
 ])
 def test_cli_says_which_part_of_the_model_function_failed(spec, message, capsys):
-    code = cli_main(["plan", "--model", spec, "--global-batch-size", "8", "--no-measure"])
+    code = cli_main(["plan", "--model", spec, "--global_batch_size", "8", "--no_measure"])
     err = capsys.readouterr().err
     assert code == 2
     assert re.match("mgpu-tf plan: " + message, err), err
 
 
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_cli_plans_a_saved_model(capsys, tmp_path, suffix):
+    path = tmp_path / f"best{suffix}"
+    planner_models.lopsided().save(path)
+    code = cli_main(["plan", "--model", str(path), "--global_batch_size", "64", "--devices",
+                     "8", "--device_memory", "31MiB", "--no_measure"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("recommended: model parallel (4 stages)")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("missing.keras", None, "--model names a saved model that does not exist. Received: "
+     "--model='{path}'"),
+    ("broken.keras", "not a model", "--model: Keras could not load the saved model: "),
+])
+def test_cli_says_why_a_saved_model_cannot_be_read(capsys, tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    code = cli_main(["plan", "--model", str(path), "--global_batch_size", "8", "--no_measure"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("mgpu-tf plan: " + message.format(path=path))
+
+
 def test_cli_rejects_a_memory_that_is_not_a_size(capsys):
     code = cli_main(["plan", "--model", "support.planner_models:lopsided",
-                     "--global-batch-size", "8", "--device-memory", "lots"])
+                     "--global_batch_size", "8", "--device_memory", "lots"])
     assert code == 2
-    assert "`--device-memory` must be a size" in capsys.readouterr().err
+    assert "`--device_memory` must be a size" in capsys.readouterr().err
 
 
 def test_cli_exits_1_when_the_model_does_not_fit(capsys):
     code = cli_main(["plan", "--model", "support.planner_models:lopsided",
-                     "--global-batch-size", "8", "--devices", "2", "--device-memory", "4MiB",
+                     "--global_batch_size", "8", "--devices", "2", "--device_memory", "4MiB",
                      "--optimizer", "sgd"])
     assert code == 1
     assert "4.00 MiB, " in capsys.readouterr().err

@@ -1,11 +1,11 @@
 """`mgpu-tf plan`: memory per device for data, model and hybrid parallelism, and which to use.
 
-Build the model a function returns, add up each device's parameters, gradients,
-optimizer slots and traced activations for data, model and hybrid parallelism, predict
-the data-parallel step, and recommend one. Devices may be declared: --devices 8
---device-memory 80GiB plans for hardware you do not have. Example: mgpu-tf plan --model
-my_models:build --global-batch-size 256 --devices 8 --device-memory 16GiB --interconnect
-nvlink
+Build the model a function returns, or load a saved .keras or .h5 model, add up
+each device's parameters, gradients, optimizer slots and traced activations for data,
+model and hybrid parallelism, predict the data-parallel step, and recommend one.
+Devices may be declared: --devices 8 --device_memory 80GiB plans for hardware you do not
+have. Example: mgpu-tf plan --model my_models:build --global_batch_size 256 --devices 8
+--device_memory 16GiB --interconnect nvlink
 """
 
 import importlib
@@ -18,17 +18,20 @@ from mgpu_tf.planner import interconnect as interconnect_lib
 
 __all__ = ["add_parser", "plan_command", "load_model"]
 
+_SAVED_MODEL_SUFFIXES = (".keras", ".h5")
+
 
 def add_parser(subparsers):
     parser = parsing.add_command(subparsers, plan_command, __doc__)
-    parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION",
+    parser.add_argument("--model", required=True, metavar="MODULE:FUNCTION|FILE",
                         help="a function returning a built Keras model (MODULE may be a "
-                        "dotted module name or a path to a .py file)")
-    parser.add_argument("--global-batch-size", type=int, required=True,
+                        "dotted module name or a path to a .py file), or a saved Keras "
+                        "model (.keras or .h5)")
+    parser.add_argument("--global_batch_size", type=int, required=True,
                         help="examples per step over all devices")
     parser.add_argument("--devices", type=int, default=None,
                         help="devices per worker (default: this machine's)")
-    parser.add_argument("--device-memory", default=None,
+    parser.add_argument("--device_memory", default=None,
                         help="memory of each device, e.g. 80GiB or '16 GB' (default: the "
                         "GPUs' memory, or RAM shared by the CPU devices)")
     parser.add_argument("--workers", type=int, default=1, help="workers (default 1)")
@@ -40,23 +43,28 @@ def add_parser(subparsers):
                         help="link bandwidth in bytes/s one way, instead of the interconnect's")
     parser.add_argument("--latency", type=float, default=None,
                         help="seconds per ring hop, instead of the interconnect's")
-    parser.add_argument("--no-measure", action="store_true",
+    parser.add_argument("--no_measure", action="store_true",
                         help="do not time a step here (no step-time prediction)")
     return parser
 
 
 def load_model(spec):
-    """Returns the Keras model that `MODULE:FUNCTION` builds; says which part failed.
+    """Returns the Keras model that `MODULE:FUNCTION` builds or a saved file holds.
+
+    Says which part failed.
 
     Raises:
         ValueError: for a malformed spec, a module that cannot be imported, a missing
             or non-callable function, a function that fails, or one that returns no
-            Keras model.
+            Keras model; for a saved model that is missing or that Keras cannot load.
     """
+    if str(spec).endswith(_SAVED_MODEL_SUFFIXES):
+        return _load_saved_model(str(spec))
     module_name, _, function_name = str(spec).rpartition(":")
     if not module_name or not function_name:
         raise ValueError("--model must be MODULE:FUNCTION, a function returning a Keras "
-                         f"model. Received: --model={spec!r}. For example my_models:build.")
+                         "model, or a saved Keras model (.keras or .h5). Received: "
+                         f"--model={spec!r}. For example my_models:build or best.keras.")
     try:
         if module_name.endswith(".py"):
             if not os.path.isfile(module_name):
@@ -90,8 +98,23 @@ def load_model(spec):
     return model
 
 
+def _load_saved_model(path):
+    if not os.path.isfile(path):
+        raise ValueError(f"--model names a saved model that does not exist. Received: "
+                         f"--model={path!r}. Check the path.")
+    import keras
+
+    try:
+        # Not compiled: the planner counts the slots of --optimizer, not the saved one's.
+        return keras.saving.load_model(path, compile=False)
+    except Exception as error:  # a file Keras cannot read may raise anything
+        raise ValueError(f"--model: Keras could not load the saved model: "
+                         f"{type(error).__name__}: {error}. Received: --model={path!r}. "
+                         "A model with custom layers needs MODULE:FUNCTION instead.") from error
+
+
 def _check(args):
-    for flag, value in (("--global-batch-size", args.global_batch_size),
+    for flag, value in (("--global_batch_size", args.global_batch_size),
                         ("--workers", args.workers), ("--devices", args.devices)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1. Received: {flag}={value}")
@@ -102,7 +125,7 @@ def _check(args):
     if args.device_memory is not None:
         from mgpu_tf.planner import memory
 
-        memory.parse_size(args.device_memory, name="--device-memory")
+        memory.parse_size(args.device_memory, name="--device_memory")
 
 
 def plan_command(args):

@@ -18,7 +18,7 @@ from mgpu_tf.strategies import devices as devices_lib
 
 __all__ = ["Option", "Plan", "PlanError", "plan", "auto_strategy", "local_device_memory"]
 
-# The global batch `make_strategy("auto", model=...)` plans activations for.
+# The global batch `make_strategy("auto", model=...)` plans activations for by default.
 AUTO_GLOBAL_BATCH = 32
 
 
@@ -144,7 +144,7 @@ def local_device_memory(device_count):
         except (OSError, ValueError, subprocess.SubprocessError):
             raise ValueError(
                 "The planner could not read the GPUs' memory (nvidia-smi failed). Received: "
-                "device_memory=None. Pass device_memory='80GiB' (or --device-memory).") from None
+                "device_memory=None. Pass device_memory='80GiB' (or --device_memory).") from None
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return ram // max(1, device_count)
 
@@ -321,12 +321,14 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
                 device_memory, link, gradients)
 
 
-def auto_strategy(model, kind, reason, options, device_memory=None):
+def auto_strategy(model, kind, reason, options, device_memory=None, *,
+                  global_batch_size=None):
     """What `make_strategy("auto", model=...)` builds: `(kind, reason, options)`.
 
     Keeps `auto_choice`'s data-parallel choice when the model fits one device; else
     returns `"model_parallel"` over this machine's devices, or `"hybrid"` over them in
-    every worker of a cluster, planned for a global batch of `AUTO_GLOBAL_BATCH`.
+    every worker of a cluster, planned for a global batch of `global_batch_size`
+    (`AUTO_GLOBAL_BATCH` when `None`).
 
     Raises:
         PlanError: when the model does not fit even fully split.
@@ -343,7 +345,8 @@ def auto_strategy(model, kind, reason, options, device_memory=None):
     devices = options.get("devices")
     optimizer = getattr(model, "optimizer", None) or "adam"
     result = plan(model, devices=devices, device_memory=device_memory, workers=workers,
-                  global_batch_size=AUTO_GLOBAL_BATCH, optimizer=optimizer,
+                  global_batch_size=global_batch_size or AUTO_GLOBAL_BATCH,
+                  optimizer=optimizer,
                   measure_compute=False)
     best = result.recommended
     if best.name in ("data", "one_device"):

@@ -28,7 +28,7 @@ from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's st
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import precision as precision_lib
 from mgpu_tf.strategies import registry
-from mgpu_tf.strategies.options import validate_options
+from mgpu_tf.strategies.options import check_global_batch_size, validate_options
 from mgpu_tf.strategies.registry import OPTIONS, entries, entry, register_strategy, resolve_kind
 
 __all__ = ["auto_choice", "available_strategies", "make_strategy", "strategy_kind",
@@ -72,9 +72,10 @@ def make_strategy(kind="auto", **options):
     at once with a message naming it. `"auto"` picks a reachable TPU, else a
     multi-task cluster from TF_CONFIG, else all GPUs (mirrored; one GPU:
     one_device), else the default strategy, and logs what it chose and why. Given
-    `model=`, `"auto"` plans its memory first (`mgpu_tf.plan`): a model that does not
-    fit one device gets `"model_parallel"` (one machine) or `"hybrid"` (a cluster)
-    instead of an out-of-memory error at the first step.
+    `model=`, `"auto"` plans its memory first (`mgpu_tf.plan`, for `device_memory` and
+    `global_batch_size` when given, else this machine's memory and 32 examples a step):
+    a model that does not fit one device gets `"model_parallel"` (one machine) or
+    `"hybrid"` (a cluster) instead of an out-of-memory error at the first step.
 
     Example:
 
@@ -108,13 +109,19 @@ def make_strategy(kind="auto", **options):
             validate_options("default", options)  # raises the unknown-option error
         model = options.pop("model", None)
         device_memory = options.pop("device_memory", None)
-        if device_memory is not None and model is None:
-            raise ValueError("`device_memory` is for planning a model: pass `model` too. "
-                             f"Received: device_memory={device_memory!r}, model=None")
+        global_batch_size = options.pop("global_batch_size", None)
+        for option, value in (("device_memory", device_memory),
+                              ("global_batch_size", global_batch_size)):
+            if value is not None and model is None:
+                raise ValueError(f"`{option}` is for planning a model: pass `model` too. "
+                                 f"Received: {option}={value!r}, model=None")
+        if global_batch_size is not None:
+            global_batch_size = check_global_batch_size(global_batch_size)
         name, reason = auto_choice(**options)
         if model is not None:
-            name, reason, options = recommend.auto_strategy(model, name, reason, options,
-                                                            device_memory)
+            name, reason, options = recommend.auto_strategy(
+                model, name, reason, options, device_memory,
+                global_batch_size=global_batch_size)
         logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
     checked = validate_options(name, options)
     if "precision" in checked:

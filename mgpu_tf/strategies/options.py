@@ -16,7 +16,10 @@ from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import precision as precision_lib
 from mgpu_tf.strategies import registry
 
-__all__ = ["check_devices", "validate_options"]
+__all__ = ["AUTO_ONLY", "check_devices", "check_global_batch_size", "validate_options"]
+
+# The options only `make_strategy("auto", model=...)` takes: they size the plan.
+AUTO_ONLY = ("model", "device_memory", "global_batch_size")
 
 _ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
 _MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
@@ -28,6 +31,15 @@ def _check_int(name, value, minimum):
     if value < minimum:
         raise ValueError(f"`{name}` must be at least {minimum}. Received: {name}={value!r}")
     return int(value)
+
+
+def check_global_batch_size(value):
+    """Returns `global_batch_size` (auto's, with `model`) as an `int` of at least 1.
+
+    Raises:
+        TypeError, ValueError: for a value that is not a positive integer.
+    """
+    return _check_int("global_batch_size", value, 1)
 
 
 def check_devices(kind, value):
@@ -120,6 +132,8 @@ def validate_options(kind, options):
         if name not in entry.options:
             takers = sorted(n for n, e in registry.entries().items()
                             if name in e.options and n != "auto")
+            if name in AUTO_ONLY:
+                takers = ["'auto' only, with `model`"]
             raise ValueError(
                 f"`{name}` does not apply to strategy {kind!r}; it applies to "
                 f"{', '.join(takers) or 'no strategy'}. Received: {name}={options[name]!r}"

@@ -54,6 +54,8 @@ OPTIONS = {
     "(one machine) or hybrid (several workers) instead of data parallelism",
     "device_memory": "auto only, with model: memory of each device, e.g. '16GiB' "
     "(default: the GPUs' memory, or RAM shared by the CPU devices)",
+    "global_batch_size": "auto only, with model: examples per step over all replicas, "
+    "which the plan sizes activations for (default 32)",
     "compression": "gradient dtype during the all-reduce: none, float16, bfloat16 "
     "(the update stays float32)",
     "steps_per_sync": "steps whose gradients are summed locally before one all-reduce "
