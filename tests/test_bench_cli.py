@@ -14,6 +14,7 @@ import keras
 import pytest
 
 from mgpu_tf.cli import main
+from mgpu_tf.planner import bench
 from mgpu_tf.planner import cost_model
 from mgpu_tf.planner.bench import runner
 
@@ -128,7 +129,7 @@ def test_runner_refuses_a_function_a_fresh_process_cannot_import():
 
 @pytest.mark.parametrize("argv, match", [
     (["--workers", "1"], "--workers must be at least 2. Received: --workers=1"),
-    (["--global-batch", "7"], "--global-batch must be divisible by --workers"),
+    (["--global_batch_size", "7"], "--global_batch_size must be divisible by --workers"),
     (["--only", "bogus"], r"--only names unknown settings \['bogus'\]"),
 ])
 def test_bad_arguments_fail_at_once(capsys, argv, match):
@@ -145,6 +146,26 @@ def test_list_names_every_setting(capsys):
     assert "4 workers float16" in out
 
 
+def test_list_gives_each_setting_a_line_of_key_and_name_apart(capsys):
+    assert main(["bench", "--list", "--workers", "2"]) == 0
+    known = {s.key: s.name for s in bench.default_settings(2)}
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(known)
+    for line in lines:
+        key, name = re.split(r"\s{2,}", line, maxsplit=1)
+        assert known[key] == name, line
+
+
+@pytest.mark.parametrize("only, added", [
+    ("process1,mirrored,workers,model_parallel", ["processN"]),
+    ("workers-mixed_bfloat16", ["processN-mixed_bfloat16"]),
+])
+def test_only_brings_in_the_baseline_of_the_ratio_column(capsys, only, added):
+    assert main(["bench", "--only", only, "--list"]) == 0
+    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert sorted(keys) == sorted(only.split(",") + added)
+
+
 _ONLY = ["process1", "processN", "compute", "workers-float16", "workers-tcp-float16",
          "model_parallel"]
 
@@ -154,7 +175,7 @@ def bench_run(tmp_path_factory):
     """One small `mgpu-tf bench` run: (exit code, stdout, stderr, bench.json, out folder)."""
     out = tmp_path_factory.mktemp("bench")
     argv = ["bench", "--only", ",".join(_ONLY), "--width", "16", "--depth", "2", "--steps",
-            "2", "--rounds", "1", "--global-batch", "32", "--out", str(out)]
+            "2", "--rounds", "1", "--global_batch_size", "32", "--out", str(out)]
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         code = main(argv)
@@ -189,7 +210,7 @@ def test_bench_prints_a_table_and_writes_json_and_png(bench_run):
 
 @pytest.mark.multiworker
 def test_bench_examples_per_second_are_the_global_batch_over_the_step(bench_run):
-    # --global-batch 32 over all replicas; "compute" is one worker's share of 2.
+    # --global_batch_size 32 over all replicas; "compute" is one worker's share of 2.
     batch = {"compute": 16}
     for key, row in _rows(bench_run).items():
         assert row["examples_per_sec"] * row["step_seconds"] == pytest.approx(

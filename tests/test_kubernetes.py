@@ -49,7 +49,7 @@ def _validate(document):
 
 
 def test_indexed_job_manifests_are_valid_kubernetes(capsys):
-    documents = _manifests(capsys, "--workers", "3", "--gpus-per-worker", "2",
+    documents = _manifests(capsys, "--workers", "3", "--gpus_per_worker", "2",
                            "--image", "registry.example.com/mnist:1", "--name", "mnist",
                            "--namespace", "ml")
     assert [d["kind"] for d in documents] == ["Service", "Job"]
@@ -58,7 +58,7 @@ def test_indexed_job_manifests_are_valid_kubernetes(capsys):
 
 
 def test_indexed_job_has_a_headless_service_and_stable_pod_names(capsys):
-    service, job = _manifests(capsys, "--workers", "3", "--gpus-per-worker", "2",
+    service, job = _manifests(capsys, "--workers", "3", "--gpus_per_worker", "2",
                               "--image", "img:1", "--name", "mnist")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"][
@@ -82,15 +82,15 @@ def test_indexed_job_has_a_headless_service_and_stable_pod_names(capsys):
 
 
 def test_zero_gpus_leaves_out_the_gpu_limit(capsys):
-    _, job = _manifests(capsys, "--workers", "2", "--gpus-per-worker", "0", "--image", "i")
+    _, job = _manifests(capsys, "--workers", "2", "--gpus_per_worker", "0", "--image", "i")
     assert "resources" not in job["spec"]["template"]["spec"]["containers"][0]
 
 
 def test_node_pools_become_jobs_with_selectors_and_shard_weights(capsys):
     documents = _manifests(
         capsys, "--image", "img:1", "--name", "mix",
-        "--node-pool", "a100:2:3:NVIDIA-A100-SXM4-80GB",
-        "--node-pool", "t4:1:1:cloud.google.com/gke-accelerator=nvidia-tesla-t4")
+        "--node_pool", "a100:2:3:NVIDIA-A100-SXM4-80GB",
+        "--node_pool", "t4:1:1:cloud.google.com/gke-accelerator=nvidia-tesla-t4")
     for document in documents:
         _validate(document)
     service, a100, t4 = documents
@@ -114,7 +114,7 @@ def test_node_pools_become_jobs_with_selectors_and_shard_weights(capsys):
 
 def test_tfjob_manifest(capsys):
     (tfjob,) = _manifests(capsys, "--format", "tfjob", "--workers", "4",
-                          "--gpus-per-worker", "1", "--image", "img:1", "--name", "mnist")
+                          "--gpus_per_worker", "1", "--image", "img:1", "--name", "mnist")
     assert (tfjob["apiVersion"], tfjob["kind"]) == ("kubeflow.org/v1", "TFJob")
     assert list(tfjob["spec"]["tfReplicaSpecs"]) == ["Worker"]
     worker = tfjob["spec"]["tfReplicaSpecs"]["Worker"]
@@ -153,7 +153,8 @@ def test_yaml_reads_back_to_the_same_objects():
 @pytest.mark.parametrize("args, match", [
     (["--workers", "0", "--image", "i"],
      r"`workers` must be an integer of at least 1. Received: workers=0"),
-    (["--image", "i"], "`workers` must be an integer of at least 1. Received: workers=None"),
+    (["--image", "i"], r"The number of workers must be given, or node pools .* Pass "
+     r"workers=N \(--workers N\), or pools \(--node_pool NAME:WORKERS"),
     (["--workers", "2", "--image", "i", "--name", "My_Job"],
      r"`name` must be a DNS label: 1-63 lowercase letters, digits or '-'.*"
      r"Received: `name`='My_Job'"),
@@ -162,21 +163,21 @@ def test_yaml_reads_back_to_the_same_objects():
     (["--workers", "2", "--image", "i", "--namespace=-ml"], "`namespace` must be a DNS label"),
     (["--workers", "2", "--image", "i", "--port", "70000"],
      "`port` must be between 1 and 65535. Received: port=70000"),
-    (["--workers", "2", "--image", "i", "--gpus-per-worker", "-1"],
+    (["--workers", "2", "--image", "i", "--gpus_per_worker", "-1"],
      "`gpus_per_worker` must be an integer of at least 0"),
     (["--workers", "2", "--image", "my image"], "`image` must name a container image"),
-    (["--image", "i", "--format", "tfjob", "--node-pool", "a:1"],
+    (["--image", "i", "--format", "tfjob", "--node_pool", "a:1"],
      "Node pools need format='indexed-job'"),
-    (["--image", "i", "--workers", "3", "--node-pool", "a:1", "--node-pool", "b:1"],
+    (["--image", "i", "--workers", "3", "--node_pool", "a:1", "--node_pool", "b:1"],
      r"`workers` must equal the node pools' total \(2\)"),
-    (["--image", "i", "--node-pool", "a100"], "A node pool is NAME:WORKERS"),
-    (["--image", "i", "--node-pool", "a100:2:fast"], "A node pool's SPEED must be a number"),
-    (["--image", "i", "--node-pool", "a100:2:0"], "A node pool's speed must be a positive"),
-    (["--image", "i", "--node-pool", "a100:0"], "`workers of pool 'a100'` must be an integer "
+    (["--image", "i", "--node_pool", "a100"], "A node pool is NAME:WORKERS"),
+    (["--image", "i", "--node_pool", "a100:2:fast"], "A node pool's SPEED must be a number"),
+    (["--image", "i", "--node_pool", "a100:2:0"], "A node pool's speed must be a positive"),
+    (["--image", "i", "--node_pool", "a100:0"], "`workers of pool 'a100'` must be an integer "
                                                 "of at least 1"),
-    (["--image", "i", "--node-pool", "A100:1"], "a node pool's name must be a DNS label"),
-    (["--image", "i", "--node-pool", "a:1:1:NVIDIA A100"], "A node selector must be"),
-    (["--image", "i", "--node-pool", "a:1", "--node-pool", "a:1"],
+    (["--image", "i", "--node_pool", "A100:1"], "a node pool's name must be a DNS label"),
+    (["--image", "i", "--node_pool", "a:1:1:NVIDIA A100"], "A node selector must be"),
+    (["--image", "i", "--node_pool", "a:1", "--node_pool", "a:1"],
      "Node pool names must differ"),
 ])
 def test_bad_requests_fail_with_the_argument_named(capsys, args, match):
@@ -194,7 +195,7 @@ def test_a_missing_command_is_named(capsys):
 
 @pytest.mark.multiworker
 def test_two_pods_of_the_manifest_train_to_the_end(capsys):
-    documents = _manifests(capsys, "--workers", "2", "--gpus-per-worker", "0",
+    documents = _manifests(capsys, "--workers", "2", "--gpus_per_worker", "0",
                            "--image", "img:1", "--name", "mnist",
                            command=[*_TRAIN, "--epochs=2"])
     job = documents[1]

@@ -22,19 +22,20 @@ def add_parser(subparsers):
     parser = parsing.add_command(subparsers, bench_command, __doc__)
     parser.add_argument("--workers", type=int, default=2,
                         help="N: devices, workers and stages to compare with one (default 2)")
-    parser.add_argument("--global-batch", type=int, default=256,
+    parser.add_argument("--global_batch_size", "--global-batch", type=int, default=256,
+                        dest="global_batch", metavar="B",
                         help="examples per step over all replicas (default 256)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each setting (default 3)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
     parser.add_argument("--width", type=int, default=1024, help="MLP width (default 1024)")
     parser.add_argument("--depth", type=int, default=4, help="Dense layers (default 4)")
     parser.add_argument("--only", default=None,
-                        help="comma-separated setting keys to run (default: all); "
-                        "see the keys with --list")
-    parser.add_argument("--jit_compile", "--jit-compile", default=None,
+                        help="comma-separated setting keys to run (default: all), with "
+                        "processN, the ratios' baseline; see the keys with --list")
+    parser.add_argument("--jit_compile", default=None,
                         help="also run the main settings with model.compile(jit_compile=...): "
                         "true, false or auto (default: not at all)")
-    parser.add_argument("--steps_per_execution", "--steps-per-execution", type=int,
+    parser.add_argument("--steps_per_execution", type=int,
                         default=None, help="also run the main settings with "
                         "model.compile(steps_per_execution=N) (default: not at all)")
     parser.add_argument("--list", action="store_true", help="list the settings and exit")
@@ -47,13 +48,13 @@ def _check(args):
         value = getattr(args, name)
         least = 2 if name in ("workers", "depth") else 1
         if value < least:
-            flag = "--" + name.replace("_", "-")
+            flag = "--global_batch_size" if name == "global_batch" else "--" + name
             raise ValueError(f"{flag} must be at least {least}. Received: {flag}={value}")
     if args.global_batch % args.workers:
         low = args.global_batch - args.global_batch % args.workers
         raise ValueError(
-            f"--global-batch must be divisible by --workers ({args.workers}). Received: "
-            f"--global-batch={args.global_batch}. Use {low or args.workers} or "
+            f"--global_batch_size must be divisible by --workers ({args.workers}). Received: "
+            f"--global_batch_size={args.global_batch}. Use {low or args.workers} or "
             f"{low + args.workers}.")
     settings = bench_lib.default_settings(args.workers, global_batch=args.global_batch)
     switches = _switches(args)
@@ -66,12 +67,20 @@ def _check(args):
         if unknown or not keys:
             raise ValueError(f"--only names unknown settings {unknown}. Received: "
                              f"--only={args.only!r}. Known: {', '.join(known)}.")
+        # The ratio column is taken against one process of N threads of the same precision.
+        keys += [_baseline(s) for s in settings if s.key in keys]
         if switches:
             # A twin needs its setting, and every twin the default strategy's pair.
             keys += [s.base for s in settings if s.key in keys and s.base]
             keys += [f"{k}+switches" for k in keys] + ["processN", "processN+switches"]
         settings = [s for s in settings if s.key in keys]
     return settings
+
+
+def _baseline(setting):
+    """The key of the row `setting`'s ratio is taken against (see `bench_lib.summarise`)."""
+    mixed = setting.mode != "process" and "mixed_bfloat16" in setting.group
+    return "processN-mixed_bfloat16" if mixed else "processN"
 
 
 def _switches(args):

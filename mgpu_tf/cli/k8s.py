@@ -2,7 +2,7 @@
 
 Print the manifests that run COMMAND as a multi-worker job on Kubernetes: a headless
 Service and an Indexed Job (default), or a Kubeflow TFJob. Example: mgpu-tf k8s
---workers 4 --gpus-per-worker 2 --image IMAGE -- python -m mgpu_tf.train
+--workers 4 --gpus_per_worker 2 --image IMAGE -- python -m mgpu_tf.train
 --strategy=multi_worker | kubectl apply -f -
 """
 
@@ -19,7 +19,7 @@ def add_parser(subparsers):
     parser = parsing.add_command(subparsers, k8s_command, __doc__, raw=True)
     parser.add_argument("--workers", type=int, default=None,
                         help="number of workers (default: the node pools' total)")
-    parser.add_argument("--gpus-per-worker", type=int, default=1,
+    parser.add_argument("--gpus_per_worker", type=int, default=1,
                         help="nvidia.com/gpu limit of each worker pod (default 1; 0: none)")
     parser.add_argument("--image", required=True, help="container image of the workers")
     parser.add_argument("--format", choices=kubernetes.FORMATS, default="indexed-job",
@@ -30,7 +30,7 @@ def add_parser(subparsers):
     parser.add_argument("--namespace", default=None, help="namespace of the objects")
     parser.add_argument("--port", type=int, default=cluster.DEFAULT_PORT,
                         help="gRPC port of the workers (default 2222)")
-    parser.add_argument("--node-pool", action="append", default=[], dest="node_pools",
+    parser.add_argument("--node_pool", action="append", default=[], dest="node_pools",
                         metavar="NAME:WORKERS[:SPEED[:SELECTOR]]",
                         help="a pool of nodes with one GPU type (repeat for each); SPEED "
                         "becomes its shard weight; SELECTOR is KEY=VALUE or a VALUE of "

@@ -83,7 +83,7 @@ def _positive_int(name, value, lowest=1):
 
 
 def parse_node_pool(text):
-    """Parses `"NAME:WORKERS[:SPEED[:SELECTOR]]"` as given to `mgpu-tf k8s --node-pool`.
+    """Parses `"NAME:WORKERS[:SPEED[:SELECTOR]]"` as given to `mgpu-tf k8s --node_pool`.
 
     SELECTOR is `KEY=VALUE`, or a VALUE alone for `nvidia.com/gpu.product=VALUE`.
 
@@ -267,6 +267,11 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                 f"`workers` must equal the node pools' total ({total}) when both are given. "
                 f"Received: workers={workers!r}. Leave it out.")
         workers = total
+    if workers is None:
+        raise ManifestError(
+            "The number of workers must be given, or node pools that add up to it. Received: "
+            "workers=None and no pools. Pass workers=N (--workers N), or pools "
+            "(--node_pool NAME:WORKERS, once per pool).")
     _positive_int("workers", workers)
     if format == "tfjob":
         return _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
