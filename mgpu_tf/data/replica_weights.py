@@ -11,9 +11,18 @@ examples by `R * b_i / B` restores the exact global mean:
 An empty batch has loss 0 (Keras divides with `divide_no_nan`), so it adds nothing.
 Nothing in `tf.distribute` does this: its mean of replicas assumes equal batches.
 
-The weights also reach compiled metrics and the reported loss, which Keras
-averages per replica: in steps whose replica batches are unequal, those figures
-are weighted by `R * b_i / B` too. Full steps with equal batches get weight 1.
+What Keras shows is not the update's loss in steps whose replica batches are
+unequal (full steps with equal batches get weight 1 and show the true mean). Its
+loss tracker weighs each replica's loss, already scaled by `R * b_i / B`, by the
+replica's batch size `b_i`, so the `loss` shown for such a step is
+`sum_i (R * b_i / B) * (b_i / B) * m_i`, `m_i` being replica `i`'s mean loss:
+with equal per-example losses, `R * sum_i b_i**2 / B**2` times the true mean. With
+`weights=[2, 1]` on two replicas that is 10/9 of it (11% high); the update is
+still exact. Compiled metrics (accuracy, ...) get the weights as sample weights,
+so each shows the mean of its replicas' means weighted by `b_i**2` instead of
+`b_i`. To see the true mean, evaluate without `weights` (`model.evaluate` on an
+unweighted `shard_dataset`). Keras' tracker would need to weigh each replica's
+loss equally to show it (mgpu_tf leaves Keras' train step as it is).
 The correction assumes the default loss reduction, `"sum_over_batch_size"`; a loss
 reduced with `"sum"` or `"mean_with_sample_weight"` is scaled differently.
 """

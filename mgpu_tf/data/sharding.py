@@ -14,7 +14,10 @@ every example exactly once, in the same number of steps. What it adds over
   of the step (`mgpu_tf.data.replica_weights`).
 - Weighted shards: `weights=[2, 1]` gives the first worker (or replica) twice the
   examples per step, and the update still equals the single-device update on the
-  same global batch. Nothing in `tf.distribute` offers this.
+  same global batch. Nothing in `tf.distribute` offers this. The `loss` Keras
+  shows is then not the mean over the step's examples: with `weights=[2, 1]` on
+  two replicas it is about 10/9 of it (`mgpu_tf.data.replica_weights` says exactly
+  what is shown).
 
 The layout itself is computed in `mgpu_tf.data.plan`, sources are checked and counted in
 `mgpu_tf.data.source`, and `mgpu_tf.data.pipeline` builds the input pipelines;
@@ -29,8 +32,8 @@ replicas each still use one pipeline per worker, whose cardinality is left unkno
 Keras' `fit` adds up the replicas' first batches to build the model
 (keras-team/keras#19246), which fails when they differ in size: with `weights` on
 one machine, or a data set smaller than one global batch. `mgpu_tf.compat` works
-around it across workers; on one machine `fit` still fails on such first batches
-(Keras' own train function, which `fit` runs after that build, works).
+around it across workers; on one machine `fit` works with such first batches as it is
+(`tests/test_sharding.py` trains with `weights=[2, 1]` through `fit`).
 """
 
 import logging
