@@ -12,10 +12,10 @@ import pytest
 from benchmarks import failure_worker
 from mgpu_tf import callbacks
 from mgpu_tf.cluster import launcher
-from support.workers import run_workers
+from support import workers
 
 TRAIN = pathlib.Path(failure_worker.__file__)  # the training that loses a worker
-FILES = pathlib.Path(__file__).with_name("mw_reliability.py")  # every chief-only writer
+FILES = "support.mw_reliability"  # every chief-only writer, run as a module
 
 
 def _steps(path):
@@ -24,7 +24,7 @@ def _steps(path):
 
 @pytest.mark.multiworker
 def test_restart_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
-    code, outputs = run_workers(TRAIN, 2, tmp_path / "clean")
+    code, outputs = workers.run_workers(TRAIN, 2, tmp_path / "clean")
     assert code == 0, outputs
     out = tmp_path / "restarted"
     code = launcher.launch([sys.executable, str(TRAIN), str(out), "1", "1", "3"], 2,
@@ -67,8 +67,8 @@ def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path,
 def test_only_the_chief_writes_and_nothing_is_left_half_written(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    code, outputs = run_workers(FILES, 2, tmp_path / "out",
-                                env={"TMPDIR": str(scratch)})
+    code, outputs = workers.run_workers("-m", 2, FILES, tmp_path / "out",
+                                        env={"TMPDIR": str(scratch)})
     assert code == 0, outputs
     out = tmp_path / "out"
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())

@@ -1,6 +1,6 @@
 """Worker script for the chief-only-writes test: one run through every chief-only writer.
 
-Usage, as 2 workers: `python mw_reliability.py OUT_DIR`. Trains 2 epochs with
+Usage, as 2 workers: `python -m support.mw_reliability OUT_DIR`. Trains 2 epochs with
 ModelCheckpoint (every epoch, and the best), TensorBoard and BackupAndRestore
 writing under OUT_DIR, then saves the model to OUT_DIR/final.keras. (The
 training that loses a worker is benchmarks/failure_worker.py.)
