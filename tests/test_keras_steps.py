@@ -136,11 +136,15 @@ def _executions(steps):
 
 
 @pytest.mark.parametrize("steps, jit", SETTINGS)
-def test_workers_train_like_one_device(tensorflow_workers, one_machine, steps, jit):
+def test_workers_train_like_one_device(tensorflow_workers, one_machine, reference, steps, jit):
     name = setting_name("workers", steps, jit)
     first, second = (_weights(tensorflow_workers / f"{name}-{i}.npz") for i in (0, 1))
     assert relative_difference(first, second) == 0
     assert relative_difference(first, _weights(one_machine / "default-spe1-plain.npz")) < BOUND
+    for index in (0, 1):
+        run = _arrays(tensorflow_workers / f"{name}-{index}.npz")
+        np.testing.assert_allclose(run["evaluation"], reference["evaluation"], rtol=BOUND)
+        np.testing.assert_allclose(run["predictions"], reference["predictions"], atol=1e-5)
 
 
 @pytest.mark.parametrize("steps, jit", SETTINGS)

@@ -75,8 +75,7 @@ def train(strategy, steps, jit, *, weights=None, callbacks=()):
     arrays = {f"w{i}": w for i, w in enumerate(model.get_weights())}
     arrays["loss"] = np.array(history.history["loss"])
     arrays["evaluation"] = np.array(evaluation)
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        arrays["predictions"] = model.predict(x, batch_size=GLOBAL_BATCH, verbose=0)
+    arrays["predictions"] = model.predict(x, batch_size=GLOBAL_BATCH, verbose=0)
     return arrays
 
 
