@@ -1,6 +1,7 @@
 """The "hybrid" strategy: a pipeline in each worker, gradients averaged across workers."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -61,3 +62,37 @@ def test_devices_per_worker_must_be_an_integer():
 def test_hybrid_refuses_options_of_other_strategies():
     with pytest.raises(ValueError, match="`compression` does not apply to strategy 'hybrid'"):
         mgpu_tf.make_strategy("hybrid", devices_per_worker=2, compression="float16")
+
+
+@pytest.fixture(scope="module")
+def hybrid_callbacks_run(tmp_path_factory):
+    """Two hybrid workers training with TensorBoard, ModelCheckpoint and validation data."""
+    directory = tmp_path_factory.mktemp("hybrid_callbacks")
+    code, output = workers.run_workers("-m", 2, "support.mw_hybrid_callbacks", directory)
+    assert code == 0, "\n".join(output.values())[-4000:]
+    lines = {task: dict(re.findall(r"^([^:\n]+): (.*)$", text, re.M))
+             for task, text in output.items()}
+    return directory, lines
+
+
+@pytest.mark.multiworker
+def test_hybrid_writers_write_once_from_the_chief(hybrid_callbacks_run):
+    directory, lines = hybrid_callbacks_run
+    assert [lines[task]["is_chief"] for task in (0, 1)] == ["True", "False"]
+    for split in ("train", "validation"):
+        events = [name for name in os.listdir(directory / "tb" / split)
+                  if name.startswith("events.out.tfevents")]
+        assert len(events) == 1, events
+    assert sorted(os.listdir(directory)) == ["best.weights.h5", "tb"]
+
+
+@pytest.mark.multiworker
+def test_hybrid_validation_metrics_are_the_global_batch_ones_on_every_worker(
+        hybrid_callbacks_run):
+    _, lines = hybrid_callbacks_run
+    for key in ("val_loss", "val_mae", "evaluate"):
+        assert lines[0][key] == lines[1][key], key
+    evaluated = [float(v) for v in lines[0]["evaluate"].split()]
+    reference = [float(v) for v in lines[0]["reference"].split()]
+    assert evaluated == pytest.approx(reference, rel=1e-5)
+    assert float(lines[0]["val_loss"].split()[-1]) == pytest.approx(reference[0], rel=1e-5)

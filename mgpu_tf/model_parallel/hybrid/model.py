@@ -24,8 +24,12 @@ class HybridParallel(wrapper.ModelParallel):
 
     Made by `mgpu_tf.prepare_model(model, strategy)` under `make_strategy("hybrid")`.
     Each worker feeds its share of the global batch (`mgpu_tf.shard_dataset` gives
-    it); the update equals the single-device update on the global batch. The
-    logged `loss` is the mean over the workers; other metrics are this worker's.
+    it); the update equals the single-device update on the global batch. In
+    training the logged `loss` is the mean over the workers and other metrics are
+    this worker's; in evaluation (`evaluate`, and `fit`'s `val_` metrics) the loss
+    and every metric are those of the whole global batch, equal on every worker, so
+    callbacks that watch them (`EarlyStopping`, `ModelCheckpoint(monitor="val_loss")`)
+    decide the same everywhere.
 
     Example:
 
@@ -61,6 +65,11 @@ class HybridParallel(wrapper.ModelParallel):
         weights = [w for w in self._model.weights if tf.as_dtype(w.dtype).is_floating]
         broadcast_weights(communicator, weights, self._stage_groups(weights))
 
+    @property
+    def communicator(self):
+        """The `MultiWorkerMirroredStrategy` that averages over the workers."""
+        return self._communicator
+
     def _stage_groups(self, variables):
         """Splits `variables` by the stage that holds them: a list of index lists."""
         position = {device: k for k, device in enumerate(self._devices)}
@@ -85,6 +94,15 @@ class HybridParallel(wrapper.ModelParallel):
         self._loss_tracker.update_state(
             loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def test_step(self, data):
+        # Keras' test step on this worker's batch, then each metric's state summed over the
+        # workers, as tf.distribute's sum-on-read metric variables would be: one all-reduce.
+        variables = [v for v in self.metrics_variables if tf.as_dtype(v.dtype).is_floating]
+        before = [tf.identity(v.value) for v in variables]
+        super().test_step(data)
+        add_other_workers_changes(self._communicator, variables, before)
+        return self.get_metrics_result()
 
 
 def _local(communicator, value):
@@ -124,6 +142,33 @@ def average_over_workers(communicator, gradients, groups, loss):
     for n, i in enumerate(present):
         averaged[i] = out[n]
     return averaged, loss
+
+
+def add_other_workers_changes(communicator, variables, before):
+    """Adds to each variable what the other workers added to theirs since `before`.
+
+    Metric states are sums (totals, counts), so afterwards every worker holds the
+    state of the examples of all workers. One all-reduce, of the changes packed
+    into a float32 vector.
+    """
+    if not variables:
+        return
+    changes = [tf.reshape(tf.cast(v.value - b, tf.float32), [-1])
+               for v, b in zip(variables, before)]
+    sizes = [int(change.shape[0]) for change in changes]
+
+    def replica_fn(packed):
+        # Copied to the replica's device: the collective reduces values of one device.
+        return tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.MEAN, tf.identity(packed))
+
+    # A mean, times the workers: each worker's change counts once however many local
+    # replicas the communicator has (one per GPU), all fed the same change.
+    means = communicator.experimental_local_results(
+        communicator.run(replica_fn, args=(tf.concat(changes, 0),)))
+    total = means[0] * (communicator.num_replicas_in_sync // len(means))
+    for variable, start, change in zip(variables, before, tf.split(total, sizes)):
+        variable.assign(start + tf.cast(tf.reshape(change, start.shape), start.dtype))
 
 
 def broadcast_weights(communicator, variables, groups):

@@ -1,0 +1,78 @@
+"""Worker script: the chief-only writers and validation metrics under `make_strategy("hybrid")`.
+
+Run by tests/test_hybrid.py as two workers of two simulated devices each, with one
+argument: a directory both workers see. Each worker trains a two-stage pipeline with
+validation data, `mgpu_tf.callbacks.TensorBoard` and `ModelCheckpoint` writing into
+that directory, then evaluates; a plain copy of the trained model evaluated on one
+device with the whole validation set is the reference. Prints `name: value` lines.
+"""
+
+import os
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import mgpu_tf
+import mgpu_tf.callbacks
+
+GLOBAL_BATCH = 16
+EXAMPLES = 64
+VALIDATION = 32
+
+
+def build_model():
+    return keras.Sequential([
+        keras.Input((8,)),
+        keras.layers.Dense(16, activation="tanh"),
+        keras.layers.Dense(1),
+    ])
+
+
+def compile_model(model):
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+
+
+def main(directory):
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2, microbatches=2)
+    print("is_chief:", mgpu_tf.callbacks.is_chief(strategy))
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = build_model()
+    model = mgpu_tf.prepare_model(model, strategy)
+    compile_model(model)
+
+    rng = np.random.RandomState(0)
+    x = rng.randn(EXAMPLES + VALIDATION, 8).astype("float32")
+    y = np.sin(x).sum(axis=1, keepdims=True).astype("float32")
+    train = tf.data.Dataset.from_tensor_slices((x[:EXAMPLES], y[:EXAMPLES]))
+    validation = tf.data.Dataset.from_tensor_slices((x[EXAMPLES:], y[EXAMPLES:]))
+    writers = [
+        mgpu_tf.callbacks.TensorBoard(os.path.join(directory, "tb")),
+        mgpu_tf.callbacks.ModelCheckpoint(os.path.join(directory, "best.weights.h5"),
+                                          monitor="val_loss", save_best_only=True,
+                                          save_weights_only=True),
+    ]
+    history = model.fit(mgpu_tf.shard_dataset(train, strategy, GLOBAL_BATCH), epochs=2,
+                        validation_data=mgpu_tf.shard_dataset(validation, strategy,
+                                                              GLOBAL_BATCH),
+                        callbacks=writers, verbose=0)
+    print("val_loss:", " ".join(f"{v:.7e}" for v in history.history["val_loss"]))
+    print("val_mae:", " ".join(f"{v:.7e}" for v in history.history["val_mae"]))
+    loss, mae = model.evaluate(mgpu_tf.shard_dataset(validation, strategy, GLOBAL_BATCH),
+                               verbose=0)
+    print(f"evaluate: {loss:.7e} {mae:.7e}")
+
+    reference = build_model()
+    reference.set_weights(model.model.get_weights())
+    compile_model(reference)
+    loss, mae = reference.evaluate(x[EXAMPLES:], y[EXAMPLES:], batch_size=GLOBAL_BATCH,
+                                   verbose=0)
+    print(f"reference: {loss:.7e} {mae:.7e}")
+    print("done")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
