@@ -8,6 +8,7 @@ failure stops the others, Ctrl-C stops all, and no process is left behind.
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,10 +16,13 @@ import sys
 import threading
 import time
 
-__all__ = ["LaunchError", "free_ports", "worker_tf_configs", "launch"]
+__all__ = ["LaunchError", "TIMED_OUT", "free_ports", "worker_tf_configs", "launch", "run_alone"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
+
+# What `run_alone` returns for a worker stopped at its time limit (as GNU timeout does).
+TIMED_OUT = 124
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -105,9 +109,61 @@ def _exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _describe_exit(returncode):
+    """`'exit code 7'`, or `'exit code 137 (killed by SIGKILL)'`."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"exit code {_exit_code(returncode)} (killed by {name})"
+
+
+def _check_program(command, env):
+    """Raises `LaunchError` unless `command[0]` is a program this machine can start."""
+    program = command[0]
+    if os.sep in program or (os.altsep and os.altsep in program):
+        if not os.path.isfile(program):
+            what = "is a folder" if os.path.isdir(program) else "does not exist"
+            raise LaunchError(
+                "The command's program must be a file. Received: command[0]="
+                f"{program!r}, which {what}. Check the path.")
+        if not os.access(program, os.X_OK):
+            raise LaunchError(
+                f"The command's program must be executable. Received: command[0]={program!r}, "
+                f"which is not. Run it through its interpreter (python {program}), or make it "
+                f"executable (chmod +x {program}).")
+        return
+    if shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise LaunchError(
+            "The command's program must be found on PATH. Received: command[0]="
+            f"{program!r}, which is not. Check its spelling, or give its path.")
+
+
+def _check_request(command, workers, port, host, env):
+    """Raises `LaunchError` for a request that cannot start, before anything starts."""
+    if isinstance(command, str) or not isinstance(command, (list, tuple)) or not command:
+        raise LaunchError(
+            "`command` must be a non-empty list of program arguments (put it after `--` "
+            f"on the command line). Received: command={command!r}"
+        )
+    if not all(isinstance(part, str) for part in command):
+        raise LaunchError(f"`command` must hold strings only. Received: command={command!r}")
+    worker_tf_configs(workers, port=port, host=host)
+    _check_program(command, os.environ if env is None else env)
+
+
+def _base_environment(env):
+    return dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+
+
 def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=None,
            grace_seconds=10.0, max_restarts=0):
     """Runs `command` as `workers` local processes that form one TF_CONFIG cluster.
+
+    When a worker fails, the others are stopped and one line on `output` says which
+    worker failed, with what exit code, and which workers were stopped.
 
     Example:
 
@@ -136,72 +192,134 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         Ctrl-C, which is never restarted).
 
     Raises:
-        LaunchError: for an empty command, a bad worker count or a bad port.
+        LaunchError: for an empty command, a program that is missing or not
+            executable, a bad worker count or a bad port.
     """
-    if isinstance(command, str) or not isinstance(command, (list, tuple)) or not command:
-        raise LaunchError(
-            "`command` must be a non-empty list of program arguments (put it after `--` "
-            f"on the command line). Received: command={command!r}"
-        )
-    if not all(isinstance(part, str) for part in command):
-        raise LaunchError(f"`command` must hold strings only. Received: command={command!r}")
+    _check_request(command, workers, port, host, env)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise LaunchError(
             "`max_restarts` must be an integer of at least 0. "
             f"Received: max_restarts={max_restarts!r}")
-    worker_tf_configs(workers, port=port, host=host)  # checks before anything starts
     output = sys.stdout if output is None else output
     if host not in _LOOPBACK:
         output.write(
             f"warning: workers use {host}: TensorFlow's gRPC workers accept "
             "unauthenticated connections; use this only on a trusted network.\n"
         )
-    base = dict(os.environ if env is None else env)
-    base["PYTHONUNBUFFERED"] = "1"
+    base = _base_environment(env)
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
         code = _run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
                           output, grace_seconds)
         if code in (0, 130) or attempt == max_restarts:
             return code
-        output.write(f"mgpu-tf launch: a worker failed with exit code {code}; restarting "
-                     f"all {workers} workers ({attempt + 1} of {max_restarts}).\n")
+        output.write(f"mgpu-tf launch: restarting all {workers} workers "
+                     f"({attempt + 1} of {max_restarts}).\n")
         output.flush()
     return code
 
 
-def _run_group(command, configs, base, output, grace_seconds):
-    """Runs one start of the group; returns its exit code."""
+def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=10.0,
+              timeout_seconds=None):
+    """Runs worker `index` of a group of `workers` on its own; returns its exit code.
+
+    The worker gets the TF_CONFIG `launch` would give it, so it can tell which worker
+    it is, but no other worker runs: for jobs that measure a worker alone (see
+    `mgpu_tf.cluster.calibrate`).
+
+    Args:
+        command: the program and its arguments, a list of strings.
+        index: the worker's index, from 0.
+        workers: the size of the group it belongs to.
+        env: base environment. Defaults to this process' environment.
+        output: text stream for its output, prefixed `[index] `. Defaults to `sys.stdout`.
+        grace_seconds: how long a stopped worker gets before SIGKILL. Defaults to `10`.
+        timeout_seconds: stop the worker after this long and return `TIMED_OUT`.
+            Defaults to no limit.
+
+    Raises:
+        LaunchError: as `launch` does, and for an index outside the group.
+    """
+    _check_request(command, workers, None, "127.0.0.1", env)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
+        raise LaunchError(f"`index` must be between 0 and {workers - 1}. "
+                          f"Received: index={index!r}")
+    config = worker_tf_configs(workers)[index]
+    return _run_group(command, [config], _base_environment(env),
+                      sys.stdout if output is None else output, grace_seconds,
+                      timeout_seconds=timeout_seconds)
+
+
+def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None):
+    """Runs one start of the workers of `configs`; returns its exit code.
+
+    A failure is reported on `output` in one line: which worker failed, its exit
+    code, and which of the others were stopped.
+    """
     lock = threading.Lock()
-    processes, pumps = [], []
-    first_failure = None
+    processes, pumps = {}, []
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    failed = None  # (index, returncode) of the first worker seen failing
+    code, message = 0, None
     try:
-        for i, config in enumerate(configs):
+        for config in configs:
+            index = config["task"]["index"]
             worker_env = dict(base, TF_CONFIG=json.dumps(config))
-            process = subprocess.Popen(
-                list(command), env=worker_env, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, errors="replace",
-                start_new_session=True,
-            )
-            processes.append(process)
-            pump = threading.Thread(target=_pump, args=(i, process.stdout, output, lock),
+            try:
+                process = subprocess.Popen(
+                    list(command), env=worker_env, stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                    start_new_session=True,
+                )
+            except OSError as error:  # checked up front: a race, or a script's bad #! line
+                raise LaunchError(f"Worker {index} could not start: {error}. Received: "
+                                  f"command={list(command)!r}") from None
+            processes[index] = process
+            pump = threading.Thread(target=_pump, args=(index, process.stdout, output, lock),
                                     daemon=True)
             pump.start()
             pumps.append(pump)
-        while any(p.poll() is None for p in processes):
-            for p in processes:
-                if first_failure is None and p.poll() not in (None, 0):
-                    first_failure = _exit_code(p.returncode)
-            if first_failure is not None:
+        while failed is None and any(p.poll() is None for p in processes.values()):
+            if deadline is not None and time.monotonic() > deadline:
+                code = TIMED_OUT
+                message = (f"{_workers(processes)} did not finish in {timeout_seconds:g} "
+                           "seconds; stopped.")
                 break
             time.sleep(0.05)
-        for p in processes:
-            if first_failure is None and p.poll() not in (None, 0):
-                first_failure = _exit_code(p.returncode)
+            failed = _first_failure(processes)
+        failed = failed or _first_failure(processes)
+        if failed is not None and code != TIMED_OUT:
+            code = _exit_code(failed[1])
+            others = [i for i in processes if i != failed[0]]
+            running = [i for i in others if processes[i].poll() is None]
+            message = f"worker {failed[0]} failed with {_describe_exit(failed[1])}"
+            if running:
+                message += f"; stopped the other workers ({', '.join(map(str, running))})."
+            elif others:
+                message += "; the other workers had already exited."
+            else:
+                message += "."
     except KeyboardInterrupt:
-        first_failure = 130
+        code, message = 130, f"interrupted; stopped {_workers(processes)}."
     finally:
-        _stop(processes, grace_seconds)
+        _stop(list(processes.values()), grace_seconds)
         for pump in pumps:
             pump.join(timeout=5)
-    return first_failure or 0
+    if message:
+        output.write(f"mgpu-tf launch: {message}\n")
+        output.flush()
+    return code
+
+
+def _workers(processes):
+    if len(processes) == 1:
+        return f"worker {next(iter(processes))}"
+    return f"all {len(processes)} workers"
+
+
+def _first_failure(processes):
+    """`(index, returncode)` of a worker that exited non-zero, or `None`."""
+    for i, p in processes.items():
+        if p.poll() not in (None, 0):
+            return i, p.returncode
+    return None
