@@ -49,6 +49,7 @@ def test_usage_spells_every_option_with_underscores(capsys, command):
     (["bench", "--global_batch_size", "64"], "global_batch", 64),
     (["bench", "--global-batch", "64"], "global_batch", 64),
     (["bench", "--jit-compile", "true"], "jit_compile", "true"),
+    (["calibrate", "--workers", "2", "--max-spread", "0.2", "--", "x"], "max_spread", 0.2),
 ])
 def test_each_option_takes_both_spellings(argv, name, value):
     assert getattr(app._parser().parse_args(argv), name) == value

@@ -1,12 +1,14 @@
-"""`mgpu-tf calibrate`: run a job briefly on N local workers, or take measured speeds, and
+"""`mgpu-tf calibrate`: time a job as each of N local workers, or take measured speeds, and
 propose shard weights.
 
-Run COMMAND as N local workers, each measuring its own speed (it must print
-'examples_per_sec=X' and use a local strategy), and print the shard weights that match:
-MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s --node-pool. Example: mgpu-
-tf calibrate --workers 2 -- python -m mgpu_tf.train --strategy=mirrored --epochs=2. For
-workers on other machines, run the same command on each and pass the figures: mgpu-tf
-calibrate --speeds 812,410
+Run COMMAND as each of N local workers, alone and one after another, several times (each
+run must print 'examples_per_sec=X' and use a local strategy), and print each worker's
+median speed, its spread over the runs and the shard weights that match:
+MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s --node_pool. A spread above
+--max_spread, or a run that reports 'timed_seconds=Y' below --min_seconds, is refused.
+Example: mgpu-tf calibrate --workers 2 -- python -m mgpu_tf.train --strategy=mirrored
+--epochs=10. For workers on other machines, run the same command on each and pass the
+figures: mgpu-tf calibrate --speeds 812,410
 """
 
 import sys
@@ -23,6 +25,16 @@ def add_parser(subparsers):
     parser.add_argument("--workers", type=int, default=None, help="number of local workers")
     parser.add_argument("--speeds", default=None,
                         help="comma-separated examples/sec measured elsewhere, one per worker")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each worker, at least 2 (default 3)")
+    parser.add_argument("--max_spread", type=float, default=0.1,
+                        help="largest (fastest - slowest run) / median accepted for a worker "
+                        "(default 0.1: 10%%)")
+    parser.add_argument("--min_seconds", type=float, default=1.0,
+                        help="least timed work a run may report with 'timed_seconds=Y' "
+                        "(default 1)")
+    parser.add_argument("--timeout_seconds", type=float, default=600.0,
+                        help="seconds a run may take (default 600)")
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the job each worker runs")
@@ -52,21 +64,35 @@ def _given_speeds(args):
 
 
 def calibrate_command(args):
+    spreads = None
     try:
         speeds = _given_speeds(args)
         if speeds is None:
-            print(f"calibrating {args.workers} workers: {' '.join(args.cmd)}", flush=True)
-            speeds = calibrate.calibrate(args.cmd, args.workers,
-                                         output=sys.stdout if args.verbose else None)
+            print(f"calibrating {args.workers} workers, one after another, {args.repeats} "
+                  f"runs each: {' '.join(args.cmd)}", flush=True)
+            result = calibrate.calibrate(
+                args.cmd, args.workers, repeats=args.repeats, max_spread=args.max_spread,
+                min_seconds=args.min_seconds, timeout_seconds=args.timeout_seconds,
+                output=sys.stdout if args.verbose else None, progress=sys.stderr)
+            speeds, spreads = result.speeds, result.spreads
     except launcher.LaunchError as error:
-        print(f"mgpu-tf calibrate: {error}", file=sys.stderr)
+        print(f"mgpu-tf calibrate: {_flag_names(error)}", file=sys.stderr)
         return 2
     except calibrate.CalibrationError as error:
         print(f"mgpu-tf calibrate: {error}", file=sys.stderr)
         return 1
     weights = calibrate.propose_weights(speeds)
-    print(f"{'worker':<8}{'examples/sec':>14}{'weight':>9}")
+    print(f"{'worker':<8}{'examples/sec':>14}{'spread':>8}{'weight':>9}")
     for i, (speed, weight) in enumerate(zip(speeds, weights)):
-        print(f"{i:<8}{speed:>14.1f}{weight:>9g}")
+        spread = "-" if spreads is None else f"{spreads[i]:.1%}"
+        print(f"{i:<8}{speed:>14.1f}{spread:>8}{weight:>9g}")
     print("MGPU_TF_SHARD_WEIGHTS=" + ",".join(f"{w:g}" for w in weights))
     return 0
+
+
+def _flag_names(error):
+    """The message, with `calibrate`'s argument names spelt as this command's flags."""
+    text = str(error)
+    for name in ("repeats", "max_spread", "min_seconds", "timeout_seconds"):
+        text = text.replace(f"`{name}`", f"--{name}").replace(f"{name}=", f"--{name}=")
+    return text

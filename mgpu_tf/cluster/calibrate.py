@@ -4,34 +4,47 @@ Synchronous data parallelism waits for the slowest worker at every step. On a
 heterogeneous cluster (an A100 node next to a T4 node) the fix is to give each
 worker a share of the global batch in proportion to its speed (the `weights=` of
 `mgpu_tf.shard_dataset`, `MGPU_TF_SHARD_WEIGHTS` in a pod). TensorFlow has no
-measure of that speed; this module runs the real job on each worker, alone,
-reads the speed it reports, and proposes the weights.
+measure of that speed; this module runs the real job as each worker, reads the
+speed it reports, and proposes the weights.
 
-The contract with the job: each worker prints a line holding
-`examples_per_sec=X` (the last one counts), measured on its own devices without
-waiting for the others (a local strategy such as `--strategy=mirrored`, which
-ignores TF_CONFIG). `python -m mgpu_tf.train` does, in its `done:` line; another
-script prints, for instance, `calibrate: examples_per_sec=812.5`.
+Workers started here share this machine, so they run one after another, never
+together (two at once would time each other), and each is run several times: a
+figure that changes from run to run by more than `max_spread` is refused rather
+than turned into weights, and so is one timed over too little work.
+
+The contract with the job: each run prints a line holding `examples_per_sec=X`
+(the last one counts), measured on its own devices without waiting for other
+workers (a local strategy such as `--strategy=mirrored`, which ignores
+TF_CONFIG). `python -m mgpu_tf.train` does, in its `done:` line; another script
+prints, for instance, `calibrate: examples_per_sec=812.5 timed_seconds=4.2`,
+where the optional `timed_seconds=Y` lets calibration refuse a run timed over
+less than `min_seconds`.
 
 Example:
 
 ```python
-speeds = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored",
-                    "--epochs=2"], workers=2)
-propose_weights(speeds)  # e.g. [1.0, 1.0] on identical workers
+result = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored",
+                    "--epochs=10"], workers=2)
+propose_weights(result.speeds)  # near [1.0, 1.0] on identical workers
+result.spreads                  # e.g. [0.03, 0.05]: each within max_spread
 ```
 """
 
+import dataclasses
 import io
 import math
 import numbers
 import re
+import statistics
 
 from mgpu_tf.cluster import launcher
 
-__all__ = ["CalibrationError", "SPEED_PATTERN", "parse_speed", "propose_weights", "calibrate"]
+__all__ = ["CalibrationError", "Calibration", "SPEED_PATTERN", "SECONDS_PATTERN",
+           "parse_speed", "parse_seconds", "propose_weights", "calibrate"]
 
-SPEED_PATTERN = re.compile(r"\bexamples_per_sec=([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)")
+_NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
+SPEED_PATTERN = re.compile(r"\bexamples_per_sec=" + _NUMBER)
+SECONDS_PATTERN = re.compile(r"\btimed_seconds=" + _NUMBER)
 _WORKER_LINE = re.compile(r"^\[(\d+)\] (.*)$")
 
 
@@ -39,9 +52,36 @@ class CalibrationError(ValueError):
     """A calibration that measured no usable speed."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What `calibrate` measured.
+
+    Attributes:
+        runs: for each worker, the examples per second of each of its runs.
+    """
+
+    runs: tuple
+
+    @property
+    def speeds(self):
+        """Each worker's median examples per second."""
+        return [statistics.median(runs) for runs in self.runs]
+
+    @property
+    def spreads(self):
+        """Each worker's (fastest - slowest run) / median: 0.05 is 5%."""
+        return [(max(runs) - min(runs)) / statistics.median(runs) for runs in self.runs]
+
+
 def parse_speed(text):
     """Returns the last `examples_per_sec=X` figure in `text`, or `None`."""
     found = SPEED_PATTERN.findall(text)
+    return float(found[-1]) if found else None
+
+
+def parse_seconds(text):
+    """Returns the last `timed_seconds=Y` figure in `text`, or `None`."""
+    found = SECONDS_PATTERN.findall(text)
     return float(found[-1]) if found else None
 
 
@@ -77,49 +117,113 @@ def propose_weights(speeds, *, digits=2):
     return [round(speed / slowest, digits) for speed in speeds]
 
 
-def calibrate(command, workers, *, env=None, output=None, grace_seconds=10.0):
-    """Runs `command` as `workers` local workers and returns the speed each reports.
+def _check_number(name, value, *, least, integer=False, above=False):
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        raise launcher.LaunchError(f"`{name}` must be {'an integer' if integer else 'a number'}."
+                                   f" Received: {name}={value!r}")
+    if value < least or (above and value == least):
+        raise launcher.LaunchError(
+            f"`{name}` must be {'above' if above else 'at least'} {least}. "
+            f"Received: {name}={value!r}")
+    return value
 
-    The workers run together through `mgpu_tf.cluster.launcher.launch` (each with its
-    TF_CONFIG, so a script can tell which worker it is), and must measure their
-    speed on their own devices (see the module docstring).
+
+def calibrate(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0, env=None,
+              output=None, progress=None, grace_seconds=10.0, timeout_seconds=600.0):
+    """Runs `command` as each of `workers` local workers, alone, `repeats` times.
+
+    Workers run one after another (alternating: 0, 1, ..., 0, 1, ...), each with the
+    TF_CONFIG `mgpu_tf.cluster.launcher.launch` would give it, so a script can tell
+    which worker it is; each must measure its speed on its own devices (see the
+    module docstring).
 
     Args:
         command: the job and its arguments, a list of strings.
         workers: number of workers, at least 1.
+        repeats: runs of each worker, at least 2, so that the spread is measured.
+            Defaults to `3`.
+        max_spread: the largest (fastest - slowest run) / median accepted for a
+            worker. Defaults to `0.1` (10%).
+        min_seconds: the least timed work a run may report with `timed_seconds=`.
+            Defaults to `1.0`.
         env: base environment of the workers. Defaults to this process' environment.
         output: a text stream that receives the workers' prefixed output.
             Defaults to none.
+        progress: a text stream that receives one line per run. Defaults to none.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
+        timeout_seconds: how long a run may take. Defaults to `600`.
 
     Returns:
-        A list of examples per second, one per worker.
+        A `Calibration`: `.speeds` (each worker's median) and `.spreads`.
 
     Raises:
-        mgpu_tf.cluster.launcher.LaunchError: for a bad command or worker count.
-        CalibrationError: when a worker fails or reports no speed; the message
-            holds the end of its output.
+        mgpu_tf.cluster.launcher.LaunchError: for a bad command, worker count or
+            setting, before anything runs.
+        CalibrationError: when a run fails, times out or reports no speed (the
+            message holds the end of its output), when a run timed too little work,
+            or when a worker's runs spread more than `max_spread`.
     """
-    text = io.StringIO()
-    code = launcher.launch(command, workers, env=env, output=text,
-                           grace_seconds=grace_seconds)
-    lines = {i: [] for i in range(workers)}
-    for line in text.getvalue().splitlines():
-        match = _WORKER_LINE.match(line)
-        if match and int(match.group(1)) in lines:
-            lines[int(match.group(1))].append(match.group(2))
-    if output is not None:
-        output.write(text.getvalue())
-    speeds = []
-    for i in range(workers):
-        speed = parse_speed("\n".join(lines[i]))
-        if code or speed is None or speed <= 0:
-            tail = "\n".join(lines[i][-15:])
-            reason = f"the workers exited with code {code}" if code else (
-                f"worker {i} printed no 'examples_per_sec=X' line" if speed is None else
-                f"worker {i} reported examples_per_sec={speed}")
+    launcher.worker_tf_configs(workers)  # checks `workers` before anything runs
+    _check_number("repeats", repeats, least=2, integer=True)
+    _check_number("max_spread", max_spread, least=0, above=True)
+    _check_number("min_seconds", min_seconds, least=0)
+    _check_number("timeout_seconds", timeout_seconds, least=0, above=True)
+    runs = [[] for _ in range(workers)]
+    total = repeats * workers
+    for done in range(total):
+        index = done % workers
+        text = io.StringIO()
+        code = launcher.run_alone(command, index, workers, env=env, output=text,
+                                  grace_seconds=grace_seconds,
+                                  timeout_seconds=timeout_seconds)
+        if output is not None:
+            output.write(text.getvalue())
+        lines = [m.group(2) for m in map(_WORKER_LINE.match, text.getvalue().splitlines())
+                 if m and int(m.group(1)) == index]
+        runs[index].append(_speed(index, code, "\n".join(lines), min_seconds,
+                                  timeout_seconds, f"run {done + 1} of {total}"))
+        if progress is not None:
+            progress.write(f"run {done + 1}/{total}: worker {index}: "
+                           f"{runs[index][-1]:.1f} examples/s\n")
+            progress.flush()
+    result = Calibration(tuple(tuple(r) for r in runs))
+    for index, spread in enumerate(result.spreads):
+        if spread > max_spread:
+            figures = ", ".join(f"{speed:.1f}" for speed in runs[index])
             raise CalibrationError(
-                f"Calibration needs every worker to finish and print "
-                f"'examples_per_sec=X'; {reason}. Received from worker {i}:\n{tail}")
-        speeds.append(speed)
-    return speeds
+                f"Calibration needs repeatable figures: each worker's runs may differ by at "
+                f"most max_spread={max_spread:.0%} of their median. Received: worker {index} "
+                f"ran at {figures} examples/s, a {spread:.0%} spread. Time more work per run "
+                "(more epochs or steps), calibrate on a quieter machine, or accept the noise "
+                "with a larger max_spread (--max_spread).")
+    return result
+
+
+def _speed(index, code, text, min_seconds, timeout_seconds, run):
+    """The speed one run of worker `index` reported; raises when it is not usable."""
+    speed, seconds = parse_speed(text), parse_seconds(text)
+    tail = "\n".join(text.splitlines()[-15:])
+    if code == launcher.TIMED_OUT:
+        reason = (f"worker {index} did not finish in {timeout_seconds:g} seconds ({run}); "
+                  "calibration runs each worker alone, so a job that waits for the others "
+                  "(--strategy=multi_worker) never ends: use a local strategy such as "
+                  "--strategy=mirrored")
+    elif code:
+        reason = f"worker {index} exited with code {code} ({run})"
+    elif speed is None:
+        reason = f"worker {index} printed no 'examples_per_sec=X' line ({run})"
+    elif speed <= 0:
+        reason = f"worker {index} reported examples_per_sec={speed} ({run})"
+    else:
+        if seconds is not None and seconds < min_seconds:
+            raise CalibrationError(
+                f"Calibration needs at least {min_seconds:g} s of timed work per run "
+                f"(min_seconds={min_seconds:g}): shorter, the figures are mostly noise. "
+                f"Received: worker {index} "
+                f"timed {seconds:g} s (timed_seconds={seconds:g}, {run}). Time more work "
+                "(more epochs or steps).")
+        return speed
+    raise CalibrationError(
+        f"Calibration needs every run to finish and print 'examples_per_sec=X'; {reason}. "
+        f"Received from worker {index}:\n{tail}")
