@@ -52,10 +52,10 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
 
 
 def test_cli_page_names_every_option_of_its_sub_commands():
-    from mgpu_tf import cli
+    from mgpu_tf.cli import app
 
     page = (DOCS / "cli.md").read_text()
-    parser = cli._parser()
+    parser = app._parser()
     [subcommands] = [a for a in parser._actions if a.choices and a.dest == "command"]
     documented = re.findall(r"^## mgpu-tf ([\w-]+)", page, flags=re.M)
     assert {"launch", "env", "k8s", "calibrate", "plan", "bench"} <= set(documented)
