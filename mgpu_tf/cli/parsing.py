@@ -5,7 +5,7 @@ summary.", and the paragraph after it is what `mgpu-tf NAME --help` says first.
 
 Options are spelt with underscores, as the main job's absl flags are
 (`--global_batch_size`); each also answers to its dashed spelling
-(`--global-batch-size`), which `--help` leaves out. A wrong option is answered by
+(`--global-batch-size`); usage lines show the first. A wrong option is answered by
 the sub-command's usage, not the top-level one (`report_unknown`).
 """
 
@@ -30,27 +30,8 @@ class CommandParser(argparse.ArgumentParser):
     def add_argument(self, *names, **kwargs):
         dashed = [n.replace("_", "-") for n in names if n.startswith("--") and "_" in n]
         action = super().add_argument(*names, *[n for n in dashed if n not in names], **kwargs)
-        action.shown_option_strings = list(names)
         self.runs_command = self.runs_command or action.dest == "cmd"
         return action
-
-
-class _Formatter(argparse.HelpFormatter):
-    """Shows each option's own spellings, without the dashed ones added for it."""
-
-    def _format_action_invocation(self, action):
-        shown = getattr(action, "shown_option_strings", None)
-        if not shown:
-            return super()._format_action_invocation(action)
-        every, action.option_strings = action.option_strings, shown
-        try:
-            return super()._format_action_invocation(action)
-        finally:
-            action.option_strings = every
-
-
-class _RawFormatter(argparse.RawDescriptionHelpFormatter, _Formatter):
-    pass
 
 
 def add_command(subparsers, run, doc, *, raw=False):
@@ -69,7 +50,7 @@ def add_command(subparsers, run, doc, *, raw=False):
     description = rest.strip() if raw else " ".join(rest.split())
     parser = subparsers.add_parser(
         name, help=summary, description=description or summary,
-        formatter_class=_RawFormatter if raw else _Formatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter)
     parser.set_defaults(run=run)
     return parser
 
