@@ -20,13 +20,9 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
 _BLOCK = re.compile(r"(?:<!-- no-run: (?P<reason>.+?) -->\s*\n)?^```python\n(?P<code>.*?)^```$",
                     re.M | re.S)
 
-# Blocks of pages whose owners have yet to make them runnable or mark them: strict, so the
-# test says when one starts to run and its entry can go.
-_NOT_YET_RUNNABLE = {
-    "docs/planner.md:81": "`model` is undefined",
-    "docs/planner.md:111": "needs two workers (`build_model`, `examples` undefined too)",
-    "docs/deployment.md:190": "`examples` is undefined",
-}
+# Blocks known not to run yet, each with why: strict, so the test says when one starts to
+# run and its entry can go.
+_NOT_YET_RUNNABLE = {}
 # Fewer runnable blocks than this means the extraction broke, or blocks were marked away.
 _AT_LEAST_RUN = 4
 
