@@ -159,7 +159,7 @@ def _base_environment(env):
 
 
 def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=None,
-           grace_seconds=10.0, max_restarts=0):
+           grace_seconds=10.0, max_restarts=0, errors=None):
     """Runs `command` as `workers` local processes that form one TF_CONFIG cluster.
 
     When a worker fails, the others are stopped and one line on `output` says which
@@ -179,8 +179,13 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
             reachable from the network, and TensorFlow's gRPC workers accept
             unauthenticated connections, so a warning is printed.
         env: base environment for the workers. Defaults to this process' environment.
-        output: text stream for the prefixed output. Defaults to `sys.stdout`.
+        output: text stream for the workers' standard output, each line prefixed
+            `[index] `, and the launcher's own lines. Defaults to `sys.stdout`.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
+        errors: text stream for the workers' standard error, prefixed the same way.
+            Defaults to `sys.stderr` when `output` is not given (so a shell's `2>`
+            separates them), else to `output` (a caller capturing the output gets
+            everything in order).
         max_restarts: how many times the whole group is started again after a
             failure. Each start gets `MGPU_TF_RESTART` (0, 1, ...) in its
             environment; resuming is the script's job (e.g. with
@@ -200,7 +205,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         raise LaunchError(
             "`max_restarts` must be an integer of at least 0. "
             f"Received: max_restarts={max_restarts!r}")
-    output = sys.stdout if output is None else output
+    output, errors = _streams(output, errors)
     if host not in _LOOPBACK:
         output.write(
             f"warning: workers use {host}: TensorFlow's gRPC workers accept "
@@ -210,7 +215,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
         code = _run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
-                          output, grace_seconds)
+                          output, grace_seconds, errors=errors)
         if code in (0, 130) or attempt == max_restarts:
             return code
         output.write(f"mgpu-tf launch: restarting all {workers} workers "
@@ -220,7 +225,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
 
 
 def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=10.0,
-              timeout_seconds=None):
+              timeout_seconds=None, errors=None):
     """Runs worker `index` of a group of `workers` on its own; returns its exit code.
 
     The worker gets the TF_CONFIG `launch` would give it, so it can tell which worker
@@ -236,6 +241,7 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
         grace_seconds: how long a stopped worker gets before SIGKILL. Defaults to `10`.
         timeout_seconds: stop the worker after this long and return `TIMED_OUT`.
             Defaults to no limit.
+        errors: text stream for its standard error, as for `launch`.
 
     Raises:
         LaunchError: as `launch` does, and for an index outside the group.
@@ -245,12 +251,20 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
         raise LaunchError(f"`index` must be between 0 and {workers - 1}. "
                           f"Received: index={index!r}")
     config = worker_tf_configs(workers)[index]
-    return _run_group(command, [config], _base_environment(env),
-                      sys.stdout if output is None else output, grace_seconds,
-                      timeout_seconds=timeout_seconds)
+    output, errors = _streams(output, errors)
+    return _run_group(command, [config], _base_environment(env), output, grace_seconds,
+                      timeout_seconds=timeout_seconds, errors=errors)
 
 
-def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None):
+def _streams(output, errors):
+    """`(output, errors)`: stdout and stderr apart by default, one stream when captured."""
+    if output is None:
+        return sys.stdout, sys.stderr if errors is None else errors
+    return output, output if errors is None else errors
+
+
+def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
+               errors=None):
     """Runs one start of the workers of `configs`; returns its exit code.
 
     A failure is reported on `output` in one line: which worker failed, its exit
@@ -268,17 +282,18 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
             try:
                 process = subprocess.Popen(
                     list(command), env=worker_env, stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT, text=True, errors="replace",
+                    stderr=subprocess.PIPE, text=True, errors="replace",
                     start_new_session=True,
                 )
             except OSError as error:  # checked up front: a race, or a script's bad #! line
                 raise LaunchError(f"Worker {index} could not start: {error}. Received: "
                                   f"command={list(command)!r}") from None
             processes[index] = process
-            pump = threading.Thread(target=_pump, args=(index, process.stdout, output, lock),
-                                    daemon=True)
-            pump.start()
-            pumps.append(pump)
+            for stream, to in ((process.stdout, output), (process.stderr, errors or output)):
+                pump = threading.Thread(target=_pump, args=(index, stream, to, lock),
+                                        daemon=True)
+                pump.start()
+                pumps.append(pump)
         while failed is None and any(p.poll() is None for p in processes.values()):
             if deadline is not None and time.monotonic() > deadline:
                 code = TIMED_OUT
