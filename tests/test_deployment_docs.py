@@ -128,9 +128,11 @@ def test_calibrate_recipe(capsys):
     argv = shlex.split(command)
     assert argv[:2] == ["mgpu-tf", "calibrate"]
     split = argv.index("--")
-    # Other jobs share this machine's cores, so the runs' spread is not checked here:
-    # test_calibrate.py checks the refusal; this checks that the recipe runs as written.
-    assert cli_main([*argv[1:split], "--max_spread", "1000", *argv[split:split + 1],
+    # Other jobs share this machine's cores, so the runs' spread is not checked here, and
+    # two runs of each worker will do: test_calibrate.py checks the repeats and the refusal;
+    # this checks that the recipe runs as written.
+    assert cli_main([*argv[1:split], "--max_spread", "1000", "--repeats", "2",
+                     *argv[split:split + 1],
                      *_python(argv[split + 1:])]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert re.search(r"^worker\s+examples/sec\s+spread\s+weight$", out, re.MULTILINE)
