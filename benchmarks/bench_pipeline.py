@@ -31,6 +31,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mgpu_tf  # noqa: E402
+from known_cost import Wait  # noqa: E402 - run as a script, beside it
 
 mgpu_tf.simulate_devices(4)
 tf.get_logger().setLevel("ERROR")  # train_on_batch on several models warns of retracing
@@ -85,33 +86,13 @@ def _cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-class _Wait(keras.layers.Layer):
-    """Waits `seconds_per_row` per row of its input, in the forward pass, using no core."""
-
-    def __init__(self, seconds_per_row, **kwargs):
-        super().__init__(**kwargs)
-        self.seconds_per_row = seconds_per_row
-
-    def call(self, x):
-        def wait(rows):
-            time.sleep(self.seconds_per_row * len(rows))
-            return np.zeros((), np.float32)
-
-        # Stateless, so tf.function does not chain it to the other waits; fed the
-        # batch itself, so Grappler cannot fold it into a constant.
-        waited = tf.numpy_function(wait, [x], tf.float32, stateful=False)
-        return x + tf.reshape(waited, [])
-
-    def compute_output_shape(self, shape):
-        return shape
-
-
 def schedule(args):
     """The same speed-up with stages that wait instead of compute: the schedule alone."""
     def build():
         keras.utils.set_random_seed(0)
-        return keras.Sequential([keras.Input((4,)), _Wait(2e-4), _Wait(2e-4),
-                                 keras.layers.Dense(4), _Wait(2e-4), _Wait(2e-4)])
+        waits = [Wait(2e-4, stateful=False) for _ in range(4)]
+        return keras.Sequential([keras.Input((4,)), *waits[:2], keras.layers.Dense(4),
+                                 *waits[2:]])
 
     x = np.ones((256, 4), "float32")
     models = {}

@@ -1,10 +1,8 @@
 """Small Keras models for the model-parallel and planner tests, each built from a seed."""
 
-import time
-
 import keras
-import numpy as np
-import tensorflow as tf
+
+from benchmarks.known_cost import Wait  # noqa: F401 - the tests' layer of known cost
 
 __all__ = ["mlp", "residual", "with_batch_norm", "Wait"]
 
@@ -37,26 +35,3 @@ def with_batch_norm(*, seed=0):
     return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, name="d0"),
                              keras.layers.BatchNormalization(name="bn"),
                              keras.layers.Dense(1, name="d1")])
-
-
-class Wait(keras.layers.Layer):
-    """Passes its input through after sleeping `seconds_per_row` for each row of it.
-
-    A layer of known cost: the sleep takes no core, so a loaded machine can only add
-    to it, and it runs in the forward pass only (nothing to differentiate).
-    """
-
-    def __init__(self, seconds_per_row, **kwargs):
-        super().__init__(**kwargs)
-        self.seconds_per_row = seconds_per_row
-
-    def call(self, x):
-        def wait(rows):
-            time.sleep(self.seconds_per_row * len(rows))
-            return np.zeros((), np.float32)
-
-        waited = tf.numpy_function(wait, [x], tf.float32, stateful=True)
-        return x + tf.reshape(waited, [])
-
-    def compute_output_shape(self, shape):
-        return shape
