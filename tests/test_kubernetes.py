@@ -1,13 +1,19 @@
 """`mgpu-tf k8s`: manifests valid against the Kubernetes schemas, and pods that train.
 
-The schemas come with kubernetes-validate (offline). The workers' test runs the
-container's command twice, each time with exactly the environment the manifest
-gives that pod, the pods' names mapped to loopback by MGPU_TF_HOST_OVERRIDE.
+The schemas come with kubernetes-validate (offline); JobSet's is vendored from
+kubernetes-sigs/jobset in tests/data (its source, commit and licence in its
+`$comment`). The workers' test runs the container's command twice, each time with
+exactly the environment the manifest gives that pod, the pods' names mapped to
+loopback by MGPU_TF_HOST_OVERRIDE.
 """
 
+import copy
+import functools
 import json
+import pathlib
 import re
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -109,6 +115,116 @@ def test_node_pools_become_jobs_with_selectors_and_shard_weights(capsys):
     assert all(cluster.shard_weights(env) == [3.0, 3.0, 1.0] for env in pods)
 
 
+# ------------------------------------------------------------------ JobSet
+
+_JOBSET_SCHEMA = pathlib.Path(__file__).resolve().parent / "data" / "jobset_v1alpha2_schema.json"
+
+
+def _strict(schema):
+    """The schema with unknown fields refused, as kubernetes-validate's strict mode does
+    (the API server would drop them silently, hiding a misspelt field)."""
+    if isinstance(schema, dict):
+        schema = {key: _strict(value) for key, value in schema.items()}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema.setdefault("additionalProperties", False)
+    elif isinstance(schema, list):
+        schema = [_strict(item) for item in schema]
+    return schema
+
+
+@functools.cache
+def _jobset_validator():
+    schema = _strict(json.loads(_JOBSET_SCHEMA.read_text()))
+    # A CRD schema is OpenAPI 3.0's subset of JSON Schema draft 4.
+    return jsonschema.Draft4Validator(schema)
+
+
+def _validate_jobset(jobset):
+    errors = [f"{e.message} at {list(e.absolute_path)}"
+              for e in _jobset_validator().iter_errors(jobset)]
+    assert not errors, errors
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        # Each replicated Job embeds a batch/v1 JobTemplateSpec: validate it as a Job.
+        _validate({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": f"{jobset['metadata']['name']}-{replicated['name']}-0"},
+                   **replicated["template"]})
+
+
+def test_jobset_is_valid_against_its_schema_and_its_jobs_against_kubernetes(capsys):
+    (jobset,) = _manifests(capsys, "--format", "jobset", "--workers", "3", "--max_restarts",
+                           "2", "--image", "registry.example.com/mnist:1", "--name", "mnist",
+                           "--namespace", "ml")
+    assert (jobset["apiVersion"], jobset["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
+    _validate_jobset(jobset)
+
+
+@pytest.mark.parametrize("path, value, match", [
+    (("spec", "failurePolicy", "maxRestart"), 3, "'maxRestart' was unexpected"),
+    (("spec", "failurePolicy", "restartStrategy"), "Always", "'Always' is not one of"),
+    (("spec", "network", "enableDNSHostnames"), "yes", "'yes' is not of type 'boolean'"),
+])
+def test_the_jobset_schema_check_sees_a_bad_field(capsys, path, value, match):
+    (jobset,) = _manifests(capsys, "--format", "jobset", "--workers", "2", "--image", "i")
+    broken = copy.deepcopy(jobset)
+    functools.reduce(lambda node, key: node[key], path[:-1], broken)[path[-1]] = value
+    with pytest.raises(AssertionError, match=match):
+        _validate_jobset(broken)
+
+
+def test_jobset_restarts_the_whole_group_and_pods_find_each_other(capsys):
+    (jobset,) = _manifests(capsys, "--format", "jobset", "--workers", "3", "--max_restarts",
+                           "4", "--image", "img:1", "--name", "mnist",
+                           command=[*_TRAIN, "--backup_dir=/ckpt/mnist"])
+    spec = jobset["spec"]
+    # No rules: JobSet applies RestartJobSet to every failure, maxRestarts times.
+    assert spec["failurePolicy"] == {"maxRestarts": 4, "restartStrategy": "Recreate"}
+    assert spec["network"]["enableDNSHostnames"] is True
+    assert spec["network"]["publishNotReadyAddresses"] is True
+    (worker,) = spec["replicatedJobs"]
+    job = worker["template"]["spec"]
+    assert (worker["replicas"], job["completionMode"], job["completions"],
+            job["parallelism"], job["backoffLimit"]) == (1, "Indexed", 3, 3, 0)
+    env = job["template"]["spec"]["containers"][0]["env"]
+    restart = [e for e in env if e["name"] == "MGPU_TF_RESTART"]
+    assert restart == [{"name": "MGPU_TF_RESTART", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}}]
+    # JobSet's documented pod host name: <jobset>-<replicatedJob>-<job index>-<pod index>
+    # .<subdomain>, the subdomain defaulting to the JobSet's name.
+    expected = [f"mnist-worker-0-{i}.mnist:2222" for i in range(3)]
+    for i in range(3):
+        environ = kubernetes.pod_environment([jobset], "mnist-worker-0", i)
+        config = cluster.detect_cluster(environ)
+        assert (config.cluster, config.task_index) == ({"worker": expected}, i)
+        assert environ["MGPU_TF_RESTART"] == "0"
+
+
+def test_jobset_node_pools_become_replicated_jobs(capsys):
+    (jobset,) = _manifests(capsys, "--format", "jobset", "--image", "img:1", "--name", "mix",
+                           "--node_pool", "a100:2:3:NVIDIA-A100-SXM4-80GB",
+                           "--node_pool", "t4:1")
+    _validate_jobset(jobset)
+    a100, t4 = jobset["spec"]["replicatedJobs"]
+    assert a100["template"]["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    pods = [kubernetes.pod_environment([jobset], "mix-a100-0", 1),
+            kubernetes.pod_environment([jobset], "mix-t4-0", 0)]
+    configs = [cluster.detect_cluster(env) for env in pods]
+    assert [c.task_index for c in configs] == [1, 2]
+    assert configs[0].cluster["worker"] == ["mix-a100-0-0.mix:2222", "mix-a100-0-1.mix:2222",
+                                            "mix-t4-0-0.mix:2222"]
+    assert all(cluster.shard_weights(env) == [3.0, 3.0, 1.0] for env in pods)
+
+
+def test_restarts_without_a_backup_are_pointed_out(capsys):
+    code, out, err = _k8s(capsys, "--format", "jobset", "--workers", "2", "--max_restarts",
+                          "3", "--image", "i", "--", *_TRAIN)
+    assert code == 0 and out.startswith("---")
+    assert "the command has no --backup_dir" in err
+    code, out, err = _k8s(capsys, "--format", "jobset", "--workers", "2", "--max_restarts",
+                          "3", "--image", "i", "--", *_TRAIN, "--backup_dir=/ckpt")
+    assert code == 0 and err == ""
+
+
 # ------------------------------------------------------------------ TFJob
 
 
@@ -167,7 +283,14 @@ def test_yaml_reads_back_to_the_same_objects():
      "`gpus_per_worker` must be an integer of at least 0"),
     (["--workers", "2", "--image", "my image"], "`image` must name a container image"),
     (["--image", "i", "--format", "tfjob", "--node_pool", "a:1"],
-     "Node pools need format='indexed-job'"),
+     "Node pools need format='indexed-job' or 'jobset'"),
+    (["--image", "i", "--workers", "2", "--max_restarts", "1"],
+     "`max_restarts` needs format='jobset'.* Received: max_restarts=1 with "
+     "format='indexed-job'"),
+    (["--image", "i", "--workers", "2", "--format", "jobset", "--max_restarts", "-1"],
+     "`max_restarts` must be an integer of at least 0"),
+    (["--image", "i", "--format", "jobset", "--name", "a" * 56, "--node_pool", "pool:2"],
+     "a pod's host name .* must be a DNS label"),
     (["--image", "i", "--workers", "3", "--node_pool", "a:1", "--node_pool", "b:1"],
      r"`workers` must equal the node pools' total \(2\)"),
     (["--image", "i", "--node_pool", "a100"], "A node pool is NAME:WORKERS"),

@@ -1,9 +1,9 @@
-"""`mgpu-tf k8s`: print Kubernetes manifests (Indexed Job or Kubeflow TFJob) for N GPU workers.
+"""`mgpu-tf k8s`: Kubernetes manifests (Indexed Job, JobSet or Kubeflow TFJob) for N GPU workers.
 
 Print the manifests that run COMMAND as a multi-worker job on Kubernetes: a headless
-Service and an Indexed Job (default), or a Kubeflow TFJob. Example: mgpu-tf k8s
---workers 4 --gpus_per_worker 2 --image IMAGE -- python -m mgpu_tf.train
---strategy=multi_worker | kubectl apply -f -
+Service and an Indexed Job (default), a JobSet that restarts the whole group when a
+worker fails, or a Kubeflow TFJob. Example: mgpu-tf k8s --workers 4 --gpus_per_worker 2
+--image IMAGE -- python -m mgpu_tf.train --strategy=multi_worker | kubectl apply -f -
 """
 
 import sys
@@ -23,8 +23,13 @@ def add_parser(subparsers):
                         help="nvidia.com/gpu limit of each worker pod (default 1; 0: none)")
     parser.add_argument("--image", required=True, help="container image of the workers")
     parser.add_argument("--format", choices=kubernetes.FORMATS, default="indexed-job",
-                        help="indexed-job (plain Kubernetes, default) or tfjob "
-                        "(Kubeflow training operator)")
+                        help="indexed-job (plain Kubernetes, default), jobset (the JobSet "
+                        "controller; restarts the group) or tfjob (Kubeflow's legacy "
+                        "training operator)")
+    parser.add_argument("--max_restarts", type=int, default=None,
+                        help="jobset: recreate every worker after a failure, up to N times "
+                        "(default 0); give the job a --backup_dir on shared storage so "
+                        "it resumes")
     parser.add_argument("--name", default="mgpu-tf",
                         help="job name, a DNS label; also the Service name (default mgpu-tf)")
     parser.add_argument("--namespace", default=None, help="namespace of the objects")
@@ -46,9 +51,15 @@ def k8s_command(args):
         documents = kubernetes.make_manifests(
             args.name, args.cmd, image=args.image, workers=args.workers,
             gpus_per_worker=args.gpus_per_worker, format=args.format, pools=pools,
-            port=args.port, namespace=args.namespace)
+            port=args.port, namespace=args.namespace, max_restarts=args.max_restarts)
     except kubernetes.ManifestError as error:
         print(f"mgpu-tf k8s: {error}", file=sys.stderr)
         return 2
+    if args.max_restarts and not any(part.startswith(("--backup_dir", "--backup-dir"))
+                                     for part in args.cmd):
+        # A restarted pod starts on a fresh disk: without a backup it trains from the start.
+        print("mgpu-tf k8s: note: the command has no --backup_dir, so a restarted group "
+              "starts training again from the first epoch. Add --backup_dir=DIR on storage "
+              "every pod mounts (a PersistentVolume or a bucket) to resume.", file=sys.stderr)
     sys.stdout.write(kubernetes.to_yaml(documents))
     return 0

@@ -3,8 +3,9 @@
 `tf_config` checks and builds TF_CONFIG as data, `hostlist` expands SLURM host
 lists, `detect` finds the cluster in the environment (the only module that reads
 environment variables), `launcher` starts local worker groups, `failures` turns a
-lost worker into `WorkerLostError`, `kubernetes` writes manifests and `calibrate`
-measures each worker's speed for weighted shards.
+lost worker into `WorkerLostError`, `kubernetes` writes manifests (a JobSet through
+`jobset`, both from `manifest_parts`) and `calibrate` measures each worker's speed
+for weighted shards.
 """
 
 from mgpu_tf import lazy_exports
@@ -17,6 +18,6 @@ _EXPORTS = {
 }
 
 _SUBMODULES = ("tf_config", "hostlist", "detect", "launcher", "failures", "kubernetes",
-               "calibrate")
+               "jobset", "manifest_parts", "calibrate")
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

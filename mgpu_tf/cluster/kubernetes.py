@@ -1,6 +1,6 @@
 """Kubernetes manifests for a multi-worker training job, ready for `kubectl apply`.
 
-Two formats:
+Three formats:
 
 - `"indexed-job"` (the default): a headless Service and an Indexed Job (plain
   Kubernetes, no operator). Pod `i` of Job `name` is reachable as
@@ -9,6 +9,9 @@ Two formats:
   `mgpu_tf.cluster.detect`), and Kubernetes sets `JOB_COMPLETION_INDEX`. Node pools of
   different GPUs become one Indexed Job each, sharing the Service, and their
   relative speeds reach the pods as `MGPU_TF_SHARD_WEIGHTS`.
+- `"jobset"`: a JobSet (`jobset.x-k8s.io/v1alpha2`, see `mgpu_tf.cluster.jobset`),
+  the same pods with JobSet's failure policy: a failed pod restarts the whole group,
+  up to `max_restarts` times, and the job resumes from the chief's backup.
 - `"tfjob"`: a Kubeflow TFJob (`kubeflow.org/v1`), for clusters that run the
   Kubeflow training operator, which writes each pod's TF_CONFIG itself. Kubeflow's
   newer Trainer has dropped TensorFlow (kubeflow/trainer#2699), hence the default.
@@ -24,132 +27,27 @@ print(kubernetes.to_yaml(documents))
 ```
 """
 
-import dataclasses
 import json
-import math
-import numbers
 import re
 
 from mgpu_tf.cluster import detect as cluster
-from mgpu_tf.cluster import tf_config
+from mgpu_tf.cluster import jobset as jobset_lib
+from mgpu_tf.cluster import manifest_parts as parts
 
 __all__ = ["FORMATS", "GPU_RESOURCE", "ManifestError", "NodePool", "parse_node_pool",
            "make_manifests", "pod_environment", "to_yaml"]
 
-FORMATS = ("indexed-job", "tfjob")
-GPU_RESOURCE = "nvidia.com/gpu"
-# Set on every node by NVIDIA's GPU Feature Discovery (part of the GPU Operator).
-_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-_CLUSTER_LABEL = "mgpu-tf/cluster"
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
-                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-
-
-class ManifestError(ValueError):
-    """A manifest request that cannot give a valid Kubernetes object."""
-
-
-@dataclasses.dataclass(frozen=True)
-class NodePool:
-    """Workers on one kind of node: how many, how fast, and which nodes.
-
-    Attributes:
-        name: a DNS label; the pool's Job is `<job>-<name>`.
-        workers: how many workers (pods) run on the pool.
-        speed: the pool's relative speed per worker; becomes its shard weight.
-        node_selector: labels a node must have, e.g.
-            `{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}`.
-    """
-
-    name: str
-    workers: int
-    speed: float = 1.0
-    node_selector: dict = dataclasses.field(default_factory=dict)
-
-
-def _label(name, what):
-    try:
-        return cluster.check_dns_label(name, what=what)
-    except tf_config.ClusterConfigError as error:
-        raise ManifestError(str(error)) from None
-
-
-def _positive_int(name, value, lowest=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise ManifestError(
-            f"`{name}` must be an integer of at least {lowest}. Received: {name}={value!r}")
-    return value
-
-
-def parse_node_pool(text):
-    """Parses `"NAME:WORKERS[:SPEED[:SELECTOR]]"` as given to `mgpu-tf k8s --node_pool`.
-
-    SELECTOR is `KEY=VALUE`, or a VALUE alone for `nvidia.com/gpu.product=VALUE`.
-
-    Example:
-
-    ```python
-    parse_node_pool("a100:2:2.5:NVIDIA-A100-SXM4-80GB")
-    # NodePool(name='a100', workers=2, speed=2.5,
-    #          node_selector={'nvidia.com/gpu.product': 'NVIDIA-A100-SXM4-80GB'})
-    ```
-
-    Raises:
-        ManifestError: for a missing field, a bad count or speed, or a bad label.
-    """
-    parts = str(text).split(":", 3)
-    hint = ("A node pool is NAME:WORKERS[:SPEED[:SELECTOR]], e.g. "
-            "'a100:2:2.5:NVIDIA-A100-SXM4-80GB'.")
-    if len(parts) < 2 or not parts[1].strip().isdigit():
-        raise ManifestError(f"{hint} Received: {text!r}")
-    try:
-        speed = float(parts[2]) if len(parts) > 2 and parts[2].strip() else 1.0
-    except ValueError:
-        raise ManifestError(f"A node pool's SPEED must be a number. {hint} "
-                            f"Received: {text!r}") from None
-    selector = {}
-    if len(parts) > 3 and parts[3].strip():
-        key, sep, value = parts[3].rpartition("=")
-        selector = {key if sep else _GPU_PRODUCT_LABEL: value}
-    return _check_pool(NodePool(parts[0].strip(), int(parts[1]), speed, selector))
-
-
-def _check_pool(pool):
-    if not isinstance(pool, NodePool):
-        raise ManifestError(f"`pools` must hold NodePool objects. Received: {pool!r}")
-    _label(pool.name, "a node pool's name")
-    _positive_int(f"workers of pool {pool.name!r}", pool.workers)
-    if (isinstance(pool.speed, bool) or not isinstance(pool.speed, numbers.Real)
-            or not math.isfinite(pool.speed) or pool.speed <= 0):
-        raise ManifestError(
-            f"A node pool's speed must be a positive number. Received: speed={pool.speed!r} "
-            f"for pool {pool.name!r}")
-    for key, value in pool.node_selector.items():
-        if not _LABEL_KEY.match(str(key)) or not _LABEL_VALUE.match(str(value)):
-            raise ManifestError(
-                "A node selector must be a Kubernetes label KEY=VALUE (VALUE: up to 63 "
-                "letters, digits, '-', '_' or '.'). "
-                f"Received: {key}={value} for pool {pool.name!r}")
-    return pool
-
-
-def _container(name, image, command, gpus, port, port_name, env):
-    container = {"name": name, "image": image, "command": list(command),
-                 "ports": [{"name": port_name, "containerPort": port}]}
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    if gpus:
-        container["resources"] = {"limits": {GPU_RESOURCE: gpus}}
-    return container
-
-
-def _metadata(name, namespace, labels=None):
-    metadata = {"name": name, "labels": {"app.kubernetes.io/managed-by": "mgpu-tf",
-                                         **(labels or {})}}
-    if namespace:
-        metadata["namespace"] = namespace
-    return metadata
+FORMATS = ("indexed-job", "jobset", "tfjob")
+GPU_RESOURCE = parts.GPU_RESOURCE
+ManifestError = parts.ManifestError
+NodePool = parts.NodePool
+parse_node_pool = parts.parse_node_pool
+_label = parts.check_label
+_positive_int = parts.positive_int
+_check_pool = parts.check_pool
+_container = parts.container
+_metadata = parts.metadata
+_CLUSTER_LABEL = parts.CLUSTER_LABEL
 
 
 def _indexed_jobs(name, command, image, pools, gpus, port, namespace):
@@ -158,11 +56,7 @@ def _indexed_jobs(name, command, image, pools, gpus, port, namespace):
     for job, pool in jobs:
         # The pod's host name is `<job>-<index>`: a DNS label too.
         _label(f"{job}-{pool.workers - 1}", "a pod's host name (job name, '-', index)")
-    env = {"MGPU_TF_JOBS": ",".join(f"{job}:{pool.workers}" for job, pool in jobs),
-           "MGPU_TF_SERVICE_NAME": name, "MGPU_TF_PORT": str(port)}
-    if len(pools) > 1:
-        env["MGPU_TF_SHARD_WEIGHTS"] = ",".join(
-            f"{pool.speed:g}" for _, pool in jobs for _ in range(pool.workers))
+    env = parts.cluster_environment(jobs, name, port)
     selector = {_CLUSTER_LABEL: name}
     documents = [{
         "apiVersion": "v1", "kind": "Service",
@@ -215,7 +109,7 @@ def _tfjob(name, command, image, workers, gpus, port, namespace):
 
 def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                    format="indexed-job", pools=None, port=cluster.DEFAULT_PORT,
-                   namespace=None):
+                   namespace=None, max_restarts=None):
     """Returns the Kubernetes objects (dictionaries) that run `command` on every worker.
 
     Args:
@@ -224,10 +118,12 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
         image: the container image.
         workers: number of workers. Defaults to the pools' total.
         gpus_per_worker: `nvidia.com/gpu` limit of each pod (0: none). Defaults to `1`.
-        format: `"indexed-job"` or `"tfjob"`. Defaults to `"indexed-job"`.
-        pools: `NodePool`s (indexed-job only). Defaults to one pool of `workers`.
+        format: `"indexed-job"`, `"jobset"` or `"tfjob"`. Defaults to `"indexed-job"`.
+        pools: `NodePool`s (not for tfjob). Defaults to one pool of `workers`.
         port: the workers' gRPC port. Defaults to `2222`.
         namespace: the objects' namespace. Defaults to the current one of `kubectl`.
+        max_restarts: how many times a JobSet recreates the whole group after a
+            failure (jobset only). Defaults to `0`.
 
     Returns:
         A list of dictionaries, one per object.
@@ -253,10 +149,10 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
         raise ManifestError(f"`port` must be between 1 and 65535. Received: port={port!r}")
     pools = [_check_pool(p) for p in pools or ()]
     if pools:
-        if format != "indexed-job":
+        if format == "tfjob":
             raise ManifestError(
-                "Node pools need format='indexed-job' (one Job per pool); a TFJob has one "
-                f"template for all workers. Received: format={format!r} with "
+                "Node pools need format='indexed-job' or 'jobset' (one Job per pool); a "
+                f"TFJob has one template for all workers. Received: format={format!r} with "
                 f"{len(pools)} pools.")
         names = [p.name for p in pools]
         if len(set(names)) != len(names):
@@ -273,6 +169,16 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
             "workers=None and no pools. Pass workers=N (--workers N), or pools "
             "(--node_pool NAME:WORKERS, once per pool).")
     _positive_int("workers", workers)
+    if max_restarts is not None and format != "jobset":
+        raise ManifestError(
+            "`max_restarts` needs format='jobset', whose failure policy restarts the whole "
+            "group; an Indexed Job or TFJob fails when a worker does. Received: "
+            f"max_restarts={max_restarts!r} with format={format!r}.")
+    if format == "jobset":
+        return [jobset_lib.make_jobset(
+            name, command, image=image, pools=pools or [jobset_lib.worker_pool(workers)],
+            gpus=gpus_per_worker, port=port, namespace=namespace,
+            max_restarts=_positive_int("max_restarts", max_restarts or 0, lowest=0))]
     if format == "tfjob":
         return _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
     pools = pools or [NodePool(name, workers)]
@@ -283,12 +189,17 @@ def pod_environment(documents, job, index):
     """Returns the environment variables pod `index` of Job `job` gets from `documents`.
 
     What the manifest gives its container, plus what Kubernetes adds to the pods of
-    an Indexed Job (`JOB_COMPLETION_INDEX`). Used to run a manifest's workers locally.
+    an Indexed Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named
+    `<jobset>-<pool>-0`) the restart count 0. Used to run a manifest's workers locally.
 
     Raises:
         ManifestError: when `documents` have no Indexed Job `job` with such a pod.
     """
     for doc in documents:
+        env = jobset_lib.pod_environment(doc, job, index) if doc.get("kind") == "JobSet" \
+            else None
+        if env is not None:
+            return env
         if doc.get("kind") == "Job" and doc["metadata"]["name"] == job:
             if not 0 <= index < doc["spec"]["completions"]:
                 raise ManifestError(
@@ -298,6 +209,8 @@ def pod_environment(documents, job, index):
             env = {e["name"]: e["value"] for e in container.get("env", ())}
             return {**env, "JOB_COMPLETION_INDEX": str(index)}
     jobs = [d["metadata"]["name"] for d in documents if d.get("kind") == "Job"]
+    jobs += [jobset_lib.job_name(d["metadata"]["name"], r["name"])
+             for d in documents if d.get("kind") == "JobSet" for r in d["spec"]["replicatedJobs"]]
     raise ManifestError(f"No Indexed Job named {job!r}; the Jobs are {jobs}.")
 
 
