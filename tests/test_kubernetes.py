@@ -12,6 +12,7 @@ import functools
 import json
 import pathlib
 import re
+import shlex
 
 import jsonschema
 import kubernetes_validate
@@ -223,6 +224,21 @@ def test_restarts_without_a_backup_are_pointed_out(capsys):
     code, out, err = _k8s(capsys, "--format", "jobset", "--workers", "2", "--max_restarts",
                           "3", "--image", "i", "--", *_TRAIN, "--backup_dir=/ckpt")
     assert code == 0 and err == ""
+
+
+def test_the_deployment_guides_jobset_command_gives_what_it_describes(capsys):
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "deployment.md").read_text()
+    (line,) = [line for line in text.splitlines() if line.startswith("mgpu-tf k8s --format jobset")]
+    argv = shlex.split(line)
+    assert argv[-2] == ">", argv
+    code = cli_main(argv[1:-2])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "", err
+    (jobset,) = yaml.safe_load_all(out)
+    _validate_jobset(jobset)
+    (worker,) = jobset["spec"]["replicatedJobs"]
+    assert worker["name"] == "worker" and "mnist-worker-0-i.mnist" in text
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 3
 
 
 # ------------------------------------------------------------------ TFJob
