@@ -12,5 +12,5 @@ Helpers: `workers` (start processes; the cluster variables the session keeps cle
 weights against a reference), `models` (small Keras models), `sharding_problem`,
 `matrix_namespace`, `planner_models`.
 Scripts: `mw_*` (multi-worker), `sharding_worker`, `calibrate_job`, `steps_job`,
-`planner_memory`, `planner_step_time`.
+`planner_memory`, `planner_step_time`, `ray_recipe` (a Ray Train script on a local Ray).
 """
