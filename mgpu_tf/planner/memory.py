@@ -3,12 +3,14 @@
 Parameters and gradients are counted from the model's weights; optimizer slots
 from the optimizer (Adam keeps two per weight); the update's workspace is the
 temporaries of the largest weight's update (one more than the slots: Adam's
-`m * alpha / (sqrt(v) + epsilon)` holds three weight-sized tensors at once);
-activations are measured by
-tracing one batch through the model, segment by segment (the atoms of
-`mgpu_tf.model_parallel.partition`), and adding up the bytes of every tensor the
-traced forward pass computes. A stage of a pipeline holds the share of its layers,
-as the model-parallel partitioner (`balance_by_params`) cuts them.
+`m * alpha / (sqrt(v) + epsilon)` holds three weight-sized tensors at once).
+Activations are what training keeps alive: each segment of the model (the atoms
+of `mgpu_tf.model_parallel.partition`) is traced forward and backward, and
+`mgpu_tf.planner.liveness` finds the tensors saved for the backward pass and the
+largest set of temporaries alive at once. Tracing two batch sizes separates what
+grows with the batch from what does not (weights cast to float16 under mixed
+precision). A stage of a pipeline holds the share of its layers, as the
+model-parallel partitioner (`balance_by_params`) cuts them.
 """
 
 import dataclasses
@@ -21,6 +23,7 @@ import tensorflow as tf
 
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import partition
+from mgpu_tf.planner import liveness
 
 __all__ = [
     "Footprint",
@@ -38,11 +41,6 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 # Slot variables per weight of Keras' optimizers with their default arguments.
 _SLOTS = {"sgd": 0, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2,
           "adamax": 2, "nadam": 2, "adadelta": 2, "ftrl": 2, "lamb": 2}
-
-# Ops whose output is a view of, or the same buffer as, their input or a variable.
-_NO_NEW_MEMORY = {"Placeholder", "Const", "ReadVariableOp", "VarHandleOp", "Identity",
-                  "IdentityN", "NoOp", "Reshape", "Squeeze", "ExpandDims", "Shape",
-                  "StopGradient", "_Arg", "_Retval"}
 
 
 def parse_size(value, name="device_memory"):
@@ -123,8 +121,16 @@ class Footprint:
         params: the weights.
         gradients: one gradient per trainable weight.
         optimizer: the optimizer's slot variables.
-        activations: the tensors the forward pass keeps for the backward pass.
+        activations: the tensors the forward pass keeps for the backward pass, and the
+            input batch.
         workspace: the temporaries of updating the largest weight.
+        temporaries: what the largest set of tensors alive at once in the forward and
+            backward passes adds to the activations (a layer's temporaries come on top of
+            the tensors saved up to it).
+
+    The total is the state (parameters, gradients, slots) plus the larger of the two
+    peaks: the backward pass (activations and temporaries alive) and the update (the
+    activations are freed by then, the update's workspace is alive).
     """
 
     params: int
@@ -132,32 +138,37 @@ class Footprint:
     optimizer: int
     activations: int
     workspace: int = 0
+    temporaries: int = 0
 
     @property
     def total(self):
-        return (self.params + self.gradients + self.optimizer + self.activations
-                + self.workspace)
+        return (self.params + self.gradients + self.optimizer
+                + max(self.activations + self.temporaries, self.workspace))
 
     def __str__(self):
         return (f"{format_size(self.total)} (params {format_size(self.params)}, gradients "
                 f"{format_size(self.gradients)}, optimizer {format_size(self.optimizer)}, "
-                f"activations {format_size(self.activations)}, update workspace "
+                f"activations {format_size(self.activations)}, temporaries "
+                f"{format_size(self.temporaries)}, update workspace "
                 f"{format_size(self.workspace)})")
 
 
 class ModelMemory:
     """A model's memory, per layer, ready to be summed over any device's share.
 
-    Made by `measure_model`; `footprint(batch, stages)` gives each stage's footprint.
+    Made by `measure_model`; `footprints(batch, stages)` gives each stage's footprint.
+    Per unit (layer), `saved` and `temporaries` are `(bytes per example, fixed bytes)`.
     """
 
-    def __init__(self, graph, trainable_bytes, largest_weight_bytes,
-                 activation_bytes_per_example, input_bytes):
+    def __init__(self, graph, trainable_bytes, largest_weight_bytes, saved, temporaries,
+                 input_bytes, output_bytes):
         self.graph = graph
         self.trainable_bytes = trainable_bytes
         self.largest_weight_bytes = largest_weight_bytes
-        self.activation_bytes_per_example = activation_bytes_per_example
+        self.saved = saved
+        self.temporaries = temporaries
         self.input_bytes_per_example = input_bytes
+        self.output_bytes_per_example = output_bytes
 
     @property
     def max_stages(self):
@@ -176,37 +187,41 @@ class ModelMemory:
             units = range(start, start + count)
             params = sum(self.graph.units[u].param_bytes for u in units)
             trainable = sum(self.trainable_bytes[u] for u in units)
-            activations = sum(self.activation_bytes_per_example[u] for u in units) * batch
-            if k == 0:
-                activations += self.input_bytes_per_example * batch
+            # Saved tensors pile up through the forward pass; each unit's temporaries come
+            # on top of what the units up to it saved (later units' are freed by then).
+            activations = self.input_bytes_per_example * batch if k == 0 else 0
+            peak = 0
+            for u in units:
+                activations += self.saved[u][0] * batch + self.saved[u][1]
+                peak = max(peak, activations + self.temporaries[u][0] * batch
+                           + self.temporaries[u][1])
+            if k == len(counts) - 1:  # the loss reads the model's output
+                activations += self.output_bytes_per_example * batch
+            temporaries = max(0, peak - activations)
             largest = max([self.largest_weight_bytes[u] for u in units] + [0])
             out.append(Footprint(params, trainable, slots * trainable, int(activations),
-                                 (slots + 1) * largest))
+                                 (slots + 1) * largest, int(temporaries)))
             start += count
         return out
 
 
-def _traced_bytes(function, spec):
-    """Bytes of the tensors computed by `function` traced on `spec` (new buffers only)."""
-    graph = tf.function(function).get_concrete_function(spec).graph
-    total = 0
-    for op in graph.get_operations():
-        if op.type in _NO_NEW_MEMORY:
-            continue
-        for tensor in op.outputs:
-            if tensor.dtype == tf.resource or tensor.dtype == tf.variant:
-                continue
-            if tensor.shape.is_fully_defined():
-                total += tensor.shape.num_elements() * tensor.dtype.size
-    return total
+def _spec(tensor, batch):
+    dtype = tf.as_dtype(keras.backend.standardize_dtype(tensor.dtype))
+    return tf.TensorSpec((batch,) + tuple(tensor.shape[1:]), dtype)
+
+
+def _per_example(tensor):
+    return int(np.prod(tensor.shape[1:])) * _spec(tensor, 1).dtype.size
 
 
 def measure_model(model, *, sample_batch=2):
-    """Measures a model's memory by tracing a batch of `sample_batch` examples through it.
+    """Measures a model's memory by tracing its training step on small batches.
 
-    Each atom (the layers between two valid cuts) is traced on its own, in training
-    mode, on a batch of the shape the atom before it produces; the bytes per example
-    are what one traced batch computes, divided by its size.
+    Each atom (the layers between two valid cuts) is traced forward and backward on
+    its own, in training mode, on batches of `sample_batch` and `sample_batch + 1`
+    examples (`mgpu_tf.planner.liveness`): the difference is what one more example
+    costs, the rest does not grow with the batch. A tensor crossing a cut counts
+    once, with the atom after the cut, when either side's backward pass reads it.
 
     Example:
 
@@ -217,7 +232,7 @@ def measure_model(model, *, sample_batch=2):
 
     Args:
         model: a built Sequential or functional Keras model with one input and one output.
-        sample_batch: examples in the traced batch. Defaults to `2`.
+        sample_batch: examples in the smaller traced batch. Defaults to `2`.
 
     Returns:
         A `ModelMemory`.
@@ -242,14 +257,19 @@ def measure_model(model, *, sample_batch=2):
         trainable.append(sum(sizes))
         largest.append(max(sizes + [0]))
     atoms = graph.atoms()
-    per_example = []
-    dtype = tf.as_dtype(keras.backend.standardize_dtype(graph.input.dtype))
-    spec = tf.TensorSpec((sample_batch,) + shape, dtype)
-    input_bytes = int(np.prod(shape)) * dtype.size
-    for segment, size in zip(partition.segment_models(graph, atoms), atoms):
-        traced = _traced_bytes(lambda x, s=segment: s(x, training=True), spec)
-        per_example += [traced / sample_batch] + [0.0] * (size - 1)
-        out = segment.outputs[0]
-        spec = tf.TensorSpec((sample_batch,) + tuple(out.shape[1:]),
-                             tf.as_dtype(keras.backend.standardize_dtype(out.dtype)))
-    return ModelMemory(graph, trainable, largest, per_example, input_bytes)
+    segments = partition.segment_models(graph, atoms)
+    small, large = ([liveness.segment_memory(s, _spec(s.inputs[0], b), _spec(s.outputs[0], b))
+                     for s in segments] for b in (sample_batch, sample_batch + 1))
+    saved, temporaries = [], []
+    for k, (segment, size) in enumerate(zip(segments, atoms)):
+        a, b = small[k], large[k]
+        boundary = 0
+        if k > 0 and (a.input_saved or small[k - 1].output_saved):
+            boundary = _per_example(segment.inputs[0])
+        for name, value in (("saved", saved), ("temporaries", temporaries)):
+            grown = max(0, getattr(b, name) - getattr(a, name))
+            fixed = max(0, getattr(a, name) - sample_batch * grown)
+            value += [(grown + (boundary if name == "saved" else 0), fixed)] \
+                + [(0, 0)] * (size - 1)
+    return ModelMemory(graph, trainable, largest, saved, temporaries,
+                       _per_example(graph.input), _per_example(graph.output))
