@@ -1,20 +1,24 @@
 """`mgpu-tf plan`: memory per device for data, model and hybrid parallelism, and which to use.
 
 Build the model a function returns, or load a saved .keras or .h5 model, add up
-each device's parameters, gradients, optimizer slots and traced activations for data,
-model and hybrid parallelism, predict the data-parallel step, and recommend one.
-Devices may be declared: --devices 8 --device_memory 80GiB plans for hardware you do not
-have. Example: mgpu-tf plan --model my_models:build --global_batch_size 256 --devices 8
---device_memory 16GiB --interconnect nvlink
+each device's parameters, gradients, optimizer slots and the activations a training
+step keeps alive for data, model and hybrid parallelism, predict the data-parallel
+step over 1, 2, 4, ... devices, and recommend one. Devices may be declared: --devices 8
+--device_memory 80GiB --device_throughput 400 plans for hardware you do not have (400
+examples/s: one of those devices' speed on the model). Example: mgpu-tf plan --model
+my_models:build --global_batch_size 1024 --devices 8 --device_memory 16GiB --interconnect
+nvlink2 --device_throughput 400
 """
 
 import importlib
 import importlib.util
+import json
 import os
 import sys
 
 from mgpu_tf.cli import parsing
 from mgpu_tf.planner import interconnect as interconnect_lib
+from mgpu_tf.planner import step_model
 
 __all__ = ["add_parser", "plan_command", "load_model"]
 
@@ -38,13 +42,28 @@ def add_parser(subparsers):
     parser.add_argument("--optimizer", default="adam", help="optimizer name (default adam)")
     parser.add_argument("--interconnect", default="pcie",
                         help=f"one of {', '.join(interconnect_lib.INTERCONNECTS)} "
-                        "(default pcie; figures in docs/planner.md)")
+                        "(default pcie, PCIe 3.0 x16; figures and sources in docs/planner.md)")
     parser.add_argument("--bandwidth", type=float, default=None,
                         help="link bandwidth in bytes/s one way, instead of the interconnect's")
     parser.add_argument("--latency", type=float, default=None,
                         help="seconds per ring hop, instead of the interconnect's")
+    parser.add_argument("--device_throughput", type=float, default=None,
+                        help="examples/s one of the planned devices trains the model at, "
+                        "for the step-time prediction")
+    parser.add_argument("--compute_seconds", type=float, default=None,
+                        help="seconds of one device's step on its share of the batch, "
+                        "instead of --device_throughput")
+    parser.add_argument("--schedule", default="keras",
+                        help=f"how the all-reduce runs: one of {', '.join(step_model.SCHEDULES)}"
+                        " (default keras)")
+    parser.add_argument("--jitter", type=float, default=step_model.DEFAULT_JITTER,
+                        help="step-to-step variation of a device's compute, for the wait for "
+                        f"the slowest device (default {step_model.DEFAULT_JITTER})")
     parser.add_argument("--no_measure", action="store_true",
-                        help="do not time a step here (no step-time prediction)")
+                        help="without --device_throughput or --compute_seconds, do not time a "
+                        "step here (no step-time prediction)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the plan as JSON instead of tables")
     return parser
 
 
@@ -126,6 +145,19 @@ def _check(args):
         from mgpu_tf.planner import memory
 
         memory.parse_size(args.device_memory, name="--device_memory")
+    if args.device_throughput is not None and args.compute_seconds is not None:
+        raise ValueError("Pass one of --device_throughput and --compute_seconds. Received: "
+                         f"--device_throughput={args.device_throughput:g}, "
+                         f"--compute_seconds={args.compute_seconds:g}")
+    for flag, value in (("--device_throughput", args.device_throughput),
+                        ("--compute_seconds", args.compute_seconds)):
+        if value is not None and not value > 0:
+            raise ValueError(f"{flag} must be positive. Received: {flag}={value:g}")
+    if not args.jitter >= 0:
+        raise ValueError(f"--jitter must be 0 or more. Received: --jitter={args.jitter:g}")
+    if args.schedule.lower() not in step_model.SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(step_model.SCHEDULES)}. "
+                         f"Received: --schedule={args.schedule!r}")
 
 
 def plan_command(args):
@@ -138,9 +170,11 @@ def plan_command(args):
             model, devices=args.devices, device_memory=args.device_memory,
             global_batch_size=args.global_batch_size, optimizer=args.optimizer,
             workers=args.workers, interconnect=args.interconnect, bandwidth=args.bandwidth,
-            latency=args.latency, measure_compute=not args.no_measure)
+            latency=args.latency, measure_compute=not args.no_measure,
+            compute_seconds=args.compute_seconds, device_throughput=args.device_throughput,
+            schedule=args.schedule, jitter=args.jitter)
     except (ValueError, TypeError) as error:
         print(f"mgpu-tf plan: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1 if type(error).__name__ == "PlanError" else 2
-    print(result)
+    print(json.dumps(result.as_dict(), indent=1) if args.json else result)
     return 0

@@ -1,5 +1,9 @@
 """The links between devices the planner knows by name: one-way bandwidth and latency per hop.
 
+Each names a real link (PCIe 3/4/5 x16, NVLink 1-4, InfiniBand EDR/HDR/NDR,
+Ethernet) with the bandwidth a ring all-reduce sees on it, which is below the
+line rate: NCCL's protocol takes about a fifth of an NVLink's or PCIe link's
+rate, TCP and framing about a tenth of Ethernet's or InfiniBand's.
 These are the defaults `mgpu_tf.plan` and `mgpu-tf plan --interconnect` use, and the
 one place they are written down (docs/planner.md lists them). A ring all-reduce
 over N devices takes 2(N - 1) hops, so its fixed cost is 2(N - 1) times the
@@ -14,31 +18,66 @@ __all__ = ["Interconnect", "INTERCONNECTS", "resolve_interconnect"]
 
 @dataclasses.dataclass(frozen=True)
 class Interconnect:
-    """A link: `bandwidth` in bytes per second one way, `latency` in seconds per hop."""
+    """A link: `bandwidth` in bytes per second one way, `latency` in seconds per hop.
+
+    `bandwidth` is what a ring all-reduce sees per device (NCCL's "bus bandwidth"),
+    below the line rate; `source` says where the line rate comes from.
+    """
 
     name: str
     bandwidth: float
     latency: float
     description: str = ""
+    source: str = ""
 
     def all_reduce_latency(self, devices):
         """The fixed seconds of one ring all-reduce over `devices`: 2(N - 1) hops."""
         return 2 * (devices - 1) * self.latency
 
 
+_PCIE = "https://pcisig.com/specifications (x16 per direction: 3.0 15.75, 4.0 31.5, 5.0 63 GB/s)"
+_NVLINK = ("https://www.nvidia.com/en-us/data-center/nvlink/ (per GPU, per direction); "
+           "NCCL sees ~80%: https://github.com/NVIDIA/nccl-tests/issues/212")
+_IBTA = "https://www.infinibandta.org/ (EDR 100, HDR 200, NDR 400 Gbit/s per port)"
+_ETHERNET = "IEEE 802.3 line rates; TCP and framing leave ~90%"
+
+
+def _link(name, bandwidth, latency, description, source=""):
+    return Interconnect(name, bandwidth, latency, description, source)
+
+
 INTERCONNECTS = {
     link.name: link for link in (
-        Interconnect("pcie", 12e9, 10e-6, "PCIe 3.0 x16 between GPUs of one host, "
-                     "about 12 GB/s in practice (15.75 GB/s raw)"),
-        Interconnect("nvlink", 150e9, 5e-6, "NVLink 2 (V100, 6 links of 25 GB/s), "
-                     "150 GB/s one way per GPU"),
-        Interconnect("ethernet-25g", 25e9 / 8, 50e-6, "25 Gbit/s Ethernet between hosts, "
-                     "3.125 GB/s"),
-        Interconnect("ethernet-100g", 100e9 / 8, 30e-6, "100 Gbit/s Ethernet between hosts, "
-                     "12.5 GB/s"),
-        Interconnect("loopback", 0.0, 1e-3, "workers on this machine over 127.0.0.1: "
-                     "bandwidth measured by a TCP stream when used, 1 ms per hop for "
-                     "TensorFlow's gRPC collectives"),
+        _link("pcie", 12e9, 10e-6, "PCIe 3.0 x16 between GPUs of one host (the same as "
+              "pcie3)", _PCIE),
+        _link("nvlink", 120e9, 5e-6, "NVLink 2, V100 SXM2 (the same as nvlink2)", _NVLINK),
+        _link("pcie3", 12e9, 10e-6, "PCIe 3.0 x16: 15.75 GB/s line rate, about 12 GB/s "
+              "between two GPUs", _PCIE),
+        _link("pcie4", 24e9, 10e-6, "PCIe 4.0 x16: 31.5 GB/s line rate", _PCIE),
+        _link("pcie5", 48e9, 10e-6, "PCIe 5.0 x16: 63 GB/s line rate", _PCIE),
+        _link("nvlink1", 64e9, 5e-6, "NVLink 1, P100 SXM2 (DGX-1): 4 links of 20 GB/s, "
+              "80 GB/s line rate", _NVLINK),
+        _link("nvlink2", 120e9, 5e-6, "NVLink 2, V100 SXM2 (DGX-1, and DGX-2's NVSwitch): "
+              "6 links of 25 GB/s, 150 GB/s line rate", _NVLINK),
+        _link("nvlink3", 240e9, 5e-6, "NVLink 3, A100 SXM4 (DGX A100, NVSwitch): 12 links "
+              "of 25 GB/s, 300 GB/s line rate", _NVLINK),
+        _link("nvlink4", 360e9, 5e-6, "NVLink 4, H100 SXM5 (DGX H100, NVSwitch): 18 links "
+              "of 25 GB/s, 450 GB/s line rate", _NVLINK),
+        _link("infiniband-edr", 11.25e9, 5e-6, "InfiniBand EDR between hosts, 100 Gbit/s "
+              "(12.5 GB/s) per port", _IBTA),
+        _link("infiniband-hdr", 22.5e9, 5e-6, "InfiniBand HDR, 200 Gbit/s (25 GB/s) per port",
+              _IBTA),
+        _link("infiniband-ndr", 45e9, 5e-6, "InfiniBand NDR, 400 Gbit/s (50 GB/s) per port",
+              _IBTA),
+        _link("ethernet-10g", 1.125e9, 50e-6, "10 Gbit/s Ethernet (1.25 GB/s), TCP",
+              _ETHERNET),
+        _link("ethernet-25g", 2.8125e9, 50e-6, "25 Gbit/s Ethernet (3.125 GB/s), TCP",
+              _ETHERNET),
+        _link("ethernet-100g", 11.25e9, 30e-6, "100 Gbit/s Ethernet (12.5 GB/s), TCP",
+              _ETHERNET),
+        _link("loopback", 0.0, 1e-3, "workers on this machine over 127.0.0.1: bandwidth "
+              "measured by a TCP stream when used, 1 ms per hop for TensorFlow's gRPC "
+              "collectives"),
     )
 }
 
@@ -50,7 +89,7 @@ def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
 
     ```python
     link = resolve_interconnect("ethernet-25g")
-    link.bandwidth  # 3.125e9 bytes/s
+    link.bandwidth  # 2.8125e9 bytes/s
     ```
 
     Args:

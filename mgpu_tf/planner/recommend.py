@@ -14,6 +14,9 @@ import numbers
 from mgpu_tf.planner import cost_model
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import memory as memory_lib
+from mgpu_tf.planner import speed as speed_lib
+from mgpu_tf.planner import step_model
+from mgpu_tf.planner.result import Option, Plan
 from mgpu_tf.strategies import devices as devices_lib
 
 __all__ = ["Option", "Plan", "PlanError", "plan", "auto_strategy", "local_device_memory"]
@@ -24,110 +27,6 @@ AUTO_GLOBAL_BATCH = 32
 
 class PlanError(ValueError):
     """Raised when the model does not fit the devices however it is split."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """One way to train the model, and what each device needs for it.
-
-    Attributes:
-        name: `"one_device"`, `"data"`, `"model"` or `"hybrid"`.
-        strategy: the `make_strategy` name that builds it.
-        options: the `make_strategy` options it needs.
-        pipelines: model copies training at once (data-parallel replicas).
-        stages: devices each copy is split over.
-        batch: examples per copy per step.
-        footprints: one `memory.Footprint` per stage (per device).
-        device_memory: bytes each device has.
-        step_seconds: predicted seconds per step (data parallelism only), or `None`.
-        compute_seconds: the measured compute part of it, or `None`.
-        efficiency: compute / predicted step, or `None`.
-    """
-
-    name: str
-    strategy: str
-    options: dict
-    pipelines: int
-    stages: int
-    batch: int
-    footprints: tuple
-    device_memory: int
-    step_seconds: float = None
-    compute_seconds: float = None
-    efficiency: float = None
-
-    @property
-    def peak(self):
-        """Bytes on the fullest device."""
-        return max(f.total for f in self.footprints)
-
-    @property
-    def fits(self):
-        return self.peak <= self.device_memory
-
-    @property
-    def shortfall(self):
-        """Bytes the fullest device lacks (0 when it fits)."""
-        return max(0, self.peak - self.device_memory)
-
-    def __str__(self):
-        return (f"{self.name}: {self.strategy} {self.options or ''}".rstrip()
-                + f", {self.pipelines} x {self.stages} device(s), peak "
-                f"{memory_lib.format_size(self.peak)}")
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """What `plan` found: the options ranked, the recommendation and its reason.
-
-    Attributes:
-        options: every `Option`, best first.
-        recommended: the first of them.
-        reason: the recommendation in one line.
-        devices: devices per worker.
-        workers: workers.
-        device_memory: bytes per device.
-        interconnect: the `Interconnect` the step time assumes.
-        gradient_bytes: bytes one all-reduce carries.
-    """
-
-    options: tuple
-    reason: str
-    devices: int
-    workers: int
-    device_memory: int
-    interconnect: object
-    gradient_bytes: int
-
-    @property
-    def recommended(self):
-        return self.options[0]
-
-    def table(self):
-        """The options as a compact table, best first."""
-        size = memory_lib.format_size
-        rows = [f"{'rank':<5}{'option':<11}{'strategy':<15}{'layout':<10}{'batch':>7}"
-                f"{'per device':>13}{'params+grads+opt':>18}{'activations':>13}{'fits':>6}"
-                f"{'step':>11}{'efficiency':>12}"]
-        for rank, option in enumerate(self.options, 1):
-            fullest = max(option.footprints, key=lambda f: f.total)
-            step = "-" if option.step_seconds is None else f"{option.step_seconds * 1e3:.1f} ms"
-            efficiency = "-" if option.efficiency is None else f"{option.efficiency:.0%}"
-            fits = "yes" if option.fits else "no"
-            rows.append(
-                f"{rank:<5}{option.name:<11}{option.strategy:<15}"
-                f"{f'{option.pipelines}x{option.stages}':<10}{option.batch:>7}"
-                f"{size(option.peak):>13}{size(fullest.total - fullest.activations):>18}"
-                f"{size(fullest.activations):>13}{fits:>6}{step:>11}{efficiency:>12}")
-        return "\n".join(rows)
-
-    def __str__(self):
-        link = self.interconnect
-        return (f"recommended: {self.reason}\n{self.workers} worker(s) x {self.devices} "
-                f"device(s) of {memory_lib.format_size(self.device_memory)}; interconnect "
-                f"{link.name} ({link.bandwidth / 1e9:.2f} GB/s, {link.latency * 1e6:.0f} us "
-                f"per hop); gradients {memory_lib.format_size(self.gradient_bytes)}\n"
-                + self.table())
 
 
 def local_device_memory(device_count):
@@ -238,17 +137,20 @@ def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
 
 def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
          workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
-         compute_seconds=None):
+         compute_seconds=None, device_throughput=None, schedule="keras",
+         jitter=step_model.DEFAULT_JITTER):
     """Plans how to train `model`: memory per device for each option, a ranked recommendation.
 
     For data parallelism (the whole model on each device), model parallelism (each
     stage's share, cut as `ModelParallel(balance="params")` cuts it) and hybrid (a
     pipeline per worker) it adds up each device's parameters, gradients, optimizer
-    slots and activations (measured by tracing a batch through the model). It
-    recommends by the seed's rules and predicts the data-parallel step time from the
-    measured compute of one replica's batch and a ring all-reduce over the
-    interconnect (`mgpu_tf.planner.cost_model`). Devices may be real, simulated, or declared:
-    `devices=8, device_memory="80GiB"` plans for hardware this machine does not have.
+    slots and activations (what a traced training step keeps alive). It recommends by
+    the seed's rules and predicts the data-parallel step over 1, 2, 4, ... devices
+    (`mgpu_tf.planner.step_model`: compute, the wait for the slowest device, and the
+    all-reduce over the interconnect). Devices may be real, simulated, or declared:
+    `devices=8, device_memory="80GiB"` plans for hardware this machine does not have;
+    give their speed as `device_throughput=` (examples per second on one of them) or
+    `compute_seconds=`, else the compute is timed here and the plan says so.
 
     Example:
 
@@ -270,14 +172,22 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         global_batch_size: examples per step over all devices.
         optimizer: a Keras optimizer or its name, for its slots. Defaults to `"adam"`.
         workers: machines (workers), each with `devices` devices. Defaults to `1`.
-        interconnect: a name from `mgpu_tf.planner.interconnect.INTERCONNECTS`: `"pcie"`,
-            `"nvlink"`, `"ethernet-25g"`, `"ethernet-100g"` or `"loopback"`. Defaults to
-            `"pcie"`.
+        interconnect: a name from `mgpu_tf.planner.interconnect.INTERCONNECTS`, such as
+            `"pcie4"`, `"nvlink3"`, `"infiniband-hdr"`, `"ethernet-25g"` or `"loopback"`.
+            Defaults to `"pcie"` (PCIe 3.0 x16).
         bandwidth: bytes per second one way, overriding the interconnect's.
         latency: seconds per ring hop, overriding the interconnect's.
         measure_compute: time a step of one replica's batch on this machine (on a copy
-            of the model) to predict the data-parallel step. Defaults to `True`.
-        compute_seconds: the compute of one replica's step, instead of measuring it.
+            of the model) when neither `compute_seconds` nor `device_throughput` is
+            given. Defaults to `True`.
+        compute_seconds: seconds of one replica's step on the devices planned for.
+        device_throughput: examples per second one device planned for trains the
+            model at (its single-device figure); the step is the replica's batch over it.
+        schedule: how the all-reduce runs, a name from
+            `mgpu_tf.planner.step_model.SCHEDULES`. Defaults to `"keras"` (Keras `fit`
+            under tf.distribute: one all-reduce after the backward pass).
+        jitter: relative step-to-step variation of a device's compute, for the wait for
+            the slowest device. Defaults to `0.02`.
 
     Returns:
         A `Plan`; `print` it for the recommendation and the table.
@@ -295,6 +205,8 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     slots = memory_lib.optimizer_slots(optimizer)
     if device_memory is not None:
         device_memory = memory_lib.parse_size(device_memory)
+    speed_lib.check_compute(compute_seconds, device_throughput)
+    schedule = step_model.resolve_schedule(schedule)
     link = interconnect_lib.resolve_interconnect(interconnect, bandwidth=bandwidth,
                                                  latency=latency)
     if device_memory is None:
@@ -304,21 +216,21 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     if not any(o.fits for o in options):
         raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory)
     gradients = cost_model.gradient_bytes(model)
-    data = options[0]
-    if data.fits and (compute_seconds is not None or measure_compute):
-        if compute_seconds is None:
-            from mgpu_tf.planner import timing
-
-            compute_seconds = timing.measure_step_seconds(model, data.batch, optimizer)
+    data, compute, scaling = options[0], None, ()
+    if data.fits:
+        compute = speed_lib.resolve_compute(
+            model, data.batch, optimizer, compute_seconds=compute_seconds,
+            device_throughput=device_throughput, measure=measure_compute)
+    if compute is not None:
         total = count * workers
-        step = cost_model.predict_step_seconds(
-            compute_seconds, gradients, total, link.bandwidth, link.all_reduce_latency(total))
-        options[0] = dataclasses.replace(data, step_seconds=step,
-                                         compute_seconds=float(compute_seconds),
-                                         efficiency=compute_seconds / step if step else 1.0)
+        scaling = speed_lib.scaling(compute.seconds, gradients, total, link, data.batch,
+                                    schedule=schedule, jitter=jitter)
+        options[0] = dataclasses.replace(data, step_seconds=scaling[-1].step,
+                                         compute_seconds=compute.seconds,
+                                         efficiency=scaling[-1].efficiency)
     ranked = _rank(options)
     return Plan(tuple(ranked), _reason(ranked[0], options, workers), count, workers,
-                device_memory, link, gradients)
+                device_memory, link, gradients, compute, scaling, schedule)
 
 
 def auto_strategy(model, kind, reason, options, device_memory=None, *,

@@ -1,0 +1,167 @@
+"""What `mgpu_tf.plan` returns: the options (`Option`) and the ranked plan (`Plan`).
+
+A `Plan` prints as the recommendation, the options' memory per device, where the
+step's compute came from, and the predicted data-parallel step over 1, 2, 4, ...
+devices; `as_dict` gives the same as plain data for `mgpu-tf plan --json`.
+"""
+
+import dataclasses
+
+from mgpu_tf.planner import memory as memory_lib
+
+__all__ = ["Option", "Plan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One way to train the model, and what each device needs for it.
+
+    Attributes:
+        name: `"one_device"`, `"data"`, `"model"` or `"hybrid"`.
+        strategy: the `make_strategy` name that builds it.
+        options: the `make_strategy` options it needs.
+        pipelines: model copies training at once (data-parallel replicas).
+        stages: devices each copy is split over.
+        batch: examples per copy per step.
+        footprints: one `memory.Footprint` per stage (per device).
+        device_memory: bytes each device has.
+        step_seconds: predicted seconds per step (data parallelism only), or `None`.
+        compute_seconds: one device's compute part of it, or `None`.
+        efficiency: compute / predicted step, or `None`.
+    """
+
+    name: str
+    strategy: str
+    options: dict
+    pipelines: int
+    stages: int
+    batch: int
+    footprints: tuple
+    device_memory: int
+    step_seconds: float = None
+    compute_seconds: float = None
+    efficiency: float = None
+
+    @property
+    def peak(self):
+        """Bytes on the fullest device."""
+        return max(f.total for f in self.footprints)
+
+    @property
+    def fits(self):
+        return self.peak <= self.device_memory
+
+    @property
+    def shortfall(self):
+        """Bytes the fullest device lacks (0 when it fits)."""
+        return max(0, self.peak - self.device_memory)
+
+    def __str__(self):
+        return (f"{self.name}: {self.strategy} {self.options or ''}".rstrip()
+                + f", {self.pipelines} x {self.stages} device(s), peak "
+                f"{memory_lib.format_size(self.peak)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What `plan` found: the options ranked, the recommendation and its reason.
+
+    Attributes:
+        options: every `Option`, best first.
+        recommended: the first of them.
+        reason: the recommendation in one line.
+        devices: devices per worker.
+        workers: workers.
+        device_memory: bytes per device.
+        interconnect: the `Interconnect` the step time assumes.
+        gradient_bytes: bytes one all-reduce carries.
+        compute: where the compute of a step came from (`speed.Compute`), or `None`.
+        scaling: the data-parallel step (`step_model.StepPrediction`) over 1, 2, 4, ...
+            devices up to all of them, each with the recommended per-device batch; empty
+            without a compute figure or when the whole model does not fit one device.
+        schedule: the `step_model.Schedule` the step assumes.
+    """
+
+    options: tuple
+    reason: str
+    devices: int
+    workers: int
+    device_memory: int
+    interconnect: object
+    gradient_bytes: int
+    compute: object = None
+    scaling: tuple = ()
+    schedule: object = None
+
+    @property
+    def recommended(self):
+        return self.options[0]
+
+    def table(self):
+        """The options as a compact table, best first."""
+        size = memory_lib.format_size
+        rows = [f"{'rank':<5}{'option':<11}{'strategy':<15}{'layout':<10}{'batch':>7}"
+                f"{'per device':>13}{'params+grads+opt':>18}{'activations':>13}{'fits':>6}"
+                f"{'step':>11}{'efficiency':>12}"]
+        for rank, option in enumerate(self.options, 1):
+            fullest = max(option.footprints, key=lambda f: f.total)
+            step = "-" if option.step_seconds is None else f"{option.step_seconds * 1e3:.1f} ms"
+            efficiency = "-" if option.efficiency is None else f"{option.efficiency:.0%}"
+            fits = "yes" if option.fits else "no"
+            rows.append(
+                f"{rank:<5}{option.name:<11}{option.strategy:<15}"
+                f"{f'{option.pipelines}x{option.stages}':<10}{option.batch:>7}"
+                f"{size(option.peak):>13}{size(fullest.total - fullest.activations):>18}"
+                f"{size(fullest.activations):>13}{fits:>6}{step:>11}{efficiency:>12}")
+        return "\n".join(rows)
+
+    def scaling_table(self):
+        """The data-parallel prediction over device counts, one row per count."""
+        rows = [f"{'devices':>8}{'batch/device':>14}{'step':>11}{'compute':>10}"
+                f"{'straggler':>11}{'all-reduce':>12}{'examples/s':>12}{'speed-up':>10}"
+                f"{'efficiency':>12}"]
+        for p in self.scaling:
+            rows.append(
+                f"{p.devices:>8}{p.batch:>14}{p.step * 1e3:>8.1f} ms{p.compute * 1e3:>7.1f} ms"
+                f"{p.straggler * 1e3:>8.1f} ms{(p.exposed + p.cycle) * 1e3:>9.1f} ms"
+                f"{p.throughput:>12.1f}{p.devices * p.efficiency:>10.2f}{p.efficiency:>12.0%}")
+        return "\n".join(rows)
+
+    def as_dict(self):
+        """The plan as plain data, for `json.dumps` (`mgpu-tf plan --json`)."""
+        link = self.interconnect
+        return {
+            "recommended": {"name": self.recommended.name,
+                            "strategy": self.recommended.strategy,
+                            "options": self.recommended.options},
+            "reason": self.reason, "devices": self.devices, "workers": self.workers,
+            "device_memory": self.device_memory, "gradient_bytes": self.gradient_bytes,
+            "interconnect": {"name": link.name, "bandwidth": link.bandwidth,
+                             "latency": link.latency},
+            "schedule": self.schedule.name if self.schedule else None,
+            "compute": None if self.compute is None else {
+                "seconds": self.compute.seconds, "source": self.compute.source,
+                "measured_here": self.compute.measured_here},
+            "options": [dict(name=o.name, strategy=o.strategy, options=o.options,
+                             pipelines=o.pipelines, stages=o.stages, batch=o.batch,
+                             peak=o.peak, fits=o.fits, step_seconds=o.step_seconds,
+                             efficiency=o.efficiency,
+                             footprints=[dataclasses.asdict(f) for f in o.footprints])
+                        for o in self.options],
+            "scaling": [p.as_dict() for p in self.scaling],
+        }
+
+    def __str__(self):
+        link = self.interconnect
+        text = (f"recommended: {self.reason}\n{self.workers} worker(s) x {self.devices} "
+                f"device(s) of {memory_lib.format_size(self.device_memory)}; interconnect "
+                f"{link.name} ({link.bandwidth / 1e9:.2f} GB/s, {link.latency * 1e6:.0f} us "
+                f"per hop); gradients {memory_lib.format_size(self.gradient_bytes)}\n"
+                + self.table())
+        if self.compute is not None:
+            text += f"\ncompute of one device's step: {self.compute.seconds * 1e3:.1f} ms, " \
+                f"{self.compute.source}"
+        if self.scaling:
+            text += (f"\ndata parallel over 1 to {self.scaling[-1].devices} devices "
+                     f"({self.schedule.name} schedule):\n" + self.scaling_table())
+        return text

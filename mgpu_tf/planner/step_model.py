@@ -1,0 +1,184 @@
+"""The data-parallel step on N devices: compute, the wait for the slowest, and the all-reduce.
+
+One step of data parallelism over N devices takes
+
+    step = compute + straggler + cycle + exposed all-reduce
+
+- `compute`: one device's forward pass, backward pass and update on its share of
+  the batch, given as seconds, as a throughput (`per_device_batch / throughput`),
+  or timed on this machine.
+- `straggler`: the all-reduce is a barrier, so every device waits for the slowest.
+  With step times that vary from step to step by a relative standard deviation
+  `jitter`, the slowest of N is about `jitter * sqrt(2 ln N)` of the compute later
+  than the average (the expected maximum of N normal variables).
+- `cycle`: a fixed wait some schedules add before the last all-reduce can start
+  (Horovod's background thread runs every `HOROVOD_CYCLE_TIME`: half of it on average).
+- `all-reduce`: the gradients go in buckets of `bucket_bytes` (one bucket when the
+  schedule fuses them all); each bucket is a ring all-reduce, paying `2 (N - 1)`
+  hops of latency, and all of them carry `2 (N - 1) / N` of the gradient bytes
+  over the link's bandwidth (`mgpu_tf.planner.cost_model`).
+- `exposed`: a schedule that overlaps communication with the backward pass hides
+  the all-reduce behind the backward pass (taken as `backward_fraction` of the
+  compute: a layer's backward pass costs about twice its forward pass) except the
+  last bucket, which can only start when the backward pass ends. Without overlap
+  the whole all-reduce follows the backward pass.
+
+The schedules (`SCHEDULES`) say how a framework runs the all-reduce; `"keras"` is
+what `make_strategy`'s strategies do under Keras `fit`: one all-reduce of every
+gradient after the backward pass.
+"""
+
+import dataclasses
+import math
+import numbers
+
+from mgpu_tf.planner import cost_model
+
+__all__ = ["Schedule", "SCHEDULES", "StepPrediction", "predict_step", "resolve_schedule",
+           "DEFAULT_JITTER", "BACKWARD_FRACTION"]
+
+# Relative step-to-step variation of one device's compute (see docs/planner.md).
+DEFAULT_JITTER = 0.02
+# The backward pass's share of a training step's compute: two matrix products per
+# forward one (the gradients of the input and of the weights).
+BACKWARD_FRACTION = 2 / 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How a framework runs a step's all-reduce.
+
+    Attributes:
+        name: its name in `SCHEDULES`.
+        overlap: whether buckets are all-reduced during the backward pass.
+        bucket_bytes: bytes per all-reduce, or `None` for one all-reduce of everything.
+        cycle_seconds: a fixed wait per step before the last all-reduce starts.
+        description: what it stands for, and where its figures come from.
+    """
+
+    name: str
+    overlap: bool
+    bucket_bytes: float = None
+    cycle_seconds: float = 0.0
+    description: str = ""
+
+
+SCHEDULES = {
+    schedule.name: schedule for schedule in (
+        Schedule("keras", False, None, 0.0,
+                 "tf.distribute's strategies under Keras fit: every gradient in one "
+                 "all-reduce after the backward pass"),
+        Schedule("horovod", True, 64 * 2**20, 5e-3 / 2,
+                 "Horovod before 0.21: 64 MB fusion buckets reduced during the backward "
+                 "pass, a 5 ms background cycle (half of it waited on average)"),
+        Schedule("horovod-0.21", True, 128 * 2**20, 1e-3 / 2,
+                 "Horovod 0.21 and later: 128 MB fusion buckets, a 1 ms cycle"),
+    )
+}
+
+
+def _non_negative(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+        raise ValueError(f"`{name}` must be a non-negative number. Received: {name}={value!r}")
+    return float(value)
+
+
+def resolve_schedule(schedule):
+    """Returns the `Schedule` named (or given)."""
+    if isinstance(schedule, Schedule):
+        return schedule
+    name = str(schedule).strip().lower()
+    if name not in SCHEDULES:
+        raise ValueError(f"`schedule` must be one of {', '.join(SCHEDULES)}. "
+                         f"Received: schedule={schedule!r}")
+    return SCHEDULES[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPrediction:
+    """One predicted data-parallel step, term by term (seconds).
+
+    Attributes:
+        devices: devices training at once.
+        batch: examples per device per step.
+        compute: one device's step on its batch.
+        straggler: the wait for the slowest device.
+        cycle: the schedule's fixed wait.
+        communication: all the all-reduces, as if nothing overlapped them.
+        exposed: the part of `communication` the step waits for.
+    """
+
+    devices: int
+    batch: int
+    compute: float
+    straggler: float
+    cycle: float
+    communication: float
+    exposed: float
+
+    @property
+    def step(self):
+        return self.compute + self.straggler + self.cycle + self.exposed
+
+    @property
+    def efficiency(self):
+        """Throughput over `devices` times one device's: compute / step."""
+        return self.compute / self.step if self.step else 1.0
+
+    @property
+    def throughput(self):
+        """Examples per second over all devices."""
+        return self.devices * self.batch / self.step if self.step else math.inf
+
+    def as_dict(self):
+        return dict(dataclasses.asdict(self), step=self.step, efficiency=self.efficiency,
+                    throughput=self.throughput)
+
+
+def predict_step(compute_seconds, gradient_bytes, devices, link, *, batch=1, schedule="keras",
+                 jitter=DEFAULT_JITTER):
+    """Predicts one data-parallel step over `devices` devices joined by `link`.
+
+    Example:
+
+    ```python
+    from mgpu_tf.planner import interconnect, step_model
+    prediction = step_model.predict_step(0.31, 102e6, 8, interconnect.resolve_interconnect(
+        "nvlink2"), batch=128, schedule="horovod")
+    prediction.efficiency  # about 0.95
+    ```
+
+    Args:
+        compute_seconds: one device's step on its batch.
+        gradient_bytes: bytes of one all-reduce of every gradient.
+        devices: devices training at once.
+        link: an `mgpu_tf.planner.interconnect.Interconnect`.
+        batch: examples per device, for the throughput. Defaults to `1`.
+        schedule: a name from `SCHEDULES` or a `Schedule`. Defaults to `"keras"`.
+        jitter: relative step-to-step variation of the compute. Defaults to
+            `DEFAULT_JITTER`.
+
+    Returns:
+        A `StepPrediction`.
+    """
+    schedule = resolve_schedule(schedule)
+    compute = _non_negative("compute_seconds", compute_seconds)
+    jitter = _non_negative("jitter", jitter)
+    if isinstance(devices, bool) or not isinstance(devices, numbers.Integral) or devices < 1:
+        raise ValueError(f"`devices` must be an integer of at least 1. Received: "
+                         f"devices={devices!r}")
+    if devices == 1:
+        return StepPrediction(1, batch, compute, 0.0, 0.0, 0.0, 0.0)
+    size = float(gradient_bytes)
+    bucket = size if schedule.bucket_bytes is None else min(size, schedule.bucket_bytes)
+    buckets = max(1, math.ceil(size / bucket)) if bucket else 1
+    hops = link.all_reduce_latency(devices)
+    communication = buckets * hops + cost_model.ring_all_reduce_bytes(size, devices) \
+        / link.bandwidth
+    exposed = communication
+    if schedule.overlap:
+        last = hops + cost_model.ring_all_reduce_bytes(bucket, devices) / link.bandwidth
+        exposed = max(last, communication - BACKWARD_FRACTION * compute)
+    straggler = compute * jitter * math.sqrt(2 * math.log(devices))
+    return StepPrediction(devices, batch, compute, straggler, schedule.cycle_seconds,
+                          communication, exposed)
