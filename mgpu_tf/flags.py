@@ -101,6 +101,8 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_integer(
         "steps_per_execution", 1, "Training steps run in one call into TensorFlow, so Python "
         "and callbacks run once per this many steps (1: every step).", flag_values=flag_values)
+    flags.register_validator("simulate_devices", _raises(_check_simulate_devices),
+                             flag_values=flag_values)
     flags.register_validator("jit_compile", _raises(keras_steps.check_jit_compile),
                              flag_values=flag_values)
     flags.register_validator("steps_per_execution",
@@ -132,6 +134,14 @@ def _raises(check):
     return validator
 
 
+def _check_simulate_devices(count):
+    # simulate_devices' own message would name its argument `count`, under --strategy.
+    if count is None or count < 0:
+        raise ValueError(
+            "--simulate_devices must be 0 (off) or the number of logical devices to split "
+            f"the device into. Received: --simulate_devices={count}")
+
+
 def _devices_value(value):
     if value and len(value) == 1 and value[0].strip().isdigit():
         return int(value[0])
@@ -152,7 +162,7 @@ def _options(values):
 def _validate(values):
     try:
         count = values["simulate_devices"]
-        if count:
+        if count and count > 0:
             devices_lib.simulate_devices(count, values["simulate_device_type"])
         kind = registry.resolve_kind(values["strategy"])
         if kind != "auto":

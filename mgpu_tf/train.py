@@ -13,19 +13,26 @@ Examples:
     mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """
 
+import sys
 import time
 
-import keras
-import numpy as np
-import tensorflow as tf
-from absl import app, flags
+from mgpu_tf.compat import native_logs
 
-from mgpu_tf import callbacks
-from mgpu_tf import flags as mgpu_flags
-from mgpu_tf.cluster import detect as cluster
-from mgpu_tf.cluster import failures
-from mgpu_tf.data import sharding
-from mgpu_tf.strategies import factory as strategies
+# Run as the main job, TensorFlow's C++ start-up lines stay out of its output
+# (TF_CPP_MIN_LOG_LEVEL=0 shows them): set up before TensorFlow is imported.
+_QUIET = native_logs.quiet_start() if __name__ == "__main__" else None
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from mgpu_tf import callbacks  # noqa: E402
+from mgpu_tf import flags as mgpu_flags  # noqa: E402
+from mgpu_tf.cluster import detect as cluster  # noqa: E402
+from mgpu_tf.cluster import failures  # noqa: E402
+from mgpu_tf.data import sharding  # noqa: E402
+from mgpu_tf.strategies import factory as strategies  # noqa: E402
 
 __all__ = ["load_data", "build_model", "train", "main"]
 
@@ -111,20 +118,13 @@ def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
                                   weights=cluster.shard_weights())
 
 
-def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
-          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None,
-          jit_compile="auto", steps_per_execution=1):
-    """Trains the job's model under `strategy`; returns a dictionary of results.
-
-    `jit_compile` and `steps_per_execution` go to `model.compile` as they are.
-
-    Returns:
-        `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
-        accuracy measured on the held-out split.
-    """
-    replicas = strategy.num_replicas_in_sync
+def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
+             synthetic_examples, seed, jit_compile, steps_per_execution):
+    """The compiled model and the sharded data: where bad input shows, before training."""
     (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
                                                      seed=seed)
+    train_data = _dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed)
+    test_data = _dataset(x_test, y_test, global_batch_size, strategy)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(x_train.shape[1], 10, width=width, seed=seed)
@@ -136,22 +136,46 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
         )
-    throughput = _Throughput(len(x_train))
+    return model, train_data, test_data, len(x_train)
+
+
+def _fit(strategy, prepared, *, epochs, verbose, backup_dir):
+    model, train_data, test_data, examples = prepared
+    throughput = _Throughput(examples)
     fit_callbacks = [throughput]
     if backup_dir:
         fit_callbacks.append(callbacks.BackupAndRestore(backup_dir))
     with failures.worker_failures():
-        model.fit(_dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed),
-                  epochs=epochs, verbose=verbose, callbacks=fit_callbacks)
-        loss, accuracy = model.evaluate(
-            _dataset(x_test, y_test, global_batch_size, strategy), verbose=0)
+        # The data set is shuffled already (shard_dataset's shuffle_seed); Keras' own
+        # shuffle=True would only warn that it cannot shuffle a data set.
+        model.fit(train_data, epochs=epochs, verbose=verbose, callbacks=fit_callbacks,
+                  shuffle=False)
+        loss, accuracy = model.evaluate(test_data, verbose=0)
     return {
         "strategy": strategies.strategy_kind(strategy),
-        "replicas": replicas,
+        "replicas": strategy.num_replicas_in_sync,
         "examples_per_sec": throughput.examples_per_sec,
         "loss": float(loss),
         "accuracy": float(accuracy),
     }
+
+
+def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
+          learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None,
+          jit_compile="auto", steps_per_execution=1):
+    """Trains the job's model under `strategy`; returns a dictionary of results.
+
+    `jit_compile` and `steps_per_execution` go to `model.compile` as they are.
+
+    Returns:
+        `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
+        accuracy measured on the held-out split.
+    """
+    prepared = _prepare(strategy, dataset=dataset, global_batch_size=global_batch_size,
+                        width=width, learning_rate=learning_rate,
+                        synthetic_examples=synthetic_examples, seed=seed,
+                        jit_compile=jit_compile, steps_per_execution=steps_per_execution)
+    return _fit(strategy, prepared, epochs=epochs, verbose=verbose, backup_dir=backup_dir)
 
 
 def format_result(result):
@@ -162,14 +186,26 @@ def format_result(result):
 
 
 def main(argv):
+    """Runs the job from its flags. Bad input that only shows once the flags are parsed
+    (no TPU, a device that is not there, too small a global batch) ends it with one
+    line and exit code 1, as a bad flag does."""
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    strategy = mgpu_flags.make_strategy_from_flags()
-    result = train(strategy, dataset=_DATASET.value, epochs=_EPOCHS.value,
-                   global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
-                   learning_rate=_LEARNING_RATE.value, synthetic_examples=_EXAMPLES.value,
-                   seed=_SEED.value, backup_dir=_BACKUP_DIR.value,
-                   **mgpu_flags.compile_options())
+    try:
+        strategy = mgpu_flags.make_strategy_from_flags()
+        prepared = _prepare(strategy, dataset=_DATASET.value,
+                            global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
+                            learning_rate=_LEARNING_RATE.value,
+                            synthetic_examples=_EXAMPLES.value, seed=_SEED.value,
+                            **mgpu_flags.compile_options())
+    except (ValueError, TypeError) as error:
+        print(f"FATAL mgpu_tf.train: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    finally:
+        if _QUIET is not None:
+            _QUIET.release()
+    result = _fit(strategy, prepared, epochs=_EPOCHS.value, verbose=1,
+                  backup_dir=_BACKUP_DIR.value)
     print(format_result(result), flush=True)
 
 

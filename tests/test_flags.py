@@ -59,6 +59,8 @@ def test_worker_hosts_and_task_index(flag_values):
     (["--strategy=multi_worker", "--worker_hosts=127.0.0.1:1", "--task_index=4"],
      "`task_index` must be in 0..0"),
     (["--simulate_devices=2"], r"simulate_devices\(2\) must be called before TensorFlow starts"),
+    (["--simulate_devices=-1"], r"^flag --simulate_devices=-1: --simulate_devices must be 0 "
+     r"\(off\) or the number of logical devices"),
     (["--strategy=multi_worker", "--transport=udp"], "`transport` must be one of tensorflow, tcp"),
     (["--strategy=mirrored", "--transport=tcp"], "`transport` does not apply to strategy"),
 ])

@@ -7,6 +7,7 @@ import tempfile
 import time
 
 import pytest
+from absl import flags
 
 from support import main_job
 from support import workers
@@ -14,15 +15,22 @@ from support import workers
 EPOCHS, GLOBAL_BATCH = 4, 64
 
 
+def _as_a_user_runs_it():
+    """The test environment without TF_CPP_MIN_LOG_LEVEL, which a user rarely sets."""
+    env = workers.environment()
+    del env["TF_CPP_MIN_LOG_LEVEL"]
+    return env
+
+
 def _run_timed(*args, timeout=600):
-    """Runs the main job, noting when each line of its output arrives.
+    """Runs the main job as a user would, noting when each line of its output arrives.
 
     Returns:
         (exit code, stdout text, stderr text, [(seconds since the start, line), ...]).
     """
     with tempfile.TemporaryFile("w+") as errors:
         process = subprocess.Popen([sys.executable, "-m", "mgpu_tf.train", *args],
-                                   env=workers.environment(), stdout=subprocess.PIPE,
+                                   env=_as_a_user_runs_it(), stdout=subprocess.PIPE,
                                    stderr=errors)
         start, lines = time.perf_counter(), []
         try:
@@ -69,6 +77,11 @@ def test_main_job_learns_the_digits(argv, strategy, replicas):
     # to well within a factor of 2 (a wrong count or epoch is off by far more).
     reference = _throughput_from_the_output(lines)
     assert 0.5 < done["examples_per_sec"] / reference < 2.0, (done, reference)
+    # Nothing but the job's own lines: no Keras warning about shuffling a data set and
+    # none of TensorFlow's C++ start-up lines (oneDNN, CUDA) on this CPU-only machine.
+    assert "`shuffle=True` was passed" not in err, err[-3000:]
+    for noise in ("absl::InitializeLog", "oneDNN", "cuda", "cuInit"):
+        assert noise not in err, err[-3000:]
 
 
 @pytest.mark.multiworker
@@ -95,3 +108,46 @@ def test_indivisible_global_batch_names_both_numbers():
     assert result.returncode != 0
     assert ("`global_batch_size` must be divisible by the number of replicas (4). "
             "Received: global_batch_size=30. Use 28 or 32") in result.stderr
+
+
+@pytest.fixture
+def parsed_flags():
+    """Parses the main job's flags in this process, as `app.run` would; undone after."""
+    from mgpu_tf import train
+
+    def parse(*argv):
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS(["mgpu_tf.train", *argv])
+        return train
+
+    yield parse
+    flags.FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize("argv, message", [
+    # This session has 4 CPU devices, so mirrored has 4 replicas.
+    (["--strategy=mirrored", "--global_batch_size=3"],
+     "`global_batch_size` must be at least the number of replicas (4)"),
+    (["--strategy=tpu"], "No TPU is reachable"),
+    (["--devices=/gpu:0"], "`devices` names '/gpu:0', which does not exist"),
+])
+def test_bad_input_found_after_parsing_ends_the_job_in_one_line(
+        parsed_flags, capsys, argv, message):
+    train = parsed_flags(*argv)
+    with pytest.raises(SystemExit) as exit_:
+        train.main(["mgpu_tf.train"])
+    assert exit_.value.code == 1
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"FATAL mgpu_tf.train: {message}"), last
+
+
+def test_a_bad_input_is_all_a_user_sees():
+    result = subprocess.run([sys.executable, "-m", "mgpu_tf.train", "--strategy=tpu"],
+                            env=_as_a_user_runs_it(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "FATAL mgpu_tf.train: No TPU is reachable: this machine has no TPU devices and "
+        "neither `tpu` nor TPU_NAME names one. Received: tpu=None. Pass "
+        "tpu='grpc://host:8470' or a TPU name, or use another strategy."], result.stderr
+    assert result.stdout == ""

@@ -8,6 +8,8 @@ Each fix and each private name is guarded by the releases it is known for:
 - `collective_keys`: a collective key range of its own for each MirroredStrategy.
 - `keras_steps`: `steps_per_execution` and `jit_compile` under `tf.distribute`
   strategies (keras-team/keras#19005, tensorflow/tensorflow#53140).
+- `native_logs`: TensorFlow's C++ start-up lines, which `TF_CPP_MIN_LOG_LEVEL` does
+  not reach (abseil/abseil-cpp#1718), kept out of the main job's output.
 - `private` (and `private_callbacks`, for the chief-only callbacks): an accessor for
   every private Keras or TensorFlow name the toolkit touches; `versions` says which
   releases each is known for.
@@ -22,7 +24,7 @@ _EXPORTS = {
     "mgpu_tf.compat.keras_steps": "KERAS_STEP_VERSIONS apply_step_fixes step_fixes_apply",
 }
 
-_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "private",
+_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "native_logs", "private",
                "private_callbacks", "versions")
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -1,0 +1,84 @@
+"""TensorFlow's native start-up lines, kept out of the main job's output unless asked for.
+
+`TF_CPP_MIN_LOG_LEVEL` filters TensorFlow's C++ log once absl's log is set up, but
+not the lines written before `absl::InitializeLog()` (abseil/abseil-cpp#1718): on a
+CPU-only machine `import tensorflow` prints oneDNN and CUDA notices, and starting
+the runtime a `cuInit` error, whatever the level. `quiet_start()` sets the level
+to 2 (errors only) and, until `release()`, drops those known lines from the
+process' standard error; everything else passes at once. When the user has set
+`TF_CPP_MIN_LOG_LEVEL` it does nothing, so `TF_CPP_MIN_LOG_LEVEL=0` shows every line.
+"""
+
+import atexit
+import os
+import re
+import sys
+import threading
+
+__all__ = ["LEVEL_VARIABLE", "QUIET_LEVEL", "is_start_up_noise", "quiet_start"]
+
+LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_LEVEL = "2"
+_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
+    # An INFO or WARNING line of C++ (a `.cc` file; Python's absl lines name a `.py`).
+    r"|[IW]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] "
+    # No GPU driver: mgpu_tf's own line says what `auto` chose without a GPU.
+    r"|E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] failed call to cuInit: ")
+
+
+def is_start_up_noise(line):
+    """True for a start-up line `quiet_start` drops."""
+    return bool(_NOISE.match(line))
+
+
+class _Filter:
+    """Standard error (file descriptor 2) through a pipe, less the start-up noise."""
+
+    def __init__(self):
+        sys.stderr.flush()
+        self._stderr = os.dup(2)
+        read, write = os.pipe()
+        os.dup2(write, 2)
+        os.close(write)
+        self._thread = threading.Thread(target=self._forward, args=(read,), daemon=True)
+        self._thread.start()
+        atexit.register(self.release)
+
+    def _forward(self, read):
+        with os.fdopen(read, "rb") as pipe:
+            for line in pipe:
+                if not is_start_up_noise(line.decode(errors="replace")):
+                    os.write(self._stderr, line)
+
+    def release(self):
+        """Gives standard error back; safe to call more than once."""
+        if self._thread is None:
+            return
+        sys.stderr.flush()
+        os.dup2(self._stderr, 2)  # the pipe's last writer closes: the thread reads to the end
+        self._thread.join(timeout=10)
+        self._thread = None
+        os.close(self._stderr)
+
+
+class _Nothing:
+    def release(self):
+        pass
+
+
+def quiet_start(environ=os.environ):
+    """Quiets TensorFlow's start-up, unless `TF_CPP_MIN_LOG_LEVEL` is set; call before
+    TensorFlow is imported.
+
+    Returns:
+        An object whose `release()` ends the filtering of standard error (call it
+        once the strategy is built, when the runtime has started); it also ends at exit.
+    """
+    if LEVEL_VARIABLE in environ:
+        return _Nothing()
+    environ[LEVEL_VARIABLE] = QUIET_LEVEL
+    try:
+        return _Filter()
+    except OSError:  # no file descriptor 2 to filter (a detached process)
+        return _Nothing()
