@@ -16,7 +16,7 @@ import pytest
 from mgpu_tf.cli import main
 from mgpu_tf.planner import bench
 from mgpu_tf.planner import cost_model
-from mgpu_tf.planner.bench import runner
+from mgpu_tf.planner.bench import report, runner
 
 
 @pytest.mark.parametrize("workers, expected", [(1, 0.0), (2, 1000.0), (4, 1500.0),
@@ -281,3 +281,21 @@ def test_bench_table_rows_show_the_json_figures(bench_run):
     ring = rows["workers-tcp-float16"]["transport_bandwidth"] / 1e9
     assert f"{ring:.2f} GB/s through the tcp ring" in out
     assert f"loopback bandwidth: {rows['workers-float16']['bandwidth'] / 1e9:.2f} GB/s" in out
+
+
+def test_the_plot_draws_ratios_to_one_process_beside_the_cost_models(tmp_path):
+    rows = [
+        {"name": "1 process", "group": "process", "count": 1, "examples_per_sec": 1000.0,
+         "step_seconds": 0.032},
+        # 0.8 of one process in 10 ms a step; the model predicts 8 ms, i.e. 0.8 * 10 / 8.
+        {"name": "2 workers", "group": "workers", "count": 2, "examples_per_sec": 800.0,
+         "ratio": 0.8, "step_seconds": 0.010, "predicted_step_seconds": 0.008},
+        {"name": "2 devices", "group": "devices", "count": 2, "examples_per_sec": 1600.0,
+         "ratio": 1.6, "step_seconds": 0.020},
+    ]
+    points = report.plot_points(rows)
+    assert [(name, ratio) for name, ratio, _ in points] == [("2 workers", 0.8),
+                                                            ("2 devices", 1.6)]
+    assert points[0][2] == pytest.approx(1.0) and points[1][2] is None
+    bench.write_plot(rows, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -19,7 +19,7 @@ bench.write_plot(rows, "bench.png")
 import json
 import statistics
 
-__all__ = ["summarise", "format_table", "write_json", "write_plot"]
+__all__ = ["summarise", "format_table", "write_json", "plot_points", "write_plot"]
 
 
 def summarise(settings, runs):
@@ -154,31 +154,55 @@ def write_json(rows, path, **meta):
         json.dump({"meta": meta, "results": rows}, f, indent=2)
 
 
+def plot_points(rows):
+    """What the plot draws: `[(setting, measured ratio, predicted ratio or None), ...]`.
+
+    A setting's ratio is its examples/s over the one-process row's (`summarise`);
+    the predicted ratio is what the cost model's step gives in its place, that is
+    the ratio times the measured step over the predicted step. Rows without a
+    ratio (the baselines themselves) are left out.
+    """
+    points = []
+    for row in rows:
+        if "ratio" not in row:
+            continue
+        predicted = None
+        if "predicted_step_seconds" in row and row.get("step_seconds"):
+            predicted = row["ratio"] * row["step_seconds"] / row["predicted_step_seconds"]
+        points.append((row["name"], row["ratio"], predicted))
+    return points
+
+
 def write_plot(rows, path):
-    """Plots examples/s against devices or workers, one line per group, to a PNG."""
+    """Plots each setting's examples/s as a ratio to one process, beside the cost
+    model's prediction, with the 1.0 line of the baseline, to a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    one = next((r for r in rows if r["group"] == "devices" and r["count"] == 1), None)
-    figure, axes = plt.subplots(figsize=(9, 4.5))
-    axes.set_prop_cycle(color=plt.cm.tab20.colors)
-    for group in dict.fromkeys(r["group"] for r in rows if not r["group"].startswith("compute")):
-        members = sorted((r for r in rows if r["group"] == group), key=lambda r: r["count"])
-        if group.startswith(("workers", "model_parallel")) and one is not None:
-            members = [one] + members
-        if group.startswith("process"):
-            axes.axhline(members[0]["examples_per_sec"], linestyle="--",
-                         color="grey" if group == "process" else "tan", label=members[0]["name"])
-            continue
-        axes.plot([r["count"] for r in members], [r["examples_per_sec"] for r in members],
-                  marker="o", label=group if group != "devices" else "simulated devices")
-    axes.set_xlabel("devices / workers / stages")
-    axes.set_ylabel("examples/s")
-    axes.set_xticks(sorted({r["count"] for r in rows}))
-    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    axes.grid(alpha=0.3)
+    points = plot_points(rows)
+    figure, axes = plt.subplots(figsize=(9, 1.5 + 0.38 * max(len(points), 1)))
+    positions = range(len(points))
+    height = 0.38
+    axes.barh([y - height / 2 for y in positions], [p[1] for p in points], height,
+              color="tab:blue", label="measured")
+    predicted = [(y, p[2]) for y, p in zip(positions, points) if p[2] is not None]
+    if predicted:
+        axes.barh([y + height / 2 for y, _ in predicted], [v for _, v in predicted], height,
+                  color="none", edgecolor="tab:orange", hatch="//",
+                  label="cost model's prediction")
+    for y, (_, ratio, _) in zip(positions, points):
+        axes.text(ratio, y - height / 2, f" {ratio:.2f}", va="center", fontsize=7)
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=1,
+                 label="one process (1.0)")
+    axes.set_yticks(list(positions), [p[0] for p in points], fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("examples/s over one process of as many threads and the same precision")
+    axes.set_xlim(0, 1.15 * max([1.0] + [v for p in points for v in p[1:] if v is not None]))
+    axes.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3,
+                frameon=False)
+    axes.grid(axis="x", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
