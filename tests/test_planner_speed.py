@@ -61,6 +61,7 @@ def test_without_a_figure_the_plan_says_the_compute_was_timed_here_and_on_what(l
     model, _ = lopsided
     result = mgpu_tf.plan(model, devices=2, device_memory="1GiB", global_batch_size=16)
     assert result.compute.measured_here
+    assert result.reason.endswith("scaling efficiency with the compute timed on this machine")
     assert "measured on this machine (CPU: " in str(result)
     assert "pass device_throughput= or compute_seconds=" in str(result)
 

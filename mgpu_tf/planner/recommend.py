@@ -95,7 +95,7 @@ def _rank(options):
     return sorted(options, key=lambda o: (not o.fits, o.shortfall, preference[o.name]))
 
 
-def _reason(best, options, workers):
+def _reason(best, options, workers, compute=None):
     size = memory_lib.format_size
     whole = options[0].footprints[0].total
     if best.name == "one_device":
@@ -104,7 +104,8 @@ def _reason(best, options, workers):
     if best.name == "data":
         scaling = "" if best.efficiency is None else (
             f", predicted {best.step_seconds * 1e3:.1f} ms per step at "
-            f"{best.efficiency:.0%} scaling efficiency")
+            f"{best.efficiency:.0%} scaling efficiency"
+            + (" with the compute timed on this machine" if compute.measured_here else ""))
         return (f"data parallel ({best.strategy} over {best.pipelines} devices): the whole "
                 f"model fits one device ({size(whole)} of {size(best.device_memory)}), so "
                 f"large data wants data parallelism{scaling}")
@@ -229,7 +230,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
                                          compute_seconds=compute.seconds,
                                          efficiency=scaling[-1].efficiency)
     ranked = _rank(options)
-    return Plan(tuple(ranked), _reason(ranked[0], options, workers), count, workers,
+    return Plan(tuple(ranked), _reason(ranked[0], options, workers, compute), count, workers,
                 device_memory, link, gradients, compute, scaling, schedule)
 
 
