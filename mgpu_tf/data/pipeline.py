@@ -13,6 +13,7 @@ import logging
 
 import tensorflow as tf
 
+from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
@@ -30,14 +31,29 @@ _FILE_READERS = 4
 def probe_all(request):
     """The whole source as one data set (a function's is called for one pipeline)."""
     if request.source_kind == "function":
-        return shard_source.call_function(request.source, request.context())
+        return _called(request, 0, 1)
     return request.source
 
 
-def _shuffle(dataset, request, size):
+def _called(request, worker, workers):
+    """What a function source returns for one pipeline, called once per request.
+
+    The first call comes from outside any graph, so the function and its checks
+    run eagerly; each epoch's pipeline reuses the data set.
+    """
+    calls = request.__dict__.setdefault("function_calls", {})
+    if (worker, workers) not in calls:
+        calls[worker, workers] = shard_source.call_function(
+            request.source, request.context(worker, workers))
+    return calls[worker, workers]
+
+
+def _shuffle(dataset, request, size, epoch, salt=0):
+    """Shuffles in an order that depends on the seed and the epoch only (`mgpu_tf.data.order`)."""
     if request.seed is None:
         return dataset
-    return dataset.shuffle(max(1, size), seed=request.seed, reshuffle_each_iteration=True)
+    return dataset.shuffle(max(1, size), seed=order.epoch_seed(request.seed, epoch, salt),
+                           reshuffle_each_iteration=False)
 
 
 def _parsed(request, examples, parse):
@@ -51,31 +67,31 @@ def _read_files(files):
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _file_examples(request, files, size, parse):
+def _file_examples(request, files, size, parse, epoch):
     names, read = _read_files(files)
-    examples = read(_shuffle(names, request, len(files)))
+    examples = read(_shuffle(names, request, len(files), epoch, salt=1))
     return _shuffle(_parsed(request, examples, parse), request,
-                    min(size, _FILE_SHUFFLE_BUFFER))
+                    min(size, _FILE_SHUFFLE_BUFFER), epoch)
 
 
-def _global_examples(request, plan, parse):
+def _global_examples(request, plan, parse, epoch):
     """All examples, in an order that is the same on every worker."""
     if request.source_kind == "files":
-        return _file_examples(request, request.files, plan.num_examples, parse)
-    return _shuffle(_parsed(request, probe_all(request), parse), request, plan.num_examples)
+        return _file_examples(request, request.files, plan.num_examples, parse, epoch)
+    return _shuffle(_parsed(request, probe_all(request), parse), request, plan.num_examples,
+                    epoch)
 
 
-def _worker_examples(request, plan, worker, parse):
+def _worker_examples(request, plan, worker, parse, epoch):
     """The stream of one worker under the `"file"` and `"off"` policies."""
     if plan.worker_files is not None:
         return _file_examples(request, plan.worker_files[worker],
-                              plan.worker_examples[worker], parse)
+                              plan.worker_examples[worker], parse, epoch)
     if request.source_kind == "function":
-        examples = shard_source.call_function(request.source,
-                                              request.context(worker, plan.num_workers))
+        examples = _called(request, worker, plan.num_workers)
         return _shuffle(_parsed(request, examples, parse), request,
-                        plan.worker_examples[worker])
-    return _global_examples(request, plan, parse)
+                        plan.worker_examples[worker], epoch)
+    return _global_examples(request, plan, parse, epoch)
 
 
 def _empty_batch(spec):
@@ -95,15 +111,15 @@ def _positions(pattern, owner):
     return tf.constant([p for p, o in enumerate(pattern) if o == owner], tf.int64)
 
 
-def _worker_batches(request, plan, worker, parse):
+def _worker_batches(request, plan, worker, parse, epoch):
     """One worker's batches, one per step, until its examples run out."""
     size = plan.worker_batch_sizes[worker]
     drop = request.drop_remainder
     if plan.policy != plan_lib.ShardPolicy.DATA:
-        examples = _worker_examples(request, plan, worker, parse)
+        examples = _worker_examples(request, plan, worker, parse, epoch)
         return examples.take(plan.worker_examples[worker]).batch(max(size, 1),
                                                                  drop_remainder=drop)
-    examples = _global_examples(request, plan, parse)
+    examples = _global_examples(request, plan, parse, epoch)
     if plan.num_workers == 1:
         return examples.batch(size, drop_remainder=drop)
     if len(set(plan.worker_batch_sizes)) == 1:
@@ -116,22 +132,22 @@ def _worker_batches(request, plan, worker, parse):
                                   num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def _replica_batches(request, plan, worker, replica):
+def _replica_batches(request, plan, worker, replica, epoch):
     """One replica's non-empty batches, in step order (only the last may be short)."""
     size = plan.batch_sizes[worker * plan.replicas_per_worker + replica]
     local = plan.local_sizes(worker)
     drop = request.drop_remainder
     if len(set(plan.batch_sizes)) == 1 and plan.policy == plan_lib.ShardPolicy.DATA:
         # Every R-th example from offset w + W * l: read all, parse only its own.
-        examples = _global_examples(request, plan, parse=False)
+        examples = _global_examples(request, plan, False, epoch)
         examples = examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
             plan.num_replicas, worker + plan.num_workers * replica)
         return request.examples(examples).batch(size, drop_remainder=drop)
     if len(set(local)) == 1 and plan.policy != plan_lib.ShardPolicy.DATA:
-        examples = _worker_examples(request, plan, worker, parse=False).take(
+        examples = _worker_examples(request, plan, worker, False, epoch).take(
             plan.worker_examples[worker]).shard(plan.replicas_per_worker, replica)
         return request.examples(examples).batch(size, drop_remainder=drop)
-    batches = _worker_batches(request, plan, worker, parse=False)
+    batches = _worker_batches(request, plan, worker, False, epoch)
     if plan.replicas_per_worker > 1:
         mine = _positions(split.smooth_pattern(tuple(local)), replica)
         batches = batches.enumerate().map(lambda _, batch: _keep(batch, mine),
@@ -146,44 +162,52 @@ def _weigh(request, plan, step, batch):
     """Adds the loss-correction weights when replicas' batches can differ."""
     if not (plan.uneven and plan.num_replicas > 1 and request.can_weigh):
         return batch
-    tail = tf.constant(plan.tail_totals or (plan.global_batch_size,), tf.int64)
-    index = tf.clip_by_value(step - plan.full_steps, 0, len(tail) - 1)
+    totals = plan.tail_totals or (plan.global_batch_size,)
+    tail = tf.constant(totals, tf.int64)
+    index = tf.clip_by_value(step - plan.full_steps, 0, len(totals) - 1)
     step_total = tf.where(step < plan.full_steps,
                           tf.constant(plan.global_batch_size, tf.int64), tail[index])
     weights = replica_weights.correction_weights(batch, step_total, plan.num_replicas)
     return replica_weights.attach_weights(batch, weights)
 
 
-def _finish(request, plan, batches, filled, steps=None):
-    """Pads `filled` non-empty batches with empty ones to `plan.steps`, weighs, finishes."""
+def _padded(request, plan, batches, filled):
+    """Pads `filled` non-empty batches with empty ones to `plan.steps`, and weighs them."""
     if filled < plan.steps:
         empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
         batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
     if plan.uneven and plan.num_replicas > 1 and request.can_weigh:
         batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
                                           num_parallel_calls=tf.data.AUTOTUNE)
-    if steps is not None:
-        batches = batches.apply(tf.data.experimental.assert_cardinality(steps))
+    return batches
+
+
+def _finish(batches):
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def _replica_dataset(request, plan, worker, replica):
-    """Exactly `plan.steps` batches for one replica: its pieces, then empty batches."""
+def _replica_epoch(request, plan, worker, replica, epoch):
+    """Exactly `plan.steps` batches of one epoch for one replica: its pieces, then empty ones."""
     share = plan.shares[worker * plan.replicas_per_worker + replica]
-    batches = _replica_batches(request, plan, worker, replica) if share.batches else (
+    batches = _replica_batches(request, plan, worker, replica, epoch) if share.batches else (
         tf.data.Dataset.from_tensors(_empty_batch(request.spec)).take(0))
-    return _finish(request, plan, batches.take(share.batches), share.batches, plan.steps)
+    return _padded(request, plan, batches.take(share.batches), share.batches)
 
 
-def _worker_dataset(request, plan, worker):
-    """All local replicas' batches, in turn, for one multi-worker input pipeline."""
-    if plan.replicas_per_worker == 1:
-        return _replica_dataset(request, plan, worker, 0)
+def _replica_dataset(request, plan, worker, replica):
+    """One replica's batches of the epoch at the position (`mgpu_tf.data.order`)."""
+    spec = _replica_epoch(request, plan, worker, replica, tf.constant(0, tf.int64)).element_spec
+    return _finish(order.follow(
+        lambda epoch: _replica_epoch(request, plan, worker, replica, epoch), spec, plan.steps))
+
+
+def _worker_epoch(request, plan, worker, epoch):
+    """All local replicas' batches of one epoch, in turn, for one multi-worker input pipeline."""
     own = max(plan.shares[worker * plan.replicas_per_worker + r].batches
               for r in range(plan.replicas_per_worker))
-    batches = _worker_batches(request, plan, worker, parse=True)
+    batches = _worker_batches(request, plan, worker, True, epoch)
     if own < plan.steps:
         empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
         batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
@@ -199,10 +223,19 @@ def _worker_dataset(request, plan, worker):
             out = out.concatenate(part)
         return out
 
-    # The cardinality stays unknown: TensorFlow would count batches, not steps.
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    return batches.enumerate().flat_map(pieces).prefetch(tf.data.AUTOTUNE).with_options(options)
+    return batches.enumerate().flat_map(pieces)
+
+
+def _worker_dataset(request, plan, worker):
+    """One multi-worker input pipeline: its replicas' batches of the epoch at the position."""
+    if plan.replicas_per_worker == 1:
+        return _replica_dataset(request, plan, worker, 0)
+    spec = _worker_epoch(request, plan, worker, tf.constant(0, tf.int64)).element_spec
+    # The cardinality stays unknown: TensorFlow would count batches, not steps. A
+    # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
+    return _finish(order.follow(
+        lambda epoch: _worker_epoch(request, plan, worker, epoch), spec,
+        skip_unit=plan.replicas_per_worker))
 
 
 def distribute(request, plan):

@@ -356,10 +356,12 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
             `(x, y, sample_weight)`. Defaults to `None` (equal batches).
         drop_remainder: leave out the examples that do not fill a whole step,
             so every batch is full. Defaults to `False`.
-        shuffle_seed: shuffle with this seed every epoch: the same orders in every
-            run, the same order on every worker where `"data"` needs it. File
-            sources shuffle the file order and a buffer of 10,000 examples.
-            Defaults to `None` (source order).
+        shuffle_seed: shuffle every epoch, in an order drawn from this seed and
+            the epoch number only: the same on every worker, under every strategy
+            and after a restart, when `fit` has `mgpu_tf.callbacks.DataOrder` or
+            `mgpu_tf.callbacks.BackupAndRestore` (without either, each new iterator
+            takes the next epoch's order). File sources shuffle the file order and
+            a buffer of 10,000 examples. Defaults to `None` (source order).
         parse: a function applied to each example before batching, such as one
             decoding a TFRecord record into `(x, y)`. Defaults to `None`.
 
