@@ -142,9 +142,10 @@ def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
 def _fit(strategy, prepared, *, epochs, verbose, backup_dir):
     model, train_data, test_data, examples = prepared
     throughput = _Throughput(examples)
-    fit_callbacks = [throughput]
-    if backup_dir:
-        fit_callbacks.append(callbacks.BackupAndRestore(backup_dir))
+    # Either one makes each epoch's order a function of the seed and the epoch only, so
+    # every strategy, and a resumed run, sees the order of the default strategy.
+    fit_callbacks = [throughput, callbacks.BackupAndRestore(backup_dir) if backup_dir
+                     else callbacks.DataOrder()]
     with failures.worker_failures():
         # The data set is shuffled already (shard_dataset's shuffle_seed); Keras' own
         # shuffle=True would only warn that it cannot shuffle a data set.

@@ -84,8 +84,8 @@ def _bare(name="thing"):
     ("TFOptimizer._all_reduce_sum_gradients", "3.3.0", True),
     ("TensorFlowTrainer._maybe_symbolic_build", "3.4.1", False),
     ("TensorFlowTrainer._maybe_symbolic_build", "3.5.0", True),
-    ("BackupAndRestore._current_epoch", "3.0.5", False),
-    ("BackupAndRestore._current_epoch", "3.1.0", True),
+    ("Trainer._initial_epoch", "3.0.5", True),
+    ("Trainer._initial_epoch", "3.16.0", False),
     ("DatasetV2._inputs", "2.21.0", True),
     ("DatasetV2._inputs", "2.22.0", False),
 ])
@@ -226,12 +226,8 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "model=<SimpleNamespace 'thing'>"),
     (lambda o: private.dataset_inputs(o), "DatasetV2._inputs",
      "dataset=<SimpleNamespace 'thing'>"),
-    (lambda o: private_callbacks.backup_files(o), "BackupAndRestore._weights_path",
-     "callback=<SimpleNamespace 'thing'>"),
-    (lambda o: private_callbacks.backup_metadata(o), "BackupAndRestore._current_epoch",
-     "callback=<SimpleNamespace 'thing'>"),
-    (lambda o: private_callbacks.set_backup_writer(o, print), "BackupAndRestore._save_model",
-     "callback=<SimpleNamespace 'thing'>"),
+    (lambda o: private_callbacks.set_initial_epoch(o, 2), "Trainer._initial_epoch",
+     "model=<SimpleNamespace 'thing'>"),
 ])
 def test_an_object_without_the_name_gets_the_clear_error(call, name, received):
     with pytest.raises(PrivateNameError, match=_missing(name, received)):
@@ -410,59 +406,12 @@ def _fit(callback, epochs=2, batches=4):
     return ran
 
 
-def test_backup_files_and_metadata_are_what_keras_writes(tmp_path):
-    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "b"), delete_checkpoint=False)
-    assert private_callbacks.backup_metadata(callback) == {"epoch": 0, "batch": 0}
-    _fit(callback)
-    weights, metadata = private_callbacks.backup_files(callback)
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
-        pathlib.Path(p).name for p in (weights, metadata))
-    # Read after the last epoch: the epoch to resume from, and no batch of it yet.
-    assert private_callbacks.backup_metadata(callback) == {"epoch": 2, "batch": 0}
-    assert json.loads(pathlib.Path(metadata).read_text()) == {"epoch": 2, "batch": 0}
+def test_fit_starts_at_the_epoch_set_when_training_begins():
+    class Resume(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            private_callbacks.set_initial_epoch(self.model, 2)
 
-
-def test_keras_resumes_from_the_backup_files_and_metadata(tmp_path):
-    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "b"))
-    weights, metadata = private_callbacks.backup_files(callback)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    model.optimizer.build(model.trainable_variables)
-    (tmp_path / "b").mkdir()
-    model.save_weights(weights)
-    pathlib.Path(metadata).write_text(json.dumps({"epoch": 2, "batch": 0}))
-    assert _fit(callback, epochs=3) == [2]
-
-
-@pytest.mark.parametrize("save_freq, calls", [("epoch", [(1, 0), (2, 0)]),
-                                              (3, [(0, 2), (1, 1)])])
-def test_keras_calls_the_backup_writer_instead_of_writing(tmp_path, save_freq, calls):
-    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=save_freq,
-                                                delete_checkpoint=False)
-    written = []
-
-    def write(received):
-        assert received is callback
-        metadata = private_callbacks.backup_metadata(received)
-        written.append((metadata["epoch"], metadata["batch"]))
-
-    private_callbacks.set_backup_writer(callback, write)
-    _fit(callback)
-    assert written == calls, f"Keras {keras.__version__} writes its backup elsewhere"
-    assert not (tmp_path / "b").exists()
-
-
-def test_a_backup_callback_without_its_state_gets_the_clear_error(tmp_path):
-    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "b"))
-    del callback._training_metadata_path
-    with pytest.raises(PrivateNameError, match=_missing(
-            "BackupAndRestore._training_metadata_path", "callback=<BackupAndRestore>")):
-        private_callbacks.set_backup_writer(callback, print)
-    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "b"))
-    callback._save_model = None
-    with pytest.raises(PrivateNameError, match=_missing(
-            "BackupAndRestore._save_model", "callback=<BackupAndRestore>")):
-        private_callbacks.set_backup_writer(callback, print)
+    assert _fit(Resume(), epochs=4) == [2, 3], f"Keras {keras.__version__} ignores it"
 
 
 # ------------------------------------------------------------------ TensorFlow

@@ -26,11 +26,38 @@ with strategy.scope():
 ```
 """
 
+import weakref
+
 import tensorflow as tf
 
 from mgpu_tf.compat import private
 
-__all__ = ["accumulate"]
+__all__ = ["accumulate", "reset", "steps_since_sync"]
+
+# optimizer -> its accumulation state.
+_STATES = weakref.WeakKeyDictionary()
+
+
+def steps_since_sync(optimizer):
+    """Steps whose gradients `optimizer` holds in its sums, not yet applied; 0 without accumulation.
+
+    A backup taken when this is 0 needs no per-replica sums: they are all zero.
+    """
+    state = _STATES.get(optimizer)
+    if state is None or not state.built:
+        return 0
+    return int(state.count.numpy())
+
+
+def reset(optimizer):
+    """Empties `optimizer`'s sums and restarts its count, as at a sync point (for a restore)."""
+    state = _STATES.get(optimizer)
+    if state is None or not state.built:
+        return
+    for variable in state.sums:
+        for local in state.strategy.experimental_local_results(variable):
+            local.assign(tf.zeros(local.shape, local.dtype))
+    state.count.assign(0)
 
 
 def accumulate(optimizer, strategy, steps_per_sync):
@@ -51,6 +78,7 @@ def accumulate(optimizer, strategy, steps_per_sync):
     private.require(optimizer, "BaseOptimizer._trainable_variables",
                     "BaseOptimizer._get_variable_index", argument="optimizer")
     state = _State(optimizer, strategy, steps_per_sync)
+    _STATES[optimizer] = state
 
     def accumulating_build(original_build):
         def build(variables):

@@ -63,7 +63,7 @@ def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
 
 _KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
 _STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
-_BACKUP = "callbacks.BackupAndRestore writes its backup atomically from the chief only"
+_BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
 
 # Private name -> the releases it is known for.
 KNOWN = {
@@ -89,13 +89,8 @@ KNOWN = {
     "trainer.reduce_per_replica": _keras(_KERAS_20585),
     "trainer._collective_all_reduce_multi_worker": _keras(_KERAS_20585),
     "Trainer._distribute_strategy": _keras(_KERAS_20585),
-    # Keras writes the backup (weights, then the epoch to resume from) in place,
-    # from every worker; the same files are written from the chief instead.
-    "BackupAndRestore._save_model": _keras(_BACKUP),
-    "BackupAndRestore._weights_path": _keras(_BACKUP),
-    "BackupAndRestore._training_metadata_path": _keras(_BACKUP, first=(3, 1)),
-    "BackupAndRestore._current_epoch": _keras(_BACKUP, first=(3, 1)),
-    "BackupAndRestore._last_batch_seen": _keras(_BACKUP),
+    # Keras' fit reads where to start after `on_train_begin`, where a backup is read.
+    "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(

@@ -1,0 +1,179 @@
+"""Backups that resume training exactly where it stopped, at an epoch or mid-epoch.
+
+Keras' `BackupAndRestore` saves the weights (with the optimizer's state) and the
+epoch, from every worker, in place, and resumes at the start of the saved
+epoch, even when the backup was taken mid-epoch: the steps done since the epoch
+began are then done twice. It leaves out the state of Keras' random generators
+(`keras.random.SeedGenerator`, which dropout draws from). This callback backs up
+everything that shapes the next update:
+
+- the weights and the optimizer's state (Keras' weights file);
+- the random generators' state;
+- the position: the epoch, and the steps of it done. A resumed epoch skips the
+  steps done, in the order the uninterrupted run saw (`mgpu_tf.callbacks.DataOrder`
+  does its part, for data from `mgpu_tf.shard_dataset`);
+- with `steps_per_sync=k`, the gradient sums: a backup waits for the next sync
+  point, where every replica's sums are empty, so no per-replica state is needed.
+
+The chief writes it, atomically as a whole: the weights go to a new file, then the
+metadata naming that file replaces the old metadata, then the old weights file
+goes. A worker killed at any moment leaves the last complete backup.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+
+from mgpu_tf.callbacks import chief as chief_lib
+from mgpu_tf.callbacks.data_order import DataOrder
+from mgpu_tf.comm import accumulation
+from mgpu_tf.compat import private_callbacks
+from mgpu_tf.data import order
+
+__all__ = ["BackupAndRestore"]
+
+_METADATA = "training_metadata.json"
+# Keras' SeedGenerator names its state variable so.
+_RNG_SUFFIX = "seed_generator_state"
+
+
+class BackupAndRestore(DataOrder):
+    """Backs training up, from the chief only, and resumes from the backup exactly.
+
+    After a failure, restarting the same script (e.g. with
+    `mgpu-tf launch --max_restarts N`) resumes from the last backup: at the epoch
+    and step it was taken, with the weights, optimizer, random generators and data
+    order of that moment, so the run ends with the weights of an uninterrupted one.
+    Every worker reads the chief's backup, so `backup_dir` must be storage they all
+    see. Mid-epoch resumes skip the done steps of data from `mgpu_tf.shard_dataset`
+    only; other data sets restart the epoch, as Keras' callback does.
+
+    Example:
+
+    ```python
+    import keras, numpy as np, tempfile
+    import mgpu_tf
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    backup = mgpu_tf.callbacks.BackupAndRestore(tempfile.mkdtemp(), save_freq=2)
+    model.fit(np.ones((32, 4)), np.ones((32, 1)), batch_size=8, epochs=2,
+              callbacks=[backup], verbose=0)
+    ```
+
+    Args:
+        backup_dir: where the backup lives.
+        save_freq: `"epoch"`, or a number of steps between backups. Defaults to
+            `"epoch"`.
+        delete_checkpoint: remove the backup when training ends. Defaults to `True`.
+
+    Raises:
+        ValueError: for an empty `backup_dir` or a `save_freq` that is neither
+            `"epoch"` nor a positive integer.
+    """
+
+    def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
+        super().__init__()
+        if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
+            raise ValueError(
+                "`backup_dir` must be a directory path. Received: "
+                f"backup_dir={backup_dir!r}. Pass storage every worker can read.")
+        if save_freq != "epoch" and (isinstance(save_freq, bool)
+                                     or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(
+                "`save_freq` must be 'epoch' or a positive number of steps. Received: "
+                f"save_freq={save_freq!r}.")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
+        self.delete_checkpoint = delete_checkpoint
+        self._since_backup = 0
+        self._owed = False
+
+    # ------------------------------------------------------------------ restore
+
+    def set_model(self, model):
+        super().set_model(model)
+        # A Keras without the name stops here, not after the first backup.
+        private_callbacks.require_initial_epoch(model)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        self._since_backup, self._owed = 0, False
+        path = os.path.join(self.backup_dir, _METADATA)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            metadata = json.load(f)
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.model.trainable_variables)
+        self.model.load_weights(os.path.join(self.backup_dir, metadata["weights"]))
+        states = metadata["rng"]
+        variables = _rng_variables(self.model)
+        if len(states) != len(variables):
+            raise ValueError(
+                f"The backup in {self.backup_dir} holds {len(states)} random generator "
+                f"state(s); the model has {len(variables)}. Resume with the model that "
+                "wrote the backup, or remove the backup directory to start again.")
+        for variable, state in zip(variables, states):
+            variable.assign(np.asarray(state, dtype=variable.dtype))
+        if optimizer is not None:
+            accumulation.reset(optimizer)
+        order.resume_at(metadata["epoch"], metadata["steps_done"])
+        private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
+
+    # ------------------------------------------------------------------- backup
+
+    def on_train_batch_end(self, batch, logs=None):
+        before = self.steps_done()[1]
+        super().on_train_batch_end(batch, logs)
+        epoch, done = self.steps_done()
+        if self.save_freq != "epoch":
+            self._since_backup += done - before
+            if self._since_backup >= self.save_freq:
+                self._since_backup, self._owed = 0, True
+        steps = (self.params or {}).get("steps")
+        if self._owed:
+            if steps and done >= steps:
+                self._backup(epoch + 1, 0)
+            else:
+                self._backup(epoch, done)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.save_freq == "epoch":
+            self._owed = True
+        if self._owed:
+            self._backup(epoch + 1, 0)
+
+    def _backup(self, epoch, steps_done):
+        """Writes the backup now, or at the next sync point of `steps_per_sync`."""
+        optimizer = self.model.optimizer
+        if optimizer is not None and accumulation.steps_since_sync(optimizer):
+            return
+        self._owed = False
+        model = self.model
+        strategy = chief_lib.strategy_of(model)
+        name = f"weights-{epoch}-{steps_done}.weights.h5"
+        with chief_lib.chief_path(os.path.join(self.backup_dir, name), strategy) as target:
+            model.save_weights(target, overwrite=True)
+        metadata = {"epoch": epoch, "steps_done": steps_done, "weights": name,
+                    "rng": [np.asarray(v).tolist() for v in _rng_variables(model)]}
+        with chief_lib.chief_path(os.path.join(self.backup_dir, _METADATA), strategy) as target:
+            with open(target, "w") as f:
+                json.dump(metadata, f)
+        if chief_lib.is_chief(strategy):
+            for old in os.listdir(self.backup_dir):
+                if old.startswith("weights-") and old != name:
+                    os.remove(os.path.join(self.backup_dir, old))
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self.delete_checkpoint and chief_lib.is_chief(chief_lib.strategy_of(self.model)):
+            shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def _rng_variables(model):
+    """The state variables of the model's random generators, which weights files leave out."""
+    return [v for v in model.variables if v.path.endswith(_RNG_SUFFIX)]

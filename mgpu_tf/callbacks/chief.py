@@ -1,0 +1,180 @@
+"""Keras callbacks and savers that write from the chief only, never half a file.
+
+Keras 3 callbacks know nothing of chief and workers, so under a multi-worker
+strategy every worker writes the same checkpoint and TensorBoard files,
+racing each other; and Keras writes files in place, so a worker killed mid-write
+leaves a broken one. These drop-in replacements have the chief write to a
+temporary name and rename it into place (atomic on POSIX), while every other
+worker does the same work into a temporary directory it removes (the work must
+run everywhere: reading distributed variables may take part in collectives).
+On one machine they behave as the Keras originals, with atomic writes.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "is_chief",
+    "chief_path",
+    "strategy_of",
+    "save_model",
+    "save_weights",
+    "ModelCheckpoint",
+    "TensorBoard",
+]
+
+
+def is_chief(strategy=None):
+    """True in the process that writes checkpoints and logs.
+
+    Answers for every strategy `mgpu_tf.make_strategy` returns: TensorFlow's ask
+    their `extended.should_checkpoint`; `"model_parallel"` runs in one process, the
+    chief; `"hybrid"` asks the `MultiWorkerMirroredStrategy` it communicates through.
+
+    Example:
+
+    ```python
+    import mgpu_tf
+    strategy = mgpu_tf.make_strategy("default")
+    assert mgpu_tf.callbacks.is_chief(strategy)
+    ```
+
+    Args:
+        strategy: the strategy to ask. Defaults to the current one.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    # TensorFlow's strategies answer through `extended`, the toolkit's own directly.
+    return bool(getattr(getattr(strategy, "extended", strategy), "should_checkpoint", True))
+
+
+def strategy_of(model):
+    """The strategy that knows whether this process writes `model`'s files.
+
+    A `HybridParallel` trains outside any `tf.distribute` scope (its
+    `distribute_strategy` is the default one, chief everywhere); its `communicator`
+    knows the workers.
+    """
+    return getattr(model, "communicator", None) or model.distribute_strategy
+
+
+@contextlib.contextmanager
+def chief_path(path, strategy=None):
+    """Yields where this process should write `path`.
+
+    On the chief: a temporary name beside `path` (same suffix), renamed to `path`
+    when the block succeeds and removed when it fails. Elsewhere: a name in a
+    temporary directory that is removed after the block.
+
+    Example:
+
+    ```python
+    with chief_path("out/model.keras", model.distribute_strategy) as target:
+        model.save(target)
+    ```
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    if is_chief(strategy):
+        os.makedirs(directory, exist_ok=True)
+        temporary = os.path.join(directory, f".tmp-{os.getpid()}-{name}")
+        try:
+            yield temporary
+            os.replace(temporary, path)
+        finally:
+            if os.path.isdir(temporary):
+                shutil.rmtree(temporary, ignore_errors=True)
+            elif os.path.exists(temporary):
+                os.remove(temporary)
+    else:
+        scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
+        try:
+            yield os.path.join(scratch, name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_model(model, filepath, **kwargs):
+    """`model.save(filepath)` from the chief only, atomically."""
+    with chief_path(filepath, strategy_of(model)) as target:
+        model.save(target, **kwargs)
+
+
+def save_weights(model, filepath, **kwargs):
+    """`model.save_weights(filepath)` from the chief only, atomically."""
+    with chief_path(filepath, strategy_of(model)) as target:
+        model.save_weights(target, **kwargs)
+
+
+class _ChiefWriter:
+    """A model stand-in for Keras callbacks whose `save` and `save_weights` are ours."""
+
+    def __init__(self, model):
+        self._wrapped = model
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+    def save(self, filepath, **kwargs):
+        save_model(self._wrapped, filepath, **kwargs)
+
+    def save_weights(self, filepath, **kwargs):
+        save_weights(self._wrapped, filepath, **kwargs)
+
+
+class _WorkerScratch:
+    """Points a callback's output into a temporary directory on non-chief workers.
+
+    Subclasses say which attribute holds the output path and how the scratch
+    directory replaces it; the directory is removed when training ends.
+    """
+
+    _scratch = None
+
+    def _redirect(self, scratch):
+        raise NotImplementedError
+
+    def set_model(self, model):
+        if not is_chief(strategy_of(model)) and self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
+            self._redirect(self._scratch)
+        super().set_model(model)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+class ModelCheckpoint(_WorkerScratch, keras.callbacks.ModelCheckpoint):
+    """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes.
+
+    Other workers save into a temporary directory that is removed when training
+    ends. The callback's `model` is a stand-in for the model whose `save` and
+    `save_weights` write atomically. Takes the same arguments as the Keras callback.
+    """
+
+    def _redirect(self, scratch):
+        self.filepath = os.path.join(scratch, os.path.basename(self.filepath))
+
+    def set_model(self, model):
+        # Keras saves through the callback's `model.save` and `model.save_weights`.
+        if not isinstance(model, _ChiefWriter):
+            model = _ChiefWriter(model)
+        super().set_model(model)
+
+
+class TensorBoard(_WorkerScratch, keras.callbacks.TensorBoard):
+    """`keras.callbacks.TensorBoard` whose logs come from the chief only.
+
+    Other workers log into a temporary directory that is removed when training
+    ends. Takes the same arguments as the Keras callback.
+    """
+
+    def _redirect(self, scratch):
+        self.log_dir = scratch
