@@ -18,6 +18,7 @@ the next epoch, as `tf.data` does.
 The position is per process: one `fit` at a time drives it.
 """
 
+import logging
 import threading
 
 import numpy as np
@@ -25,6 +26,8 @@ import tensorflow as tf
 
 __all__ = ["Reader", "epoch_seed", "follow", "release", "resume_at", "set_epoch",
            "finish_epoch", "position"]
+
+logger = logging.getLogger("mgpu_tf")
 
 _GRAPH_SEED = 87654321
 _lock = threading.Lock()
@@ -70,40 +73,58 @@ def position():
 
 
 class Reader:
-    """One input pipeline's view of the position, read when one of its iterators starts."""
+    """One input pipeline's view of the position, read when one of its iterators starts.
 
-    def __init__(self):
+    Args:
+        shuffled: the epoch decides the order; then a second iterator with nothing
+            driving the position logs, once per process, how to make the order
+            follow the epoch.
+    """
+
+    _told = False
+
+    def __init__(self, shuffled=False):
         self._iterators = 0
+        self._shuffled = shuffled
 
     def __call__(self):
         current = position()
         if current is None:
             # Nothing drives the position: every iterator is the next epoch.
             current, self._iterators = (self._iterators, 0), self._iterators + 1
+            if self._shuffled and self._iterators == 2 and not Reader._told:
+                Reader._told = True
+                logger.info(
+                    "mgpu_tf: a data set from shard_dataset(shuffle_seed=...) is iterated "
+                    "again with nothing telling it the epoch, so each new iterator takes "
+                    "the next epoch's order, and Keras makes one more under a strategy. "
+                    "Pass callbacks=[mgpu_tf.callbacks.DataOrder()] (or BackupAndRestore) "
+                    "to fit for the same order under every strategy and after a restart.")
         return np.int64(current[0]), np.int64(current[1])
 
 
-def follow(build, element_spec, steps=None, *, skip_unit=1):
+def follow(build, steps=None, *, skip_unit=1, shuffled=False):
     """Batches of the epoch at the position: `build(epoch)` with the done steps skipped.
 
     Args:
         build: a function of the epoch (a scalar `tf.int64` tensor) returning the
             epoch's batches.
-        element_spec: the batches' element spec.
         steps: batches per epoch, when known: the result then says so
             (`cardinality()`) though a resumed epoch yields fewer.
         skip_unit: batches per step. Defaults to 1.
+        shuffled: the epoch decides the order (see `Reader`). Defaults to `False`.
 
     Returns:
         A `tf.data.Dataset` that reads the position each time it is iterated.
     """
-    reader = Reader()
+    reader = Reader(shuffled)
 
     def read(_):
         epoch, skip = tf.numpy_function(reader, [], (tf.int64, tf.int64), stateful=True)
         return tf.reshape(epoch, []), tf.reshape(skip, []) * skip_unit
 
     start = tf.data.Dataset.from_tensors(np.int64(0)).map(read)
+
     def epoch_batches(epoch, skip):
         # The graph of this function gets its own graph-level seed: `shuffle` takes a
         # tensor seed only when that seed is not 0 (TensorFlow compares the seed pair
@@ -118,7 +139,7 @@ def follow(build, element_spec, steps=None, *, skip_unit=1):
         return batches
     # A data set that claims to be endless and is empty: `take(steps)` after it
     # states the cardinality Keras reads, and a short (resumed) epoch still ends.
-    nothing = tf.data.Dataset.from_tensors(_zeros(element_spec)).filter(
+    nothing = tf.data.Dataset.from_tensors(_zeros(batches.element_spec)).filter(
         lambda *_: tf.constant(False)).repeat()
     return batches.concatenate(nothing).take(steps)
 

@@ -16,7 +16,6 @@ import tensorflow as tf
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
-from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
 
 __all__ = ["distribute", "probe_all"]
@@ -31,21 +30,8 @@ _FILE_READERS = 4
 def probe_all(request):
     """The whole source as one data set (a function's is called for one pipeline)."""
     if request.source_kind == "function":
-        return _called(request, 0, 1)
+        return request.function_dataset()
     return request.source
-
-
-def _called(request, worker, workers):
-    """What a function source returns for one pipeline, called once per request.
-
-    The first call comes from outside any graph, so the function and its checks
-    run eagerly; each epoch's pipeline reuses the data set.
-    """
-    calls = request.__dict__.setdefault("function_calls", {})
-    if (worker, workers) not in calls:
-        calls[worker, workers] = shard_source.call_function(
-            request.source, request.context(worker, workers))
-    return calls[worker, workers]
 
 
 def _shuffle(dataset, request, size, epoch, salt=0):
@@ -88,7 +74,7 @@ def _worker_examples(request, plan, worker, parse, epoch):
         return _file_examples(request, plan.worker_files[worker],
                               plan.worker_examples[worker], parse, epoch)
     if request.source_kind == "function":
-        examples = _called(request, worker, plan.num_workers)
+        examples = request.function_dataset(worker, plan.num_workers)
         return _shuffle(_parsed(request, examples, parse), request,
                         plan.worker_examples[worker], epoch)
     return _global_examples(request, plan, parse, epoch)
@@ -198,9 +184,9 @@ def _replica_epoch(request, plan, worker, replica, epoch):
 
 def _replica_dataset(request, plan, worker, replica):
     """One replica's batches of the epoch at the position (`mgpu_tf.data.order`)."""
-    spec = _replica_epoch(request, plan, worker, replica, tf.constant(0, tf.int64)).element_spec
     return _finish(order.follow(
-        lambda epoch: _replica_epoch(request, plan, worker, replica, epoch), spec, plan.steps))
+        lambda epoch: _replica_epoch(request, plan, worker, replica, epoch), plan.steps,
+        shuffled=request.seed is not None))
 
 
 def _worker_epoch(request, plan, worker, epoch):
@@ -230,12 +216,11 @@ def _worker_dataset(request, plan, worker):
     """One multi-worker input pipeline: its replicas' batches of the epoch at the position."""
     if plan.replicas_per_worker == 1:
         return _replica_dataset(request, plan, worker, 0)
-    spec = _worker_epoch(request, plan, worker, tf.constant(0, tf.int64)).element_spec
     # The cardinality stays unknown: TensorFlow would count batches, not steps. A
     # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
     return _finish(order.follow(
-        lambda epoch: _worker_epoch(request, plan, worker, epoch), spec,
-        skip_unit=plan.replicas_per_worker))
+        lambda epoch: _worker_epoch(request, plan, worker, epoch),
+        skip_unit=plan.replicas_per_worker, shuffled=request.seed is not None))
 
 
 def distribute(request, plan):

@@ -81,6 +81,7 @@ class _Request:
         self.seed = None if shuffle_seed is None else int(shuffle_seed)
         self.parse = parse
         self.source, self.files = source, None
+        self._function_calls = {}
         self.source_kind = _source_kind(source)
         if self.source_kind == "files":
             self.files = _expand_patterns([source] if isinstance(source, str) else list(source))
@@ -106,12 +107,23 @@ class _Request:
         return tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=worker,
                                           num_replicas_in_sync=self.num_replicas)
 
+    def function_dataset(self, worker=0, workers=1):
+        """What a function source returns for one of `workers` pipelines, called once.
+
+        The first call comes from here, outside any graph, so the function and its
+        checks run eagerly; each epoch's pipeline reuses the data set.
+        """
+        if (worker, workers) not in self._function_calls:
+            self._function_calls[worker, workers] = shard_source.call_function(
+                self.source, self.context(worker, workers))
+        return self._function_calls[worker, workers]
+
     def _probe_input(self):
         if self.source_kind == "files":
             return tf.data.TFRecordDataset(self.files[:1])
         if self.source_kind == "function":
             workers = self.num_workers if self.policy == plan_lib.ShardPolicy.OFF else 1
-            return shard_source.call_function(self.source, self.context(0, workers))
+            return self.function_dataset(0, workers)
         return self.source
 
     def examples(self, raw):
@@ -258,8 +270,7 @@ def _make_plan(request):
         return plan_lib.plan_streams([sum(counts[i] for i in own) for own in owned],
                                      policy="file", worker_files=files, **common)
     if request.source_kind == "function" and request.policy == plan_lib.ShardPolicy.OFF:
-        counts = [shard_source.count(shard_source.call_function(
-                      request.source, request.context(w, request.num_workers)))
+        counts = [shard_source.count(request.function_dataset(w, request.num_workers))
                   for w in range(request.num_workers)]
         if not sum(counts):
             raise _empty_source(request)
