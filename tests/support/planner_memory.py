@@ -9,12 +9,11 @@ CASE is `dense` (8 Dense layers of 2048, the default), `dense-4096x2`, `dense-10
 TensorFlow's fused kernel) or `transformer`. After a warm-up step of a tiny model (so
 TensorFlow's kernels and Keras' tracing are already resident), it builds the model, trains
 one Adam step on BATCH examples, and prints the growth of the process' peak resident set
-(`ru_maxrss`) over its resident set before the model was built, next to `mgpu_tf.plan`'s
+(`VmHWM`) over its resident set before the model was built, next to `mgpu_tf.plan`'s
 one-device estimate, as `name: value` lines.
 """
 
 import os
-import resource
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -43,7 +42,16 @@ def resident_bytes():
 
 
 def peak_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process' peak resident set since it started (`VmHWM`).
+
+    Not `getrusage`'s `ru_maxrss`: Linux carries that over `exec` from the process
+    that started this one, so a large parent (a test runner) would count as growth.
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/self/status has no VmHWM line")
 
 
 def train_one_step(model, batch, loss):
