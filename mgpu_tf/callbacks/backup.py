@@ -34,6 +34,16 @@ from mgpu_tf.data import order
 
 __all__ = ["BackupAndRestore"]
 
+
+class _ShortEpoch:
+    """Ends a resumed epoch's steps, but not training (another callback may set `True`)."""
+
+    def __bool__(self):
+        return True
+
+
+_SHORT_EPOCH = _ShortEpoch()
+
 _METADATA = "training_metadata.json"
 # Keras' SeedGenerator names its state variable so.
 _RNG_SUFFIX = "seed_generator_state"
@@ -89,6 +99,7 @@ class BackupAndRestore(DataOrder):
         self.delete_checkpoint = delete_checkpoint
         self._since_backup = 0
         self._owed = False
+        self._epoch, self._offset, self._done = 0, 0, 0
 
     # ------------------------------------------------------------------ restore
 
@@ -125,23 +136,35 @@ class BackupAndRestore(DataOrder):
 
     # ------------------------------------------------------------------- backup
 
+    def on_epoch_begin(self, epoch, logs=None):
+        super().on_epoch_begin(epoch, logs)
+        # A resumed epoch starts where the backup was taken; Keras numbers its batches from 0.
+        self._epoch, self._offset = epoch, order.position()[1]
+        self._done = self._offset
+
     def on_train_batch_end(self, batch, logs=None):
-        before = self.steps_done()[1]
-        super().on_train_batch_end(batch, logs)
-        epoch, done = self.steps_done()
+        done = self._offset + batch + 1
         if self.save_freq != "epoch":
-            self._since_backup += done - before
+            self._since_backup += done - self._done
             if self._since_backup >= self.save_freq:
                 self._since_backup, self._owed = 0, True
+        self._done = done
         steps = (self.params or {}).get("steps")
-        if self._owed:
-            if steps and done >= steps:
-                self._backup(epoch + 1, 0)
-            else:
-                self._backup(epoch, done)
+        finished = bool(steps) and done >= steps
+        if finished and self._offset:
+            # A resumed epoch is short. Ending it here keeps Keras from asking for one
+            # more step, whose failed read would still count an optimizer iteration;
+            # `on_epoch_end` lets training go on.
+            self.model.stop_training = _SHORT_EPOCH
+        if self._owed and finished:
+            self._backup(self._epoch + 1, 0)
+        elif self._owed:
+            self._backup(self._epoch, done)
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
+        if self.model.stop_training is _SHORT_EPOCH:
+            self.model.stop_training = False
         if self.save_freq == "epoch":
             self._owed = True
         if self._owed:

@@ -15,22 +15,13 @@ from mgpu_tf.data import order
 __all__ = ["DataOrder"]
 
 
-class _ShortEpoch:
-    """Ends a resumed epoch's steps, but not training (another callback may set `True`)."""
-
-    def __bool__(self):
-        return True
-
-
-_SHORT_EPOCH = _ShortEpoch()
-
-
 class DataOrder(keras.callbacks.Callback):
-    """Tells `mgpu_tf.shard_dataset`'s pipelines which epoch and step `fit` is at.
+    """Tells `mgpu_tf.shard_dataset`'s pipelines which epoch `fit` is in.
 
     Without it each new iterator of a sharded data set starts the next epoch's
     order, as `tf.data` does; Keras makes one more iterator under a strategy (to
-    build the model) than without, so the orders would differ.
+    build the model) than without, so the orders would differ. It has no per-step
+    hook, so Keras still dispatches batch callbacks asynchronously.
 
     Example:
 
@@ -47,35 +38,8 @@ class DataOrder(keras.callbacks.Callback):
     ```
     """
 
-    def __init__(self):
-        super().__init__()
-        self._epoch, self._offset, self._done = 0, 0, 0
-
-    def steps_done(self):
-        """`(epoch, steps of it done)`: where training is now."""
-        return self._epoch, self._done
-
     def on_epoch_begin(self, epoch, logs=None):
         order.set_epoch(epoch)
-        self._epoch = epoch
-        self._offset = self._done = order.position()[1]
-
-    def on_train_batch_end(self, batch, logs=None):
-        # Keras numbers a resumed epoch's batches from 0.
-        self._done = self._offset + batch + 1
-        steps = (self.params or {}).get("steps")
-        if steps and self._done >= steps:
-            order.finish_epoch(self._epoch)
-            if self._offset:
-                # A resumed epoch is short. Ending it here keeps Keras from asking for
-                # one more step, whose failed read would still count an optimizer
-                # iteration; `on_epoch_end` lets training go on.
-                self.model.stop_training = _SHORT_EPOCH
-
-    def on_epoch_end(self, epoch, logs=None):
-        order.finish_epoch(epoch)
-        if self.model.stop_training is _SHORT_EPOCH:
-            self.model.stop_training = False
 
     def on_train_end(self, logs=None):
         order.release()

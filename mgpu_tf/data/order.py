@@ -11,9 +11,15 @@ Here the order of an epoch is a function of the seed and the epoch number only.
 `mgpu_tf.shard_dataset`'s pipelines read the position when an iterator starts:
 the epoch (which seeds the shuffle) and the steps of it already done (skipped,
 after a mid-epoch resume). A Keras callback (`mgpu_tf.callbacks.DataOrder`, or
-`mgpu_tf.callbacks.BackupAndRestore`, which restores the position too) moves the
-position as training goes; without one, each new iterator of a pipeline starts
+`mgpu_tf.callbacks.BackupAndRestore`, which restores the position too) sets the
+epoch as each one begins; without one, each new iterator of a pipeline starts
 the next epoch, as `tf.data` does.
+
+Keras makes the next epoch's iterator as soon as the last step of an epoch is
+done, before the next `on_epoch_begin`: a pipeline whose previous iterator
+already read the current epoch takes the next one. So the callback needs no
+per-step hook, which would stop Keras from dispatching batch callbacks
+asynchronously.
 
 The position is per process: one `fit` at a time drives it.
 """
@@ -24,14 +30,13 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Reader", "epoch_seed", "follow", "release", "resume_at", "set_epoch",
-           "finish_epoch", "position"]
+__all__ = ["Reader", "epoch_seed", "follow", "release", "resume_at", "set_epoch", "position"]
 
 logger = logging.getLogger("mgpu_tf")
 
 _GRAPH_SEED = 87654321
 _lock = threading.Lock()
-_state = {"driven": False, "epoch": 0, "skip": 0, "resume": None}
+_state = {"driven": False, "epoch": 0, "skip": 0, "resume": None, "run": 0, "told": False}
 
 
 def resume_at(epoch, steps_done):
@@ -48,28 +53,21 @@ def set_epoch(epoch):
         _state.update(driven=True, epoch=int(epoch), skip=skip)
 
 
-def finish_epoch(epoch):
-    """Epoch `epoch` has done its last step: iterators made from now on start the next one.
-
-    Keras makes the next epoch's iterator as soon as the last step of an epoch is
-    done, before `on_epoch_begin` of the next; this keeps its order right.
-    """
-    with _lock:
-        _state.update(driven=True, epoch=int(epoch) + 1, skip=0)
-        if _state["resume"] and _state["resume"][0] <= epoch:
-            _state["resume"] = None
-
-
 def release():
     """Training ended: pipelines count their own iterators again."""
     with _lock:
-        _state.update(driven=False, epoch=0, skip=0, resume=None)
+        _state.update(driven=False, epoch=0, skip=0, resume=None, run=_state["run"] + 1)
 
 
 def position():
     """`(epoch, steps to skip)` when a callback drives the position, else `None`."""
     with _lock:
         return (_state["epoch"], _state["skip"]) if _state["driven"] else None
+
+
+def _driven():
+    with _lock:
+        return (_state["epoch"], _state["skip"], _state["run"]) if _state["driven"] else None
 
 
 class Reader:
@@ -81,26 +79,42 @@ class Reader:
             follow the epoch.
     """
 
-    _told = False
-
     def __init__(self, shuffled=False):
         self._iterators = 0
         self._shuffled = shuffled
+        self._last = None  # (epoch, run) of the previous iterator read while driven
 
     def __call__(self):
-        current = position()
-        if current is None:
-            # Nothing drives the position: every iterator is the next epoch.
-            current, self._iterators = (self._iterators, 0), self._iterators + 1
-            if self._shuffled and self._iterators == 2 and not Reader._told:
-                Reader._told = True
-                logger.info(
-                    "mgpu_tf: a data set from shard_dataset(shuffle_seed=...) is iterated "
-                    "again with nothing telling it the epoch, so each new iterator takes "
-                    "the next epoch's order, and Keras makes one more under a strategy. "
-                    "Pass callbacks=[mgpu_tf.callbacks.DataOrder()] (or BackupAndRestore) "
-                    "to fit for the same order under every strategy and after a restart.")
-        return np.int64(current[0]), np.int64(current[1])
+        driven = _driven()
+        if driven is None:
+            return self._next_iterator()
+        epoch, skip, run = driven
+        if self._last is not None and self._last[1] == run and self._last[0] >= epoch:
+            # This epoch's iterator was made already: this one is the next epoch's,
+            # made before Keras' on_epoch_begin says so.
+            epoch, skip = self._last[0] + 1, 0
+        self._last = (epoch, run)
+        return np.int64(epoch), np.int64(skip)
+
+    def _next_iterator(self):
+        """Nothing drives the position: every iterator is the next epoch."""
+        epoch, self._iterators = self._iterators, self._iterators + 1
+        if self._shuffled and epoch == 1:
+            _tell_once(
+                "mgpu_tf: a data set from shard_dataset(shuffle_seed=...) is iterated again "
+                "with nothing telling it the epoch, so each new iterator takes the next "
+                "epoch's order, and Keras makes one more under a strategy. Pass "
+                "callbacks=[mgpu_tf.callbacks.DataOrder()] (or BackupAndRestore) to fit for "
+                "the same order under every strategy and after a restart.")
+        return np.int64(epoch), np.int64(0)
+
+
+def _tell_once(message):
+    with _lock:
+        if _state["told"]:
+            return
+        _state["told"] = True
+    logger.info(message)
 
 
 def follow(build, steps=None, *, skip_unit=1, shuffled=False):
