@@ -161,8 +161,9 @@ def test_a_slower_worker_gets_a_smaller_weight():
     # Worker 0 sleeps 0.1 s after each step: a GPU several times slower than worker 1's.
     # Worker 1 times 20 steps of a small model, a few hundredths of a second, so its runs
     # are let spread widely: the check is the order of the speeds, not their precision.
+    # Two runs of each: test_workers_run_one_after_another_several_times checks repeats.
     result = calibrate.calibrate([sys.executable, "-m", "support.calibrate_job", "0", "0.1"],
-                                 2, env=workers.environment(), output=io.StringIO(),
+                                 2, repeats=2, env=workers.environment(), output=io.StringIO(),
                                  max_spread=5.0)
     speeds = result.speeds
     weights = calibrate.propose_weights(speeds)
