@@ -61,11 +61,12 @@ def release():
 
 def position():
     """`(epoch, steps to skip)` when a callback drives the position, else `None`."""
-    with _lock:
-        return (_state["epoch"], _state["skip"]) if _state["driven"] else None
+    driven = _driven()
+    return driven and driven[:2]
 
 
 def _driven():
+    """`(epoch, steps to skip, which fit)` when a callback drives the position, else `None`."""
     with _lock:
         return (_state["epoch"], _state["skip"], _state["run"]) if _state["driven"] else None
 
@@ -165,8 +166,7 @@ def _zeros(spec):
 
 def epoch_seed(seed, epoch, salt=0):
     """A shuffle seed drawn from `(seed, epoch)`: the same on every worker and every run."""
-    mixed = tf.random.stateless_uniform(
+    return tf.random.stateless_uniform(
         [], seed=tf.stack([tf.constant(seed % 2**31, tf.int64),
                            tf.cast(epoch, tf.int64) * 4 + salt]),
         minval=0, maxval=2**31 - 1, dtype=tf.int64)
-    return mixed
