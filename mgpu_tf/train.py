@@ -110,12 +110,12 @@ class _Throughput(keras.callbacks.Callback):
         return self.examples_per_epoch * len(times) / sum(times)
 
 
-def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None):
+def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None, training=True):
     """The examples as `model.fit` takes them under `strategy`, shared out evenly,
     or by the workers' speeds when the deployment sets them (MGPU_TF_SHARD_WEIGHTS)."""
     return sharding.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                   global_batch_size, shuffle_seed=shuffle_seed,
-                                  weights=cluster.shard_weights())
+                                  weights=cluster.shard_weights(), training=training)
 
 
 def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
@@ -124,7 +124,7 @@ def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
     (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
                                                      seed=seed)
     train_data = _dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed)
-    test_data = _dataset(x_test, y_test, global_batch_size, strategy)
+    test_data = _dataset(x_test, y_test, global_batch_size, strategy, training=False)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
         model = build_model(x_train.shape[1], 10, width=width, seed=seed)

@@ -188,6 +188,21 @@ def test_fit_with_weights_on_one_machine():
     assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
 
 
+@pytest.mark.parametrize("name, weights", [("mirrored-4", None), ("mirrored-2", [2, 1])])
+def test_evaluate_data_shows_the_mean_over_its_examples(name, weights):
+    # 270 examples, global batch 64: the last step's 14 split 4, 4, 3, 3 over four
+    # replicas; with weights [2, 1] every step is uneven. The mean squared error
+    # is worked out with numpy.
+    x, y, initial = sharding_problem.problem(270)
+    expected = float(np.mean((x @ initial[0] + initial[1] - y) ** 2))
+    strategy = _strategy(name)
+    with strategy.scope():
+        model = sharding_problem.build_model(initial)
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 64,
+                                 weights=weights, training=False)
+    assert abs(model.evaluate(data, verbose=0) - expected) <= 1e-5 * expected
+
+
 def _interleaved(sizes):
     """The order one worker reads files in: one record of each file in turn."""
     runs = [list(range(sum(sizes[:i]), sum(sizes[:i + 1]))) for i in range(len(sizes))]
@@ -305,6 +320,9 @@ def test_wrong_types():
         mgpu_tf.shard_dataset(_ids(4), "mirrored", 4)
     with pytest.raises(TypeError, match=r"`global_batch_size` must be an integer"):
         mgpu_tf.shard_dataset(_ids(4), _strategy("default"), 4.0)
+    with pytest.raises(TypeError, match=r"`training` must be True or False. Received: "
+                                        r"training='no'"):
+        mgpu_tf.shard_dataset(_ids(4), _strategy("default"), 4, training="no")
 
 
 def test_weights_need_x_y_examples():

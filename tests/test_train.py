@@ -115,8 +115,10 @@ def test_every_strategy_ends_where_the_default_strategy_does():
     runs = {"default": _run_timed(*common)[:2],
             "mirrored x2": _run_timed(*common, "--strategy=mirrored",
                                       "--simulate_devices=2")[:2]}
+    # On four devices the test set's last step (270 = 4 * 64 + 14) splits 4, 4, 3, 3.
     for name, argv in (("one_device", ["--strategy=one_device"]),
-                       ("mirrored x1", ["--strategy=mirrored", "--simulate_devices=1"])):
+                       ("mirrored x1", ["--strategy=mirrored", "--simulate_devices=1"]),
+                       ("mirrored x4", ["--strategy=mirrored", "--simulate_devices=4"])):
         result = workers.run_python("-m", "mgpu_tf.train", *common, *argv)
         runs[name] = (result.returncode, result.stdout + result.stderr)
     code, outputs = _two_workers()

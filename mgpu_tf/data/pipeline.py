@@ -146,7 +146,7 @@ def _replica_batches(request, plan, worker, replica, epoch):
 
 def _weigh(request, plan, step, batch):
     """Adds the loss-correction weights when replicas' batches can differ."""
-    if not (plan.uneven and plan.num_replicas > 1 and request.can_weigh):
+    if not (plan.uneven and plan.num_replicas > 1 and request.weighs_loss):
         return batch
     totals = plan.tail_totals or (plan.global_batch_size,)
     tail = tf.constant(totals, tf.int64)
@@ -162,7 +162,7 @@ def _padded(request, plan, batches, filled):
     if filled < plan.steps:
         empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
         batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
-    if plan.uneven and plan.num_replicas > 1 and request.can_weigh:
+    if plan.uneven and plan.num_replicas > 1 and request.weighs_loss:
         batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
                                           num_parallel_calls=tf.data.AUTOTUNE)
     return batches
@@ -225,7 +225,7 @@ def _worker_dataset(request, plan, worker):
 
 def distribute(request, plan):
     """What `model.fit` takes under the request's strategy, for the planned layout."""
-    if plan.uneven and plan.num_replicas > 1 and not request.can_weigh:
+    if plan.uneven and plan.num_replicas > 1 and request.training and not request.can_weigh:
         logger.warning(
             "mgpu_tf: examples are not (x, y) tuples, so replicas' unequal batches in the "
             "last step(s) are not reweighted; their loss is slightly biased.")

@@ -20,9 +20,11 @@ with equal per-example losses, `R * sum_i b_i**2 / B**2` times the true mean. Wi
 `weights=[2, 1]` on two replicas that is 10/9 of it (11% high); the update is
 still exact. Compiled metrics (accuracy, ...) get the weights as sample weights,
 so each shows the mean of its replicas' means weighted by `b_i**2` instead of
-`b_i`. To see the true mean, evaluate without `weights` (`model.evaluate` on an
-unweighted `shard_dataset`). Keras' tracker would need to weigh each replica's
-loss equally to show it (mgpu_tf leaves Keras' train step as it is).
+`b_i`. This holds for `evaluate` too, so a data set only evaluated is made with
+`shard_dataset(..., training=False)`: it carries no correction weights, and Keras'
+weighing by `b_i` then gives the true means, even in a short last step. Keras'
+tracker would need to weigh each replica's loss equally to show the true mean in
+training (mgpu_tf leaves Keras' train step as it is).
 The correction assumes the default loss reduction, `"sum_over_batch_size"`; a loss
 reduced with `"sum"` or `"mean_with_sample_weight"` is scaled differently.
 """

@@ -58,7 +58,7 @@ class _Request:
     """A checked `shard_dataset` call: everything but the example counts."""
 
     def __init__(self, source, strategy, global_batch_size, policy, weights, drop_remainder,
-                 shuffle_seed, parse):
+                 shuffle_seed, parse, training=True):
         self.kind, self.num_workers, self.replicas_per_worker = _topology(strategy)
         self.strategy = strategy
         self.batch_sizes = split.replica_batch_sizes(
@@ -75,6 +75,8 @@ class _Request:
                 "`shuffle_seed` must be an integer or None. "
                 f"Received: shuffle_seed={shuffle_seed!r}"
             )
+        if not isinstance(training, bool):
+            raise TypeError(f"`training` must be True or False. Received: training={training!r}")
         if parse is not None and not callable(parse):
             raise TypeError(f"`parse` must be a function or None. Received: parse={parse!r}")
         self.drop_remainder = drop_remainder
@@ -92,7 +94,10 @@ class _Request:
         shard_source.check_spec(spec)
         self.spec = spec
         self.can_weigh = replica_weights.can_weigh(spec)
-        if self.weighted and not self.can_weigh:
+        # Only updates need the correction; without it, what `evaluate` shows is the mean.
+        self.training = training
+        self.weighs_loss = training and self.can_weigh
+        if training and self.weighted and not self.can_weigh:
             raise ValueError(
                 "`weights` need examples of the form (x, y) or (x, y, sample_weight), to "
                 f"correct the loss through sample weights. Received examples: {spec}. "
@@ -323,7 +328,7 @@ def describe_sharding(source, strategy, global_batch_size, *, policy="auto", wei
 
 
 def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights=None,
-                  drop_remainder=False, shuffle_seed=None, parse=None):
+                  drop_remainder=False, shuffle_seed=None, parse=None, training=True):
     """Shards a data set over a strategy's workers and replicas, each example once.
 
     Returns what `model.fit` takes under `strategy`: a `tf.data.Dataset` of batches
@@ -375,6 +380,11 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
             a buffer of 10,000 examples. Defaults to `None` (source order).
         parse: a function applied to each example before batching, such as one
             decoding a TFRecord record into `(x, y)`. Defaults to `None`.
+        training: `False` for a data set that is only evaluated (`evaluate`, or
+            `fit`'s `validation_data`): no loss-correction weights, which keep the
+            update exact but make Keras weigh each replica's loss and metrics by
+            its batch size squared, so `evaluate` shows the means over the
+            examples whatever the replicas' batches. Defaults to `True`.
 
     Returns:
         A `tf.data.Dataset` or a `tf.distribute.DistributedDataset`.
@@ -387,5 +397,5 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
             infinite or empty source, or a file pattern that matches nothing.
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
-                       shuffle_seed, parse)
+                       shuffle_seed, parse, training)
     return shard_pipeline.distribute(request, _make_plan(request))
