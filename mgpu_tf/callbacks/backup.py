@@ -12,6 +12,9 @@ everything that shapes the next update:
 - the position: the epoch, and the steps of it done. A resumed epoch skips the
   steps done, in the order the uninterrupted run saw (`mgpu_tf.callbacks.DataOrder`
   does its part, for data from `mgpu_tf.shard_dataset`);
+- the shares of `shard_dataset(..., weights="adaptive")` decided so far, so a
+  resumed epoch splits its steps as before (put `TrainingMonitor`, which decides
+  them at the end of an epoch, before this callback in `callbacks`);
 - with `steps_per_sync=k`, the gradient sums: a backup waits for the next sync
   point, where every replica's sums are empty, so no per-replica state is needed.
 
@@ -30,6 +33,7 @@ from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks.data_order import DataOrder
 from mgpu_tf.comm import accumulation
 from mgpu_tf.compat import private_callbacks
+from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
 __all__ = ["BackupAndRestore"]
@@ -131,6 +135,9 @@ class BackupAndRestore(DataOrder):
             variable.assign(np.asarray(state, dtype=variable.dtype))
         if optimizer is not None:
             accumulation.reset(optimizer)
+        shares = adaptive.live_shares()
+        for state, live in zip(metadata.get("adaptive", []), shares):
+            live.restore(state)
         order.resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
 
@@ -182,7 +189,8 @@ class BackupAndRestore(DataOrder):
         with chief_lib.chief_path(os.path.join(self.backup_dir, name), strategy) as target:
             model.save_weights(target, overwrite=True)
         metadata = {"epoch": epoch, "steps_done": steps_done, "weights": name,
-                    "rng": [np.asarray(v).tolist() for v in _rng_variables(model)]}
+                    "rng": [np.asarray(v).tolist() for v in _rng_variables(model)],
+                    "adaptive": [shares.state() for shares in adaptive.live_shares()]}
         with chief_lib.chief_path(os.path.join(self.backup_dir, _METADATA), strategy) as target:
             with open(target, "w") as f:
                 json.dump(metadata, f)

@@ -7,6 +7,18 @@ replica runs such a pipeline, so records are parsed only after that choice:
 each is parsed once, not once per replica. Replicas with nothing left get empty
 batches up to the planned number of steps, and uneven steps carry the
 loss-correction weights of `mgpu_tf.data.replica_weights`.
+
+On one machine each replica gets its own input pipeline
+(`InputReplicationMode.PER_REPLICA`): with one pipeline per worker, TensorFlow's
+`DistributedDatasetsFromFunction.cardinality` counts the pipeline's batches, one per
+replica, and Keras would expect that many steps. Several workers with several
+replicas each still use one pipeline per worker, whose cardinality is left unknown.
+
+Keras' `fit` adds up the replicas' first batches to build the model
+(keras-team/keras#19246), which fails when they differ in size: with `weights` on
+one machine, or a data set smaller than one global batch. `mgpu_tf.compat` works
+around it across workers; on one machine `fit` works with such first batches as it is
+(`tests/test_sharding.py` trains with `weights=[2, 1]` through `fit`).
 """
 
 import logging
@@ -146,7 +158,8 @@ def _replica_batches(request, plan, worker, replica, epoch):
 
 def _weigh(request, plan, step, batch):
     """Adds the loss-correction weights when replicas' batches can differ."""
-    if not (plan.uneven and plan.num_replicas > 1 and request.weighs_loss):
+    uneven = plan.uneven or request.adaptive is not None
+    if not (uneven and plan.num_replicas > 1 and request.weighs_loss):
         return batch
     totals = plan.tail_totals or (plan.global_batch_size,)
     tail = tf.constant(totals, tf.int64)
@@ -174,8 +187,38 @@ def _finish(batches):
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
+def _adaptive_epoch(request, plan, worker, replicas, epoch):
+    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas.
+
+    Every replica reads the epoch's blocks of `global_batch_size` examples and keeps
+    the positions its share gives it in this epoch, read when the epoch starts: the
+    blocks, and so the steps, are those of any other split.
+    """
+    shares = request.adaptive
+    blocks = _global_examples(request, plan, True, epoch).batch(
+        plan.global_batch_size, drop_remainder=request.drop_remainder)
+    mine = [tf.reshape(tf.numpy_function(
+        lambda e, r=r: shares.positions(e, worker, r), [epoch], tf.int64, stateful=True),
+        [-1]) for r in replicas]
+    if len(mine) == 1:
+        return blocks.enumerate().map(
+            lambda step, block: _weigh(request, plan, step, _keep(block, mine[0])))
+
+    def pieces(step, block):
+        out = None
+        for positions in mine:
+            part = tf.data.Dataset.from_tensors(
+                _weigh(request, plan, step, _keep(block, positions)))
+            out = part if out is None else out.concatenate(part)
+        return out
+
+    return blocks.enumerate().flat_map(pieces)
+
+
 def _replica_epoch(request, plan, worker, replica, epoch):
     """Exactly `plan.steps` batches of one epoch for one replica: its pieces, then empty ones."""
+    if request.adaptive is not None:
+        return _adaptive_epoch(request, plan, worker, [replica], epoch)
     share = plan.shares[worker * plan.replicas_per_worker + replica]
     batches = _replica_batches(request, plan, worker, replica, epoch) if share.batches else (
         tf.data.Dataset.from_tensors(_empty_batch(request.spec)).take(0))
@@ -191,6 +234,8 @@ def _replica_dataset(request, plan, worker, replica):
 
 def _worker_epoch(request, plan, worker, epoch):
     """All local replicas' batches of one epoch, in turn, for one multi-worker input pipeline."""
+    if request.adaptive is not None:
+        return _adaptive_epoch(request, plan, worker, range(plan.replicas_per_worker), epoch)
     own = max(plan.shares[worker * plan.replicas_per_worker + r].batches
               for r in range(plan.replicas_per_worker))
     batches = _worker_batches(request, plan, worker, True, epoch)

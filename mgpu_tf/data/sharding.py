@@ -22,18 +22,6 @@ every example exactly once, in the same number of steps. What it adds over
 The layout itself is computed in `mgpu_tf.data.plan`, sources are checked and counted in
 `mgpu_tf.data.source`, and `mgpu_tf.data.pipeline` builds the input pipelines;
 `describe_sharding` prints the layout.
-
-On one machine each replica gets its own input pipeline
-(`InputReplicationMode.PER_REPLICA`): with one pipeline per worker, TensorFlow's
-`DistributedDatasetsFromFunction.cardinality` counts the pipeline's batches, one per
-replica, and Keras would expect that many steps. Several workers with several
-replicas each still use one pipeline per worker, whose cardinality is left unknown.
-
-Keras' `fit` adds up the replicas' first batches to build the model
-(keras-team/keras#19246), which fails when they differ in size: with `weights` on
-one machine, or a data set smaller than one global batch. `mgpu_tf.compat` works
-around it across workers; on one machine `fit` works with such first batches as it is
-(`tests/test_sharding.py` trains with `weights=[2, 1]` through `fit`).
 """
 
 import logging
@@ -42,6 +30,7 @@ import os
 
 import tensorflow as tf
 
+from mgpu_tf.data import adaptive
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
@@ -61,6 +50,10 @@ class _Request:
                  shuffle_seed, parse, training=True):
         self.kind, self.num_workers, self.replicas_per_worker = _topology(strategy)
         self.strategy = strategy
+        self.adaptive = adaptive.from_weights(weights, global_batch_size, self.num_workers,
+                                              self.replicas_per_worker)
+        if self.adaptive is not None:
+            weights = list(self.adaptive.shares_for(0, wait=False))
         self.batch_sizes = split.replica_batch_sizes(
             global_batch_size, self.num_workers, self.replicas_per_worker, weights)
         self.weighted = weights is not None
@@ -207,6 +200,8 @@ def _choose_policy(policy, request):
         raise ValueError(
             f"`policy` must be one of {', '.join(choices)}. Received: policy={policy!r}"
         ) from None
+    if request.adaptive is not None:
+        return adaptive.choose_policy(policy, request.source_kind)
     workers, kind = request.num_workers, request.source_kind
     files = len(request.files or ())
     if policy == plan_lib.ShardPolicy.AUTO:
@@ -369,7 +364,10 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
         weights: relative speeds, one per worker, or one per replica when there is
             one worker; a replica's batch is its share of `global_batch_size`
             (largest-remainder rounding). Examples must be `(x, y)` or
-            `(x, y, sample_weight)`. Defaults to `None` (equal batches).
+            `(x, y, sample_weight)`. `"adaptive"`: shares that follow each
+            worker's measured speed from epoch to epoch, under
+            `mgpu_tf.callbacks.TrainingMonitor` (`mgpu_tf.data.adaptive`).
+            Defaults to `None` (equal batches).
         drop_remainder: leave out the examples that do not fill a whole step,
             so every batch is full. Defaults to `False`.
         shuffle_seed: shuffle every epoch, in an order drawn from this seed and

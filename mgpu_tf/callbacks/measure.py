@@ -1,0 +1,162 @@
+"""What `mgpu_tf.callbacks.TrainingMonitor` measures on each worker, and how it shares it.
+
+- Memory: on a GPU, TensorFlow's allocator statistics
+  (`tf.config.experimental.get_memory_info`: in use and peak, summed over the
+  process' GPUs); on a CPU, the process' resident set (`VmRSS`) and its peak
+  (`VmHWM`) from `/proc/self/status`.
+- Compute: every worker waits for the slowest at each all-reduce, so their step
+  times are equal and cannot tell who holds the others back. `ComputeProbe` times
+  this worker's forward and backward pass alone, on its own batch size, without
+  the all-reduce (in inference mode, so no state of the model moves: no batch
+  norm statistics, no random generator).
+- `exchange` all-reduces one row of figures per worker through the strategy, so
+  that every worker holds every worker's figures.
+"""
+
+import math
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from mgpu_tf.strategies import factory as strategies_lib
+
+__all__ = ["memory_bytes", "ComputeProbe", "exchange", "local_units"]
+
+_PROC_STATUS = "/proc/self/status"
+_SHORTEST_SAMPLE = 0.002  # seconds
+
+
+def memory_bytes():
+    """`(in use, peak)` bytes: of the process' GPUs when it has any, else its resident set."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        infos = [tf.config.experimental.get_memory_info(d.name) for d in gpus]
+        return sum(i["current"] for i in infos), sum(i["peak"] for i in infos)
+    fields = {}
+    try:
+        with open(_PROC_STATUS) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "VmHWM"):
+                    fields[name] = int(value.split()[0]) * 1024
+    except OSError:
+        return float("nan"), float("nan")
+    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
+
+
+def local_units(strategy):
+    """`(kind, units, replicas per unit, {this process' unit: its devices})`.
+
+    A unit is what adaptive shares weigh: a worker under multi_worker (its replicas
+    together), a replica on one machine. Other strategies have one unit.
+    """
+    kind = strategies_lib.strategy_kind(strategy)
+    replicas = strategy.num_replicas_in_sync
+    if kind == "mirrored":
+        devices = list(strategy.extended.worker_devices)
+        return kind, replicas, 1, {u: [d] for u, d in enumerate(devices)}
+    if kind == "multi_worker":
+        devices = list(strategy.extended.worker_devices)
+        local = len(devices)
+        ids = strategy.experimental_distribute_values_from_function(
+            lambda context: context.replica_id_in_sync_group)
+        first = min(int(i) for i in strategy.experimental_local_results(ids))
+        return kind, replicas // local, local, {first // local: devices}
+    return kind, 1, 1, {0: [None]}
+
+
+class ComputeProbe:
+    """Times `model`'s forward and backward pass on a batch of this worker, alone.
+
+    The input is random data of the model's input shape; the pass is the
+    gradient of the summed outputs, in inference mode, so no state changes.
+
+    Args:
+        model: a built Keras model with `inputs`.
+        repeats: timed passes per measurement; the median counts. Defaults to `3`.
+    """
+
+    def __init__(self, model, repeats=3):
+        self.model, self.repeats = model, repeats
+        self._warm = {}  # (batch, device): passes per timed sample
+        self._step = None
+
+    def _function(self):
+        model = self.model
+
+        @tf.function(reduce_retracing=True)
+        def step(inputs):
+            with tf.GradientTape() as tape:
+                outputs = model(inputs, training=False)
+                total = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32))
+                                  for o in tf.nest.flatten(outputs)])
+            grads = tape.gradient(total, model.trainable_variables)
+            return tf.add_n([tf.reduce_sum(tf.cast(g, tf.float32)) for g in grads
+                             if g is not None] or [total])
+
+        return step
+
+    def _inputs(self, batch):
+        inputs = getattr(self.model, "inputs", None)
+        if not inputs:
+            raise ValueError("the model has no `inputs` (build it with keras.Input)")
+        made = []
+        for tensor in inputs:
+            shape = [batch] + [d or 1 for d in tuple(tensor.shape)[1:]]
+            dtype = tf.as_dtype(tensor.dtype)
+            made.append(tf.random.uniform(shape, dtype=tf.float32) if dtype.is_floating
+                        else tf.zeros(shape, dtype))
+        return made[0] if len(made) == 1 else made
+
+    def seconds(self, batch, device=None):
+        """Median seconds of one forward and backward pass on `batch` examples."""
+        if self._step is None:
+            self._step = self._function()
+        with tf.device(device):
+            inputs = self._inputs(max(int(batch), 1))
+            if (batch, device) not in self._warm:
+                self._step(inputs).numpy()  # traces, or warms up a new batch size
+                start = time.perf_counter()
+                self._step(inputs).numpy()
+                # A sample of a pass that short repeats it, so timer noise stays small.
+                self._warm[batch, device] = max(
+                    1, math.ceil(_SHORTEST_SAMPLE / max(time.perf_counter() - start, 1e-6)))
+            passes = self._warm[batch, device]
+            times = []
+            for _ in range(self.repeats):
+                start = time.perf_counter()
+                for _ in range(passes):
+                    self._step(inputs).numpy()
+                times.append((time.perf_counter() - start) / passes)
+        return statistics.median(times)
+
+
+def exchange(strategy, kind, units, replicas_per_unit, rows):
+    """Every unit's row of figures, on every worker.
+
+    Args:
+        strategy: the training strategy.
+        kind: its kind (`local_units`).
+        units: units in the cluster.
+        replicas_per_unit: replicas of one unit.
+        rows: this process' rows, `{unit: [figures]}`.
+
+    Returns:
+        A float64 array of shape `[units, figures]`.
+    """
+    if kind != "multi_worker":
+        return np.array([rows[u] for u in range(units)], np.float64)
+    width = len(next(iter(rows.values())))
+
+    def value(context):
+        replica = context.replica_id_in_sync_group
+        table = np.zeros([units, width], np.float32)
+        if replica % replicas_per_unit == 0 and replica // replicas_per_unit in rows:
+            table[replica // replicas_per_unit] = rows[replica // replicas_per_unit]
+        return tf.constant(table)
+
+    per_replica = strategy.experimental_distribute_values_from_function(value)
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    return np.asarray(total, np.float64)

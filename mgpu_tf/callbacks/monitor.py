@@ -1,0 +1,333 @@
+"""A training monitor for mixed hardware: who holds the others back, and how full each is.
+
+In synchronous data parallelism every step waits for the slowest worker, and
+nothing in Keras or `tf.distribute` shows which one that is or how much memory
+each device holds. `TrainingMonitor` measures, on every worker:
+
+- its step time (from the ends of Keras' steps, read without stopping Keras'
+  asynchronous dispatch of batch callbacks);
+- its compute time: its forward and backward pass timed alone at the monitor's
+  interval (`mgpu_tf.callbacks.measure.ComputeProbe`), and the rest of the step,
+  `wait`: waiting for the others, the all-reduce and the update;
+- its examples per second, and its memory in use and peak
+  (`mgpu_tf.callbacks.measure.memory_bytes`).
+
+At each interval (every epoch, or `every_n_steps`) the workers exchange their
+figures through the strategy, and each computes the straggler ratio: the
+slowest worker's compute time over the median. The figures go into Keras' logs
+(the progress bar and `History` show them), into TensorBoard scalars written by
+the chief only (each interval's in a new events file, renamed into place), and
+into one table the chief prints when training ends.
+
+With a data set from `mgpu_tf.shard_dataset(..., weights="adaptive")` the
+monitor also decides, at the end of each epoch, the next epoch's shares from the
+exchanged speeds (`mgpu_tf.data.adaptive`), and tells the data set which epoch
+it is in, as `mgpu_tf.callbacks.DataOrder` does.
+"""
+
+import glob
+import logging
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mgpu_tf.callbacks import chief as chief_lib
+from mgpu_tf.callbacks import measure
+from mgpu_tf.data import adaptive
+from mgpu_tf.data import order
+
+__all__ = ["TrainingMonitor", "FIGURES"]
+
+logger = logging.getLogger("mgpu_tf")
+
+# The figures of each unit in an exchange, in order.
+FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb")
+_MB = 1024.0 * 1024.0
+
+
+class TrainingMonitor(keras.callbacks.Callback):
+    """Per-worker step, compute and wait times, examples/s, memory and the straggler ratio.
+
+    Example:
+
+    ```python
+    import keras, numpy as np, tensorflow as tf
+    import mgpu_tf
+    strategy = mgpu_tf.make_strategy("default")
+    examples = tf.data.Dataset.from_tensor_slices(
+        (np.ones((64, 4), "float32"), np.zeros((64, 1), "float32")))
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    monitor = mgpu_tf.callbacks.TrainingMonitor(global_batch_size=16)
+    history = model.fit(mgpu_tf.shard_dataset(examples, strategy, 16), epochs=2,
+                        callbacks=[monitor], verbose=0)
+    history.history["step_ms"], history.history["straggler_ratio"]
+    print(monitor.table())
+    ```
+
+    Args:
+        every_n_steps: exchange figures every this many steps as well as at the
+            end of each epoch; Keras then runs batch callbacks in step, which
+            costs a little speed. Defaults to `None` (each epoch).
+        global_batch_size: examples per step, for examples/s and the size of the
+            compute probe; an adaptive data set's own sizes take precedence.
+            Defaults to `None` (examples/s left out; probe batches of 32).
+        log_dir: TensorBoard directory for the chief's scalars. Defaults to `None`.
+        print_table: the chief prints the summary table when training ends.
+            Defaults to `True`.
+        probe_repeats: timed compute passes per interval. Defaults to `3`.
+
+    Attributes:
+        history: one dict per interval: `epoch`, `step`, `units` (one dict of
+            `FIGURES` plus `wait_ms` and `examples_per_sec` per worker) and
+            `straggler_ratio`.
+        own_seconds: time the monitor spent in its hooks.
+        train_seconds: wall time of the training it watched.
+    """
+
+    def __init__(self, every_n_steps=None, *, global_batch_size=None, log_dir=None,
+                 print_table=True, probe_repeats=3):
+        super().__init__()
+        if every_n_steps is not None and (isinstance(every_n_steps, bool) or not isinstance(
+                every_n_steps, int) or every_n_steps < 1):
+            raise ValueError(
+                "`every_n_steps` must be a positive number of steps or None. Received: "
+                f"every_n_steps={every_n_steps!r}. Use None to exchange once per epoch.")
+        if global_batch_size is not None and (isinstance(global_batch_size, bool) or not
+                                              isinstance(global_batch_size, int)
+                                              or global_batch_size < 1):
+            raise ValueError(
+                "`global_batch_size` must be a positive integer or None. Received: "
+                f"global_batch_size={global_batch_size!r}.")
+        self.every_n_steps = every_n_steps
+        self.global_batch_size = global_batch_size
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.print_table = print_table
+        # Without a per-step exchange, the batch hook only notes the time, from any thread.
+        self.async_safe = every_n_steps is None
+        self.probe_repeats = probe_repeats
+        self.run = None
+        self.history = []
+        self.own_seconds = 0.0
+        self.train_seconds = 0.0
+
+    # ------------------------------------------------------------------- hooks
+
+    def on_train_begin(self, logs=None):
+        begin = time.perf_counter()
+        self.history, self.own_seconds = [], 0.0
+        self.run = _Run(self, begin)
+        self.own_seconds += time.perf_counter() - begin
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.run.begin_epoch(epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        self.run.step_ended(batch, now, logs)
+        self.own_seconds += time.perf_counter() - now
+
+    def on_epoch_end(self, epoch, logs=None):
+        begin = time.perf_counter()
+        self.run.end_epoch(epoch, logs)
+        self.own_seconds += time.perf_counter() - begin
+
+    def on_train_end(self, logs=None):
+        self.run.end()
+        self.train_seconds = time.perf_counter() - self.run.start
+        if self.print_table and self.history and chief_lib.is_chief(self.run.strategy):
+            print(self.table(), flush=True)
+
+    # -------------------------------------------------------------------- table
+
+    def summary(self):
+        """Each worker's figures, averaged over the epochs (the first, which traces,
+        is left out when there are others)."""
+        ends = [r for r in self.history if r.get("final", True)]
+        kept = ends[1:] if len(ends) > 1 else ends
+        if not kept:
+            return []
+        names = FIGURES + ("wait_ms", "examples_per_sec")
+        return [{name: float(np.mean([r["units"][u][name] for r in kept])) for name in names}
+                for u in range(len(kept[0]["units"]))]
+
+    def table(self):
+        """The summary as text: one line per worker, then the straggler ratio and cost."""
+        rows = self.summary()
+        columns = ("worker", "batch", "step ms", "compute ms", "wait ms", "examples/s",
+                   "memory MB", "peak MB")
+        names = ("batch", "step_ms", "compute_ms", "wait_ms", "examples_per_sec",
+                 "memory_mb", "peak_memory_mb")
+        lines = [[str(u)] + [f"{row[n]:.1f}" if np.isfinite(row[n]) else "-" for n in names]
+                 for u, row in enumerate(rows)]
+        widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(columns)]
+        text = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+        text += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines]
+        computes = [row["compute_ms"] for row in rows]
+        if rows and all(np.isfinite(computes)) and statistics.median(computes) > 0:
+            text.append(f"straggler ratio {max(computes) / statistics.median(computes):.2f} "
+                        "(slowest compute / median)")
+        if self.train_seconds:
+            text.append(f"monitor cost {100.0 * self.own_seconds / self.train_seconds:.2f}% "
+                        "of training time")
+        for shares in self.run.shares if self.run else ():
+            for change in shares.changes:
+                text.append(f"epoch {change['epoch']}: batch sizes "
+                            f"{change['batch_sizes_before']} -> {change['batch_sizes_after']}")
+        return "\n".join(text)
+
+
+class _Run:
+    """One `fit` watched by a `TrainingMonitor`: what it measured so far."""
+
+    def __init__(self, monitor, start):
+        self.monitor, self.start = monitor, start
+        self._steps_done = 0
+        self.strategy = chief_lib.strategy_of(monitor.model)
+        (self._kind, self._units, self._per_unit,
+         self._local) = measure.local_units(self.strategy)
+        self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
+        self._probing = True
+        self.shares = [s for s in adaptive.live_shares() if s.units == self._units]
+        for shares in self.shares:
+            shares.drive()
+
+    def begin_epoch(self, epoch):
+        if self.shares:
+            order.set_epoch(epoch)
+        self._epoch = epoch
+        self._epoch_base = self._steps_done
+        self._ends = []
+        self._window_start = time.perf_counter()
+
+    def step_ended(self, batch, now, logs):
+        self._ends.append((batch, now))
+        self._steps_done = max(self._steps_done, self._epoch_base + batch + 1)
+        if logs is not None and len(self._ends) > 1:
+            (b0, t0), (b1, t1) = self._ends[0], max(self._ends)
+            if b1 > b0:
+                logs["step_ms"] = 1000.0 * (t1 - t0) / (b1 - b0)
+        every = self.monitor.every_n_steps
+        if every and (batch + 1) % every == 0:
+            self._flush(logs, final=False)
+            self._ends = self._ends[-1:]
+
+    def end_epoch(self, epoch, logs):
+        try:
+            figures = self._flush(logs, final=True)
+            for shares in self.shares:
+                speeds = [u["batch"] / (u["compute_ms"] / 1000.0) if u["compute_ms"] > 0
+                          else float("nan") for u in figures["units"]]
+                shares.decide(epoch + 1, speeds,
+                              {"straggler_ratio": round(figures["straggler_ratio"], 3)})
+        finally:
+            # A pipeline may be waiting for the next epoch's shares.
+            for shares in self.shares:
+                if not shares.decided(epoch + 1):
+                    shares.decide(epoch + 1, [])
+
+    def end(self):
+        for shares in self.shares:
+            shares.release()
+        if self.shares:
+            order.release()
+
+    def _unit_batches(self):
+        """Examples per step of each unit, or `None` when unknown."""
+        for shares in self.shares:
+            return list(shares.unit_batch_sizes(self._epoch, wait=False))
+        if self.monitor.global_batch_size:
+            return [self.monitor.global_batch_size / self._units] * self._units
+        return None
+
+    def _step_seconds(self):
+        ends = sorted(self._ends)
+        if len(ends) > 1 and ends[-1][0] > ends[0][0]:
+            return (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
+        steps = (ends[-1][0] + 1) if ends else 1
+        return (time.perf_counter() - self._window_start) / max(steps, 1)
+
+    def _compute_seconds(self, unit_batch, devices):
+        """This unit's compute per step: its slowest replica's probe, or nan."""
+        if not self._probing:
+            return float("nan")
+        try:
+            per_replica = max(1, round(unit_batch / len(devices)))
+            return max(self._probe.seconds(per_replica, d) for d in devices)
+        except (ValueError, TypeError, tf.errors.OpError) as error:
+            self._probing = False
+            logger.warning("mgpu_tf: TrainingMonitor cannot time the compute alone (%s); "
+                           "compute and wait are left out.", error)
+            return float("nan")
+
+    def _flush(self, logs, *, final):
+        """Measures, exchanges and records one interval; returns its record."""
+        step = self._step_seconds()
+        batches = self._unit_batches()
+        memory, peak = measure.memory_bytes()
+        rows = {}
+        for unit, devices in self._local.items():
+            batch = batches[unit] if batches else 32.0 * self._per_unit
+            compute = self._compute_seconds(batch, devices)
+            rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB]
+        table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
+        record = self._record(table, batches is not None, final)
+        self.monitor.history.append(record)
+        self._log(logs, record)
+        self._write_scalars(record)
+        return record
+
+    def _record(self, table, known_batches, final):
+        units = []
+        for row in table:
+            unit = dict(zip(FIGURES, (float(v) for v in row)))
+            unit["wait_ms"] = max(0.0, unit["step_ms"] - unit["compute_ms"])
+            unit["examples_per_sec"] = (1000.0 * unit["batch"] / unit["step_ms"]
+                                        if known_batches and unit["step_ms"] > 0 else
+                                        float("nan"))
+            units.append(unit)
+        computes = [u["compute_ms"] for u in units]
+        ratio = (max(computes) / statistics.median(computes)
+                 if all(np.isfinite(computes)) and statistics.median(computes) > 0 else 1.0)
+        return {"epoch": self._epoch, "step": self._steps_done, "final": final,
+                "units": units, "straggler_ratio": ratio}
+
+    def _log(self, logs, record):
+        if logs is None:
+            return
+        own = record["units"][min(self._local)]
+        for name in ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb",
+                     "peak_memory_mb"):
+            if np.isfinite(own[name]):
+                logs[name] = own[name]
+        logs["straggler_ratio"] = record["straggler_ratio"]
+
+    def _write_scalars(self, record):
+        """The interval's scalars, chief only, in a new events file renamed into place."""
+        if self.monitor.log_dir is None or not chief_lib.is_chief(self.strategy):
+            return
+        scratch = tempfile.mkdtemp(prefix="mgpu_tf-monitor-")
+        try:
+            writer = tf.summary.create_file_writer(scratch)
+            with writer.as_default():
+                step = record["step"]
+                tf.summary.scalar("monitor/straggler_ratio", record["straggler_ratio"], step)
+                for index, unit in enumerate(record["units"]):
+                    for name in ("step_ms", "compute_ms", "wait_ms", "examples_per_sec",
+                                 "memory_mb", "peak_memory_mb"):
+                        if np.isfinite(unit[name]):
+                            tf.summary.scalar(f"monitor/worker_{index}/{name}", unit[name], step)
+            writer.close()
+            for path in glob.glob(os.path.join(scratch, "events.out.tfevents.*")):
+                name = f"{os.path.basename(path)}.step{record['step']}"
+                with chief_lib.chief_path(os.path.join(self.monitor.log_dir, name),
+                                          self.strategy) as target:
+                    shutil.copyfile(path, target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,279 @@
+"""Adaptive shard weights: each worker's share of the global batch follows its speed.
+
+`mgpu_tf.shard_dataset(..., weights="adaptive")` keeps an `AdaptiveShares`: the
+share of every worker (or, on one machine, every replica) in force for each
+epoch. It starts even, or from the weights the deployment sets
+(`MGPU_TF_SHARD_WEIGHTS`, which `mgpu-tf calibrate` proposes). Between epochs
+`mgpu_tf.callbacks.TrainingMonitor` measures each worker's compute speed,
+exchanges the figures through the strategy, and calls `decide`; every worker
+computes the same new shares from the same figures (`next_shares` is a pure
+function), so they agree without a further message.
+
+`next_shares` moves each share toward the worker's part of the summed speed by a
+bounded factor per epoch (`max_change`), and leaves the shares alone while every
+one is within `tolerance` of its target, so that noise in the figures cannot
+make them swing back and forth. The global batch and the epoch's example order
+do not change, so each step still holds the same examples as the
+single-device step: only who computes which of them moves.
+
+The pipelines read an epoch's shares when its iterator starts. Keras makes the
+next epoch's iterator right after the last step, before `on_epoch_end`: while a
+monitor drives the shares, a pipeline asking for an epoch not decided yet waits
+for the decision (at most `_WAIT_SECONDS`, then it takes the latest shares).
+"""
+
+import logging
+import math
+import threading
+import weakref
+
+import numpy as np
+
+from mgpu_tf.cluster import detect
+from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import split
+
+__all__ = ["AdaptiveShares", "next_shares", "live_shares", "from_weights", "choose_policy",
+           "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
+
+logger = logging.getLogger("mgpu_tf")
+
+# A share moves by at most this factor per epoch (x1.5 or /1.5).
+DEFAULT_MAX_CHANGE = 0.5
+# Shares within 10% of their targets stay as they are.
+DEFAULT_TOLERANCE = 0.1
+_WAIT_SECONDS = 600.0
+_LIVE = []  # weak references, in the order the data sets were made
+
+
+def _normalised(values):
+    total = float(sum(values))
+    return tuple(float(v) / total for v in values)
+
+
+def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE,
+                minimum=0.0):
+    """The shares for the next epoch, from this epoch's shares and measured speeds.
+
+    Each unit's target is its part of the summed speed (examples per second of
+    compute). When every share is within `tolerance` (relative) of its target the
+    shares stay; otherwise each moves toward its target by at most a factor of
+    `1 + max_change`, no share falls below `minimum`, and the result sums to 1.
+
+    Example:
+
+    ```python
+    next_shares([0.5, 0.5], [200.0, 100.0])  # (0.666667, 0.333333)
+    next_shares([0.5, 0.5], [400.0, 100.0])  # (0.692308, 0.307692): moved by 1.5 at most
+    ```
+
+    Args:
+        shares: this epoch's shares (any positive scale).
+        speeds: each unit's measured examples per second; a unit without a usable
+            figure (not a positive finite number) keeps the shares as they are.
+        max_change: largest relative move of a share in one epoch. Defaults to `0.5`.
+        tolerance: relative distance to the target below which nothing moves.
+            Defaults to `0.1`.
+        minimum: smallest share a unit keeps. Defaults to `0`.
+
+    Returns:
+        A tuple of shares summing to 1.
+    """
+    current = _normalised(shares)
+    if len(speeds) != len(current) or not all(
+            isinstance(s, (int, float, np.floating)) and math.isfinite(s) and s > 0
+            for s in speeds):
+        return current
+    target = _normalised(speeds)
+    if max(abs(t - c) / c for t, c in zip(target, current)) <= tolerance:
+        return current
+    bound = 1.0 + max_change
+    moved = [c * min(max(t / c, 1.0 / bound), bound) for t, c in zip(target, current)]
+    moved = _normalised([max(m, minimum) for m in moved])
+    return tuple(round(m, 6) for m in moved)
+
+
+def from_weights(weights, global_batch_size, num_workers, replicas_per_worker):
+    """An `AdaptiveShares` for `weights="adaptive"`; `None` for any other `weights`.
+
+    It starts from the deployment's `MGPU_TF_SHARD_WEIGHTS` when that has one
+    weight per unit, else even.
+    """
+    if not isinstance(weights, str):
+        return None
+    if weights != "adaptive":
+        raise ValueError(
+            "`weights` must be a list of numbers, 'adaptive' or None. Received: "
+            f"weights={weights!r}. Pass weights='adaptive' to follow measured speeds.")
+    units = num_workers if num_workers > 1 else replicas_per_worker
+    initial = detect.shard_weights()
+    if initial is not None and (len(initial) != units or not all(initial)):
+        logger.warning("mgpu_tf: MGPU_TF_SHARD_WEIGHTS=%s does not give %d positive "
+                       "weights; adaptive shards start even.", initial, units)
+        initial = None
+    split.replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker,
+                              initial or [1] * units)
+    return AdaptiveShares(global_batch_size, num_workers, replicas_per_worker, initial)
+
+
+def choose_policy(policy, source_kind):
+    """The sharding policy of an adaptive data set: `"data"`, the only one whose steps
+    stay the same when the shares move (`"file"` and `"off"` fix each worker's examples)."""
+    if policy in (plan_lib.ShardPolicy.AUTO, plan_lib.ShardPolicy.DATA):
+        if source_kind == "function" and policy == plan_lib.ShardPolicy.AUTO:
+            why = "adaptive weights: the input function is called for one pipeline"
+        else:
+            why = "adaptive weights move examples between workers every epoch"
+        return plan_lib.ShardPolicy.DATA, ("auto: " if policy == "auto" else "") + why
+    raise ValueError(
+        "`weights='adaptive'` needs policy='data' (or 'auto'): the shares move examples "
+        f"between workers every epoch. Received: policy={policy.value!r}. Use "
+        "policy='auto', or fixed weights with this policy.")
+
+
+def live_shares():
+    """The `AdaptiveShares` of this process' adaptive data sets still in use, oldest first."""
+    alive = [ref() for ref in _LIVE]
+    _LIVE[:] = [ref for ref, shares in zip(_LIVE, alive) if shares is not None]
+    return [shares for shares in alive if shares is not None]
+
+
+class AdaptiveShares:
+    """The shares of one adaptive data set, epoch by epoch.
+
+    Args:
+        global_batch_size: examples per step over all replicas.
+        num_workers: workers in the cluster.
+        replicas_per_worker: replicas on each worker.
+        initial: starting weights, one per unit (worker, or replica on one
+            machine). Defaults to `None` (even).
+        max_change, tolerance: as in `next_shares`.
+    """
+
+    def __init__(self, global_batch_size, num_workers, replicas_per_worker, initial=None, *,
+                 max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE):
+        self.global_batch_size = int(global_batch_size)
+        self.num_workers = num_workers
+        self.replicas_per_worker = replicas_per_worker
+        self.units = num_workers if num_workers > 1 else replicas_per_worker
+        self.max_change, self.tolerance = max_change, tolerance
+        start = _normalised(initial if initial is not None else [1.0] * self.units)
+        # Every unit keeps at least one example per replica per step.
+        per_unit = replicas_per_worker if num_workers > 1 else 1
+        self.minimum = per_unit / self.global_batch_size
+        self._schedule = {0: start}
+        self.changes = []
+        self._driven = False
+        self._cond = threading.Condition()
+        _LIVE.append(weakref.ref(self))
+
+    # ------------------------------------------------------------------ reading
+
+    def shares_for(self, epoch, *, wait=True):
+        """The shares in force for `epoch` (waits for a pending decision when driven)."""
+        epoch = int(epoch)
+        with self._cond:
+            if wait and self._driven and epoch == max(self._schedule) + 1:
+                if not self._cond.wait_for(
+                        lambda: epoch in self._schedule or not self._driven, _WAIT_SECONDS):
+                    logger.warning("mgpu_tf: no adaptive shares were decided for epoch %d "
+                                   "within %.0f s; it keeps the latest.", epoch, _WAIT_SECONDS)
+            known = [e for e in self._schedule if e <= epoch]
+            return self._schedule[max(known) if known else min(self._schedule)]
+
+    def decided(self, epoch):
+        """True when the shares of `epoch` are known."""
+        with self._cond:
+            return int(epoch) in self._schedule
+
+    def batch_sizes(self, epoch, *, wait=True):
+        """Per-replica batch sizes for `epoch`, in global replica order."""
+        return split.replica_batch_sizes(self.global_batch_size, self.num_workers,
+                                         self.replicas_per_worker,
+                                         list(self.shares_for(epoch, wait=wait)))
+
+    def unit_batch_sizes(self, epoch, *, wait=True):
+        """Examples per step of each unit (worker, or replica on one machine)."""
+        sizes = self.batch_sizes(epoch, wait=wait)
+        if self.num_workers > 1:
+            return split.worker_batch_sizes(sizes, self.replicas_per_worker)
+        return tuple(sizes)
+
+    def positions(self, epoch, worker, replica):
+        """Where one replica's examples sit in each block of `global_batch_size`.
+
+        Blocks go to workers by the weighted round robin of
+        `mgpu_tf.data.split.smooth_pattern`, and a worker's part to its replicas
+        the same way, as `mgpu_tf.data.plan` lays out weighted shards.
+        """
+        sizes = self.batch_sizes(epoch)
+        per = self.replicas_per_worker
+        pattern = split.smooth_pattern(split.worker_batch_sizes(sizes, per))
+        mine = [p for p, owner in enumerate(pattern) if owner == worker]
+        local = split.smooth_pattern(tuple(sizes[worker * per:(worker + 1) * per]))
+        return np.array([p for j, p in enumerate(mine) if local[j] == replica], np.int64)
+
+    # ------------------------------------------------------------------ deciding
+
+    def drive(self):
+        """A monitor decides the shares from now on: pipelines wait for its decisions."""
+        with self._cond:
+            self._driven = True
+
+    def release(self):
+        """Nothing decides any more: waiting pipelines take the latest shares."""
+        with self._cond:
+            self._driven = False
+            self._cond.notify_all()
+
+    def decide(self, epoch, speeds, figures=None):
+        """Sets the shares of `epoch` from the speeds measured in the epoch before.
+
+        Args:
+            epoch: the epoch the new shares are for.
+            speeds: each unit's examples per second of compute.
+            figures: what else to log beside the change (a dict).
+
+        Returns:
+            The shares in force for `epoch`.
+        """
+        epoch = int(epoch)
+        before = self.shares_for(epoch - 1, wait=False)
+        after = next_shares(before, speeds, max_change=self.max_change,
+                            tolerance=self.tolerance, minimum=self.minimum)
+        with self._cond:
+            self._schedule[epoch] = after
+            self._cond.notify_all()
+        if after != before:
+            old = self.unit_batch_sizes(epoch - 1, wait=False)
+            new = self.unit_batch_sizes(epoch, wait=False)
+            change = {"epoch": epoch, "batch_sizes_before": list(old),
+                      "batch_sizes_after": list(new),
+                      "speeds": [round(float(s), 1) for s in speeds],
+                      "shares": list(after), **(figures or {})}
+            self.changes.append(change)
+            logger.info("mgpu_tf: adaptive shards for epoch %d: batch sizes %s -> %s "
+                        "(measured examples/s of compute %s%s)", epoch, list(old), list(new),
+                        change["speeds"], "".join(f", {k} {v}" for k, v in (figures or {})
+                                                  .items()))
+        return after
+
+    # ------------------------------------------------------------------ backups
+
+    def state(self):
+        """The shares decided so far, as JSON-ready data (for a backup)."""
+        with self._cond:
+            return {"schedule": {str(e): list(s) for e, s in self._schedule.items()}}
+
+    def restore(self, state):
+        """Takes back the shares of a backup, so a resumed epoch has the shares it had."""
+        schedule = {int(e): tuple(float(v) for v in s)
+                    for e, s in state["schedule"].items()}
+        if any(len(s) != self.units for s in schedule.values()):
+            raise ValueError(
+                f"The backup's adaptive shares are for {len(next(iter(schedule.values())))} "
+                f"units; this data set has {self.units}. Resume with the cluster that wrote "
+                "the backup, or remove the backup directory to start again.")
+        with self._cond:
+            self._schedule = schedule
+            self._cond.notify_all()
