@@ -114,7 +114,7 @@ def test_shared_layer_is_refused():
 
 def test_batch_norm_with_microbatches_is_refused():
     with pytest.raises(ValueError, match=r"Batch-coupled layers compute statistics over the "
-                                         r"whole batch.*'bn'"):
+                                         r"whole batch.*'bn'.*Pass deferred_batch_norm=True"):
         mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=2)
 
 

@@ -25,9 +25,10 @@ def _canonical(device):
     return f"/device:{spec.device_type}:{spec.device_index}"
 
 
-@pytest.fixture(scope="module")
-def traced():
-    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES, balance=[2, 2], microbatches=MICROBATCHES)
+@pytest.fixture(scope="module", params=["never", "always"])
+def traced(request):
+    model = mgpu_tf.ModelParallel(models.mlp(), DEVICES, balance=[2, 2], microbatches=MICROBATCHES,
+                                  recompute=request.param)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     x, y = np.ones((8, 8), "float32"), np.ones((8, 1), "float32")
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # builds the optimizer
@@ -65,7 +66,7 @@ def test_optimizer_slots_live_with_their_variable(traced):
 
 
 def test_every_forward_and_gradient_op_runs_on_its_stage_device(traced):
-    _, graph, resources = traced
+    model, graph, resources = traced
     checked = collections.Counter()
     for op in graph.get_operations():
         stage = _stage_of(op.name)
@@ -80,9 +81,11 @@ def test_every_forward_and_gradient_op_runs_on_its_stage_device(traced):
             device = op.device
         assert device == DEVICES[stage], f"{op.type} {op.name} on {device!r}"
         checked[stage, op.type, "gradient_tape" in op.name] += 1
-    # Per Dense layer and micro-batch: one forward MatMul, two gradient MatMuls.
+    # Per Dense layer and micro-batch: one forward MatMul (two when recomputed), two
+    # gradient MatMuls.
+    forward = 2 if model.recompute == "always" else 1
     for stage in range(2):
-        assert checked[stage, "MatMul", False] == 2 * MICROBATCHES
+        assert checked[stage, "MatMul", False] == 2 * MICROBATCHES * forward
         assert checked[stage, "MatMul", True] >= 2 * 2 * MICROBATCHES
 
 

@@ -14,16 +14,37 @@ backward passes when its last forward is done (fill, then drain); and within a
 backward pass, atom by atom from the top, the gradient for the atom's input
 (which the stage below waits for) comes first, then its weights' gradients.
 Only data links the stages, so they overlap.
+
+With `recompute` (see `mgpu_tf.model_parallel.recompute`), a recomputed micro-batch
+keeps no tape in the forward pass, only the stage's input and its state; its
+forward runs again under the stage's device, after the stage's previous backward
+work, and its tapes are taken then.
 """
+
+import contextlib
+import dataclasses
 
 import tensorflow as tf
 
 from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import recompute as recompute_lib
 
 __all__ = ["run_pipeline"]
 
 
-def run_pipeline(stages, devices, x, microbatches, training):
+@dataclasses.dataclass(frozen=True)
+class _Replay:
+    """What a recomputed (stage, micro-batch) keeps: its input and its state before."""
+
+    atoms: list
+    input: object
+    state: list
+    before: list
+    output: object = None
+
+
+def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
+                 paused=contextlib.nullcontext):
     """Runs `x` through `stages`, stage `k` on `devices[k]`, in micro-batches.
 
     Args:
@@ -32,20 +53,27 @@ def run_pipeline(stages, devices, x, microbatches, training):
         x: the batch.
         microbatches: how many micro-batches to split it into.
         training: passed to each atom; with `True` the gradient is placed too.
+        recompute: a `Recompute` mode: which micro-batches are recomputed in the
+            backward pass instead of kept. Defaults to `"never"`.
+        paused: a context manager entered around every recomputed forward (deferred
+            batch normalisation records no statistics there).
 
     Returns:
         The output of the last stage for the whole batch.
     """
     if not training:
         return _forward(stages, devices, x, microbatches, training, tapes=None)
+    recompute = recompute_lib.check_recompute(recompute)
+    states = [recompute_lib.stage_state(atoms) for atoms in stages]
 
     @tf.custom_gradient
     def pipelined(x):
         tapes = {}
-        y = _forward(stages, devices, x, microbatches, training, tapes)
+        y = _forward(stages, devices, x, microbatches, training, tapes, recompute, states)
 
         def backward(dy, variables=None):
-            return _backward(devices, dy, microbatches, tapes, list(variables or []))
+            return _backward(devices, dy, microbatches, tapes, list(variables or []),
+                             training, paused)
 
         return y, backward
 
@@ -53,28 +81,42 @@ def run_pipeline(stages, devices, x, microbatches, training):
         return pipelined(x)
 
 
-def _forward(stages, devices, x, microbatches, training, tapes):
+def _run_atoms(atoms, h, training, records=None):
+    """Runs a stage's atoms on `h`; with `records`, under a tape per atom kept there."""
+    for atom in atoms:
+        if records is None:
+            out = atom(h, training=training)
+        else:
+            with tf.GradientTape(persistent=True) as tape:
+                if h.dtype.is_floating:
+                    tape.watch(h)
+                out = atom(h, training=training)
+            records.append((tape, h, out))
+        h = out
+    return h
+
+
+def _forward(stages, devices, x, microbatches, training, tapes, recompute="never",
+             states=None):
     with tf.device(devices[0]):
         pieces = microbatch.split(x, microbatches)
     last_forward = [None] * len(stages)
     outputs = []
     for m, h in enumerate(pieces):
+        replay = tapes is not None and recompute_lib.is_recomputed(recompute, m, microbatches)
         for k, (atoms, device) in enumerate(zip(stages, devices)):
             with tf.device(device):
                 h = _after(h, [last_forward[k]] if last_forward[k] is not None else [])
-                records = []
-                for atom in atoms:
-                    if tapes is None:
-                        out = atom(h, training=training)
-                    else:
-                        with tf.GradientTape(persistent=True) as tape:
-                            if h.dtype.is_floating:
-                                tape.watch(h)
-                            out = atom(h, training=training)
-                        records.append((tape, h, out))
+                if replay:
+                    before = recompute_lib.read(states[k])
+                    out = _run_atoms(atoms, h, training)
+                    tapes[k, m] = _Replay(atoms, h, states[k], before, out)
                     h = out
-            if tapes is not None:
-                tapes[k, m] = records
+                elif tapes is not None:
+                    tapes[k, m] = []
+                    h = _run_atoms(atoms, h, training, tapes[k, m])
+                else:
+                    h = _run_atoms(atoms, h, training)
             last_forward[k] = h
         outputs.append(h)
     with tf.device(devices[-1]):
@@ -110,25 +152,56 @@ def _dense(grads):
     return [g for g in grads if g is not None and not isinstance(g, tf.IndexedSlices)]
 
 
-def _backward(devices, dy, microbatches, tapes, variables):
+def _replayed(replay, previous, training, paused):
+    """Recomputes a stage's micro-batch once `previous` ran; returns its tape records."""
+    records = []
+    # The input's data path starts the recomputation only after the stage's backward
+    # work so far, so that what it recomputes is alive only while it is needed.
+    h = _after(replay.input, previous)
+    with paused(), recompute_lib.replayed_state(replay.state, replay.before):
+        _run_atoms(replay.atoms, h, training, records)
+    return records
+
+
+def _collect(pairs, stage, grad):
+    """Adds a micro-batch's gradient to a variable's `(stage, gradient)` pairs.
+
+    Dense gradients are summed as they come, so that each micro-batch's is freed once
+    added instead of all `microbatches` of them waiting for one sum at the end; the
+    stage's next backward work waits for the sum (returned), which also keeps
+    Grappler from merging the sums into one `AddN` of every micro-batch's gradient.
+    """
+    if pairs and not isinstance(grad, tf.IndexedSlices) and not isinstance(
+            pairs[-1][1], tf.IndexedSlices):
+        pairs[-1] = (stage, tf.add_n([pairs[-1][1], grad]))
+    else:
+        pairs.append((stage, grad))
+    return pairs[-1][1]
+
+
+def _backward(devices, dy, microbatches, tapes, variables, training=True,
+              paused=contextlib.nullcontext):
     with tf.device(devices[-1]):
         upstream = microbatch.split(dy, microbatches)  # per micro-batch: gradient coming in
     collected = [[] for _ in variables]  # per variable: (stage, gradient) pairs
     for k in reversed(range(len(devices))):
-        previous = [tapes[k, microbatches - 1][-1][2]]  # the stage's last forward output
+        last = tapes[k, microbatches - 1]
+        previous = [last[-1][2] if isinstance(last, list) else last.output]
         with tf.device(devices[k]):
             for m in reversed(range(microbatches)):
-                for tape, h, out in reversed(tapes[k, m]):
+                records = tapes[k, m]
+                if isinstance(records, _Replay):
+                    records = _replayed(records, previous, training, paused)
+                for tape, h, out in reversed(records):
                     incoming, dx = upstream[m], None
                     if h.dtype.is_floating:
                         dx = tape.gradient(out, h, output_gradients=_after(incoming, previous))
                         previous = _dense([dx]) or previous
                     grads = tape.gradient(out, variables,
                                           output_gradients=_after(incoming, previous))
-                    for i, grad in enumerate(grads):
-                        if grad is not None:
-                            collected[i].append((k, grad))
-                    previous = _dense(grads) or previous
+                    sums = [_collect(collected[i], k, grad)
+                            for i, grad in enumerate(grads) if grad is not None]
+                    previous = _dense(sums) or previous
                     upstream[m] = dx
     variable_grads = []
     for pairs in collected:

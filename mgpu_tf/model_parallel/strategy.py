@@ -20,6 +20,7 @@ import contextlib
 import tensorflow as tf
 
 from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import wrapper
 from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import registry
@@ -47,15 +48,21 @@ class ModelParallelStrategy:
         balance: how layers are shared among stages; see `ModelParallel`.
             Defaults to `"params"`.
         microbatches: micro-batches per batch. Defaults to `1`.
+        recompute: which micro-batches are recomputed; see `ModelParallel`.
+            Defaults to `"never"`.
+        deferred_batch_norm: see `ModelParallel`. Defaults to `False`.
     """
 
     num_replicas_in_sync = 1  # one copy of the model: the global batch is the batch
     should_checkpoint = True  # one process, which writes checkpoints and logs
 
-    def __init__(self, devices, *, balance="params", microbatches=1):
+    def __init__(self, devices, *, balance="params", microbatches=1, recompute="never",
+                 deferred_batch_norm=False):
         self.devices = tuple(devices)
         self.balance = wrapper.check_balance(balance)
         self.microbatches = microbatch.check_microbatches(microbatches)
+        self.recompute = recompute_lib.check_recompute(recompute)
+        self.deferred_batch_norm = wrapper.check_deferred_batch_norm(deferred_batch_norm)
 
     def scope(self):
         """A context for building the model; variables are placed by `prepare_model`."""
@@ -66,7 +73,8 @@ class ModelParallelStrategy:
         if isinstance(model, wrapper.ModelParallel):
             return model
         return wrapper.ModelParallel(model, list(self.devices), balance=self.balance,
-                                     microbatches=self.microbatches)
+                                     microbatches=self.microbatches, recompute=self.recompute,
+                                     deferred_batch_norm=self.deferred_batch_norm)
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """Returns `dataset` as is: every batch goes through the one pipeline."""
@@ -79,20 +87,30 @@ class ModelParallelStrategy:
     def __repr__(self):
         balance = str(self.balance) if isinstance(self.balance, str) else self.balance
         return (f"ModelParallelStrategy(devices={list(self.devices)!r}, "
-                f"balance={balance!r}, microbatches={self.microbatches})")
+                f"balance={balance!r}, microbatches={self.microbatches}, "
+                f"recompute={str(self.recompute)!r}, "
+                f"deferred_batch_norm={self.deferred_batch_norm})")
 
 
 def _build(options):
     devices = options.get("devices") or devices_lib.local_devices()
     return ModelParallelStrategy(devices, balance=options.get("balance", "params"),
-                                 microbatches=options.get("microbatches", 1))
+                                 microbatches=options.get("microbatches", 1),
+                                 recompute=options.get("recompute", "never"),
+                                 deferred_batch_norm=options.get("deferred_batch_norm", False))
 
 
 registry.register_option("balance", "how layers are shared among model_parallel stages: "
                          "uniform, params, time, or layer counts", check=wrapper.check_balance)
 registry.register_option("microbatches", "micro-batches per batch in the model_parallel "
                          "pipeline", check=microbatch.check_microbatches)
+registry.register_option("recompute", "which micro-batches a model_parallel stage "
+                         "recomputes in the backward pass instead of keeping their activations: "
+                         "never, except_last, always", check=recompute_lib.check_recompute)
+registry.register_option("deferred_batch_norm", "model_parallel: BatchNormalization with "
+                         "micro-batches, its moving statistics updated once per step",
+                         check=wrapper.check_deferred_batch_norm)
 registry.register_strategy(
     "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
-    options=("devices", "balance", "microbatches"),
+    options=("devices", "balance", "microbatches", "recompute", "deferred_batch_norm"),
     strategy_types=(ModelParallelStrategy,))

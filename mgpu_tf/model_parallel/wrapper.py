@@ -18,13 +18,15 @@ import tensorflow as tf
 
 from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import balance as balance_lib
+from mgpu_tf.model_parallel import batchnorm
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import partition
 from mgpu_tf.model_parallel import pipeline
 from mgpu_tf.model_parallel import placement
+from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.strategies import options as options_lib
 
-__all__ = ["ModelParallel", "StagePlan", "check_balance"]
+__all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
 
 _TIME_SAMPLE_ROWS = 32
 
@@ -81,6 +83,14 @@ def check_balance(value):
     )
 
 
+def check_deferred_batch_norm(value):
+    """Returns `value` if it is a bool, else raises a TypeError naming the option."""
+    if not isinstance(value, bool):
+        raise TypeError("`deferred_batch_norm` must be True or False. "
+                        f"Received: deferred_batch_norm={value!r}")
+    return value
+
+
 class ModelParallel(keras.Model):
     """Places consecutive layers of a Keras model on several devices and pipelines them.
 
@@ -121,27 +131,39 @@ class ModelParallel(keras.Model):
             of the model's input shape.
         input_shape: the input shape, batch axis included, used to build an unbuilt
             model. Defaults to `None`.
+        recompute: `"never"` (keep every activation), `"except_last"` (every
+            micro-batch but the last keeps only its input to each stage and is
+            recomputed in the backward pass, as in GPipe and torchgpipe) or
+            `"always"`. The weights trained are the same; recomputing trades about
+            one more forward pass for the activations. Defaults to `"never"`.
+        deferred_batch_norm: with `microbatches > 1`, let BatchNormalization layers
+            normalise each micro-batch with its own statistics and update their
+            moving statistics once per step from the whole batch's (see
+            `mgpu_tf.model_parallel.batchnorm`). Defaults to `False`, which refuses
+            BatchNormalization with micro-batches.
 
     Raises:
         TypeError: for a model with no layer graph (subclassed) or options of the
             wrong type.
         ValueError: for more stages than layers, a device that does not exist, a
             balance that does not add up to the number of layers, a cut crossed by
-            more than one tensor, a batch-coupled layer with `microbatches > 1`, or a
-            model that cannot be built.
+            more than one tensor, a batch-coupled layer with `microbatches > 1` and
+            no `deferred_batch_norm=True`, or a model that cannot be built.
     """
 
     def __init__(self, model, devices, *, balance="params", microbatches=1, sample=None,
-                 input_shape=None, **kwargs):
+                 input_shape=None, recompute="never", deferred_batch_norm=False, **kwargs):
         balance = check_balance(balance)
         microbatches = microbatch.check_microbatches(microbatches)
+        recompute = recompute_lib.check_recompute(recompute)
+        deferred_batch_norm = check_deferred_batch_norm(deferred_batch_norm)
         devices = options_lib.check_devices("model_parallel", devices)
         if not isinstance(model, keras.Model):
             raise TypeError(f"`model` must be a Keras model. Received: model={model!r}")
         _build(model, input_shape)
         graph = partition.analyse(model)
         _check_stages(graph, balance, devices)
-        _check_batch_coupling(model, microbatches)
+        _check_batch_coupling(model, microbatches, deferred_batch_norm)
         counts, seconds = _counts(graph, balance, len(devices), model, sample)
         atoms = partition.stage_atoms(graph, counts)
         super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
@@ -151,6 +173,10 @@ class ModelParallel(keras.Model):
         self._compiled_stages = None  # the stages under XLA, once compile(jit_compile=True)
         self._devices = tuple(devices)
         self._microbatches = microbatches
+        self._recompute = recompute
+        self._deferred = None
+        if deferred_batch_norm and microbatches > 1:
+            self._deferred = batchnorm.DeferredBatchNorm(batchnorm.batch_norm_layers(model))
         self._plan = _plan(graph, counts, devices, seconds)
         for stage, device in zip(self._plan, self._devices):
             placement.place_variables(
@@ -174,13 +200,30 @@ class ModelParallel(keras.Model):
         return self._microbatches
 
     @property
+    def recompute(self):
+        """Which micro-batches are recomputed in the backward pass: a `Recompute`."""
+        return self._recompute
+
+    @property
+    def deferred_batch_norm(self):
+        """Whether BatchNormalization's moving statistics are updated once per step."""
+        return self._deferred is not None
+
+    @property
     def model(self):
         """The wrapped Keras model (what `save` writes)."""
         return self._model
 
     def call(self, inputs, training=None):
-        return pipeline.run_pipeline(self._compiled_stages or self._stages, self._devices,
-                                     inputs, self._microbatches, bool(training))
+        stages = self._compiled_stages or self._stages
+        if not training or self._deferred is None:
+            return pipeline.run_pipeline(stages, self._devices, inputs, self._microbatches,
+                                         bool(training), self._recompute)
+        with self._deferred.recording():
+            outputs = pipeline.run_pipeline(stages, self._devices, inputs, self._microbatches,
+                                            True, self._recompute, self._deferred.paused)
+        self._deferred.update()
+        return outputs
 
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Configures training as `keras.Model.compile` does.
@@ -193,6 +236,11 @@ class ModelParallel(keras.Model):
         if jit_compile not in (True, False, "auto"):
             raise ValueError("`jit_compile` must be True, False or 'auto'. "
                              f"Received: jit_compile={jit_compile!r}")
+        if jit_compile is True and self._deferred is not None:
+            raise ValueError(
+                "deferred_batch_norm=True records each micro-batch's statistics between "
+                "the stages' calls, which XLA-compiled stages do not show. Received: "
+                "jit_compile=True with deferred_batch_norm=True. Use jit_compile=False.")
         self._compiled_stages = (
             [[_compiled(atom) for atom in atoms] for atoms in self._stages]
             if jit_compile is True else None)
@@ -245,15 +293,20 @@ def _check_stages(graph, balance, devices):
         )
 
 
-def _check_batch_coupling(model, microbatches):
+def _check_batch_coupling(model, microbatches, deferred_batch_norm):
     coupled = microbatch.batch_coupled_layers(model)
-    if microbatches > 1 and coupled:
+    if microbatches > 1 and coupled and not deferred_batch_norm:
         raise ValueError(
             "Batch-coupled layers compute statistics over the whole batch, so with "
             "micro-batches they would train differently from the unsplit batch. "
             f"Received: microbatches={microbatches} with {', '.join(map(repr, coupled))}. "
-            "Use microbatches=1, or LayerNormalization/GroupNormalization instead."
+            "Pass deferred_batch_norm=True to normalise each micro-batch with its own "
+            "statistics and update the moving statistics once per step from the whole "
+            "batch (GPipe's batch normalisation), or use microbatches=1, or "
+            "LayerNormalization/GroupNormalization instead."
         )
+    if deferred_batch_norm and microbatches > 1:
+        batchnorm.DeferredBatchNorm(batchnorm.batch_norm_layers(model))  # refuses renorm
 
 
 def _counts(graph, balance, stages, model, sample):

@@ -51,6 +51,7 @@ class HybridParallel(wrapper.ModelParallel):
         communicator: the `MultiWorkerMirroredStrategy` that averages gradients.
         balance: as for `ModelParallel`. Defaults to `"params"`.
         microbatches: as for `ModelParallel`. Defaults to `1`.
+        **kwargs: `recompute`, `deferred_batch_norm` and the rest, as for `ModelParallel`.
     """
 
     def __init__(self, model, devices, communicator, *, balance="params", microbatches=1,

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.model_parallel import microbatch
+from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 from mgpu_tf.model_parallel import wrapper
 from mgpu_tf.strategies import builtin
@@ -56,16 +57,21 @@ class HybridStrategy:
         task_index: this worker's index.
         balance: as for `ModelParallel`. Defaults to `"params"`.
         microbatches: as for `ModelParallel`. Defaults to `1`.
+        recompute: as for `ModelParallel`. Defaults to `"never"`.
+        deferred_batch_norm: as for `ModelParallel`; the moving statistics are each
+            worker's, from its share of the batch. Defaults to `False`.
     """
 
     def __init__(self, devices, communicator, num_workers, task_index, *, balance="params",
-                 microbatches=1):
+                 microbatches=1, recompute="never", deferred_batch_norm=False):
         self.devices = tuple(devices)
         self.communicator = communicator
         self.num_workers = int(num_workers)
         self.task_index = int(task_index)
         self.balance = wrapper.check_balance(balance)
         self.microbatches = microbatch.check_microbatches(microbatches)
+        self.recompute = recompute_lib.check_recompute(recompute)
+        self.deferred_batch_norm = wrapper.check_deferred_batch_norm(deferred_batch_norm)
 
     @property
     def num_replicas_in_sync(self):
@@ -87,7 +93,9 @@ class HybridStrategy:
         if isinstance(model, model_lib.HybridParallel):
             return model
         return model_lib.HybridParallel(model, list(self.devices), self.communicator,
-                                        balance=self.balance, microbatches=self.microbatches)
+                                        balance=self.balance, microbatches=self.microbatches,
+                                        recompute=self.recompute,
+                                        deferred_batch_norm=self.deferred_batch_norm)
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """Returns `dataset_fn` called with this worker's input context: its own batches."""
@@ -151,7 +159,9 @@ def _build(options):
     return HybridStrategy(devices, communicator, num_workers,
                           communicator.cluster_resolver.task_id,
                           balance=options.get("balance", "params"),
-                          microbatches=options.get("microbatches", 1))
+                          microbatches=options.get("microbatches", 1),
+                          recompute=options.get("recompute", "never"),
+                          deferred_batch_norm=options.get("deferred_batch_norm", False))
 
 
 registry.register_option("devices_per_worker", "hybrid: devices (pipeline stages) of each "
@@ -159,6 +169,7 @@ registry.register_option("devices_per_worker", "hybrid: devices (pipeline stages
 registry.register_strategy(
     "hybrid", "a model_parallel pipeline in each worker, data parallel across workers",
     _build,
-    options=("devices", "devices_per_worker", "balance", "microbatches",
+    options=("devices", "devices_per_worker", "balance", "microbatches", "recompute",
+             "deferred_batch_norm",
              *_COMMUNICATION_OPTIONS),
     strategy_types=(HybridStrategy,))

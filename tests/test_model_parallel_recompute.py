@@ -1,0 +1,123 @@
+"""Re-materialisation: recomputed micro-batches train the same weights, on the same devices."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mgpu_tf
+from support import models
+
+DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
+MODES = ("never", "except_last", "always")
+
+
+def _data(rows=24, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(rows, 8)).astype("float32"), rng.normal(size=(rows, 1)).astype(
+        "float32")
+
+
+def _relative(got, want):
+    """The largest difference over the largest value, per weight."""
+    return max(float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-30))
+               for g, w in zip(got, want))
+
+
+def _with_dropout(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input((8,)), keras.layers.Dense(16, activation="tanh", name="d0"),
+        keras.layers.Dropout(0.4, name="drop"),
+        keras.layers.Dense(16, activation="tanh", name="d1"),
+        keras.layers.Dense(1, name="d2")])
+
+
+def _fit(model, x, y, optimizer=None):
+    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1), loss="mse")
+    model.fit(x, y, batch_size=12, epochs=2, shuffle=False, verbose=0)  # 4 steps
+    return model
+
+
+def test_recomputed_pipeline_trains_the_single_device_weights():
+    x, y = _data()
+    reference = _fit(models.residual(), x, y).get_weights()
+    trained = {mode: _fit(mgpu_tf.ModelParallel(models.residual(), DEVICES[:2], microbatches=3,
+                                                recompute=mode), x, y).get_weights()
+               for mode in MODES}
+    for mode in MODES:
+        assert _relative(trained[mode], reference) < 1e-5, mode
+        assert _relative(trained[mode], trained["never"]) < 1e-6, mode
+
+
+def test_recomputed_dropout_draws_the_masks_of_the_forward_pass():
+    x, y = _data()
+    trained, seeds = {}, {}
+    for mode in MODES:
+        model = _fit(mgpu_tf.ModelParallel(_with_dropout(), DEVICES[:2], microbatches=3,
+                                           recompute=mode), x, y)
+        trained[mode] = model.get_weights()
+        seeds[mode] = [v.numpy().tolist() for v in model.model.variables if not v.trainable]
+    # Other masks move the weights by far more than rounding does.
+    other = mgpu_tf.ModelParallel(_with_dropout(), DEVICES[:2], microbatches=3)
+    for state in (v for v in other.model.variables if not v.trainable):
+        state.assign(state + 1)
+    assert _relative(_fit(other, x, y).get_weights(), trained["never"]) > 1e-3
+    for mode in MODES:
+        assert _relative(trained[mode], trained["never"]) < 1e-6, mode
+        assert seeds[mode] == seeds["never"], mode  # each draw advanced the seed once
+
+
+def test_recomputed_batch_norm_updates_its_moving_statistics_once():
+    x, y = _data()
+    reference = _fit(models.with_batch_norm(), x, y)
+    model = _fit(mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=1,
+                                       recompute="always"), x, y)
+    bn, want = model.model.get_layer("bn"), reference.get_layer("bn")
+    for got, expected in ((bn.moving_mean, want.moving_mean),
+                          (bn.moving_variance, want.moving_variance)):
+        assert _relative([got.numpy()], [expected.numpy()]) < 1e-6
+    assert _relative(model.get_weights(), reference.get_weights()) < 1e-5
+
+
+def test_make_strategy_passes_recompute_through():
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2, microbatches=4,
+                                     recompute="EXCEPT_LAST")
+    model = mgpu_tf.prepare_model(models.mlp(), strategy)
+    assert model.recompute == "except_last"
+    assert "recompute='except_last'" in repr(strategy)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("sometimes", ValueError, r"`recompute` must be one of never, except_last, always\. "
+                              r"Received: recompute='sometimes'"),
+    (True, TypeError, r"`recompute` must be one of 'never', 'except_last', 'always'\. "
+                      r"Received: recompute=True"),
+])
+def test_bad_recompute(value, error, message):
+    with pytest.raises(error, match=message):
+        mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], recompute=value)
+    with pytest.raises(error, match=message):
+        mgpu_tf.make_strategy("model_parallel", devices=2, recompute=value)
+
+
+def _step_peak(model, x, y):
+    """Bytes the allocator's peak rises above its use before one traced step."""
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    model.train_on_batch(x, y)  # traces, builds the optimizer
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    model.train_on_batch(x, y)
+    return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+
+
+def test_except_last_keeps_a_fraction_of_the_activations():
+    rows, width = 4096, 128
+    x = np.ones((rows, width), "float32")
+    y = np.ones((rows, 1), "float32")
+    peaks = {mode: _step_peak(mgpu_tf.ModelParallel(
+        models.mlp((width,) * 8 + (1,), inputs=width), DEVICES[:1], microbatches=8,
+        recompute=mode), x, y) for mode in ("never", "except_last")}
+    activations = rows * width * 4 * 8  # at least one kept tensor per hidden layer
+    assert peaks["never"] > activations
+    assert peaks["except_last"] < 0.5 * peaks["never"], peaks
