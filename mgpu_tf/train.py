@@ -48,6 +48,14 @@ _EXAMPLES = flags.DEFINE_integer("synthetic_examples", 16384,
 _WIDTH = flags.DEFINE_integer("width", 256, "Width of the hidden layers.", lower_bound=1)
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for weights, shuffling and synthetic data.")
+_MONITOR = flags.DEFINE_bool(
+    "monitor", False, "Show each worker's step, compute and wait times, examples/s, memory "
+    "and the straggler ratio in the logs, and a table at the end (chief).")
+_SHARD_WEIGHTS = flags.DEFINE_enum(
+    "shard_weights", "deployment", ["deployment", "even", "adaptive"],
+    "deployment: the workers' MGPU_TF_SHARD_WEIGHTS when set, else even; even; adaptive: "
+    "follow each worker's measured speed between epochs (starting from the deployment's "
+    "weights when set).")
 _BACKUP_DIR = flags.DEFINE_string(
     "backup_dir", None, "Back up training state here each epoch (chief only) and resume "
     "from it after a restart, e.g. under mgpu-tf launch --max_restarts.")
@@ -110,20 +118,26 @@ class _Throughput(keras.callbacks.Callback):
         return self.examples_per_epoch * len(times) / sum(times)
 
 
-def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None, training=True):
-    """The examples as `model.fit` takes them under `strategy`, shared out evenly,
-    or by the workers' speeds when the deployment sets them (MGPU_TF_SHARD_WEIGHTS)."""
+def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None, training=True,
+             shard_weights="deployment"):
+    """The examples as `model.fit` takes them under `strategy`: shared out evenly, by
+    the workers' speeds when the deployment sets them (MGPU_TF_SHARD_WEIGHTS), or
+    adaptively (`mgpu_tf.data.adaptive`)."""
+    weights = {"deployment": cluster.shard_weights, "even": lambda: None,
+               "adaptive": lambda: "adaptive"}[shard_weights]()
     return sharding.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                   global_batch_size, shuffle_seed=shuffle_seed,
-                                  weights=cluster.shard_weights(), training=training)
+                                  weights=weights, training=training)
 
 
 def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
-             synthetic_examples, seed, jit_compile, steps_per_execution):
+             synthetic_examples, seed, jit_compile, steps_per_execution,
+             shard_weights="deployment"):
     """The compiled model and the sharded data: where bad input shows, before training."""
     (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
                                                      seed=seed)
-    train_data = _dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed)
+    train_data = _dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed,
+                          shard_weights=shard_weights)
     test_data = _dataset(x_test, y_test, global_batch_size, strategy, training=False)
     keras.utils.set_random_seed(seed)
     with strategy.scope():
@@ -139,13 +153,17 @@ def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
     return model, train_data, test_data, len(x_train)
 
 
-def _fit(strategy, prepared, *, epochs, verbose, backup_dir):
+def _fit(strategy, prepared, *, epochs, verbose, backup_dir, monitor=False,
+         global_batch_size=None):
     model, train_data, test_data, examples = prepared
     throughput = _Throughput(examples)
     # Either one makes each epoch's order a function of the seed and the epoch only, so
     # every strategy, and a resumed run, sees the order of the default strategy.
     fit_callbacks = [throughput, callbacks.BackupAndRestore(backup_dir) if backup_dir
                      else callbacks.DataOrder()]
+    if monitor:
+        # Before the backup: it decides adaptive shares, which the backup keeps.
+        fit_callbacks.insert(1, callbacks.TrainingMonitor(global_batch_size=global_batch_size))
     with failures.worker_failures():
         # The data set is shuffled already (shard_dataset's shuffle_seed); Keras' own
         # shuffle=True would only warn that it cannot shuffle a data set.
@@ -163,10 +181,12 @@ def _fit(strategy, prepared, *, epochs, verbose, backup_dir):
 
 def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
           learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None,
-          jit_compile="auto", steps_per_execution=1):
+          jit_compile="auto", steps_per_execution=1, monitor=False,
+          shard_weights="deployment"):
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
-    `jit_compile` and `steps_per_execution` go to `model.compile` as they are.
+    `jit_compile` and `steps_per_execution` go to `model.compile` as they are;
+    `monitor` and `shard_weights` are the flags of the same names.
 
     Returns:
         `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
@@ -175,8 +195,11 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
     prepared = _prepare(strategy, dataset=dataset, global_batch_size=global_batch_size,
                         width=width, learning_rate=learning_rate,
                         synthetic_examples=synthetic_examples, seed=seed,
-                        jit_compile=jit_compile, steps_per_execution=steps_per_execution)
-    return _fit(strategy, prepared, epochs=epochs, verbose=verbose, backup_dir=backup_dir)
+                        jit_compile=jit_compile, steps_per_execution=steps_per_execution,
+                        shard_weights=shard_weights)
+    return _fit(strategy, prepared, epochs=epochs, verbose=verbose, backup_dir=backup_dir,
+                monitor=monitor or shard_weights == "adaptive",
+                global_batch_size=global_batch_size)
 
 
 def format_result(result):
@@ -198,6 +221,7 @@ def main(argv):
                             global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
                             learning_rate=_LEARNING_RATE.value,
                             synthetic_examples=_EXAMPLES.value, seed=_SEED.value,
+                            shard_weights=_SHARD_WEIGHTS.value,
                             **mgpu_flags.compile_options())
     except (ValueError, TypeError) as error:
         print(f"FATAL mgpu_tf.train: {error}", file=sys.stderr, flush=True)
@@ -205,8 +229,11 @@ def main(argv):
     finally:
         if _QUIET is not None:
             _QUIET.release()
+    # Adaptive shards move at the monitor's measurements.
     result = _fit(strategy, prepared, epochs=_EPOCHS.value, verbose=1,
-                  backup_dir=_BACKUP_DIR.value)
+                  backup_dir=_BACKUP_DIR.value,
+                  monitor=_MONITOR.value or _SHARD_WEIGHTS.value == "adaptive",
+                  global_batch_size=_GLOBAL_BATCH.value)
     print(format_result(result), flush=True)
 
 

@@ -52,7 +52,10 @@ def local_units(strategy):
     A unit is what adaptive shares weigh: a worker under multi_worker (its replicas
     together), a replica on one machine. Other strategies have one unit.
     """
-    kind = strategies_lib.strategy_kind(strategy)
+    try:
+        kind = strategies_lib.strategy_kind(strategy)
+    except TypeError:  # a hybrid model's communicator: its worker is one unit
+        return "other", 1, 1, {0: [None]}
     replicas = strategy.num_replicas_in_sync
     if kind == "mirrored":
         devices = list(strategy.extended.worker_devices)
@@ -70,7 +73,7 @@ def local_units(strategy):
 class ComputeProbe:
     """Times `model`'s forward and backward pass on a batch of this worker, alone.
 
-    The input is random data of the model's input shape; the pass is the
+    The input is a constant batch of the model's input shape; the pass is the
     gradient of the summed outputs, in inference mode, so no state changes.
 
     Args:
@@ -106,7 +109,8 @@ class ComputeProbe:
         for tensor in inputs:
             shape = [batch] + [d or 1 for d in tuple(tensor.shape)[1:]]
             dtype = tf.as_dtype(tensor.dtype)
-            made.append(tf.random.uniform(shape, dtype=tf.float32) if dtype.is_floating
+            # Constant input: a random draw would move TensorFlow's global generator.
+            made.append(tf.fill(shape, tf.constant(0.5, dtype)) if dtype.is_floating
                         else tf.zeros(shape, dtype))
         return made[0] if len(made) == 1 else made
 

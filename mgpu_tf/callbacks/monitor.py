@@ -4,8 +4,8 @@ In synchronous data parallelism every step waits for the slowest worker, and
 nothing in Keras or `tf.distribute` shows which one that is or how much memory
 each device holds. `TrainingMonitor` measures, on every worker:
 
-- its step time (from the ends of Keras' steps, read without stopping Keras'
-  asynchronous dispatch of batch callbacks);
+- its step time, from the ends of Keras' steps (Keras reads each step's logs before
+  its batch hooks, so noting the time adds no wait);
 - its compute time: its forward and backward pass timed alone at the monitor's
   interval (`mgpu_tf.callbacks.measure.ComputeProbe`), and the rest of the step,
   `wait`: waiting for the others, the all-reduce and the update;

@@ -147,7 +147,10 @@ class AdaptiveShares:
         replicas_per_worker: replicas on each worker.
         initial: starting weights, one per unit (worker, or replica on one
             machine). Defaults to `None` (even).
-        max_change, tolerance: as in `next_shares`.
+        max_change: largest relative move of a share in one epoch (`next_shares`).
+            Defaults to `0.5`.
+        tolerance: relative distance to the target below which nothing moves
+            (`next_shares`). Defaults to `0.1`.
     """
 
     def __init__(self, global_batch_size, num_workers, replicas_per_worker, initial=None, *,
