@@ -59,11 +59,12 @@ def test_transformer_encoder_balanced_by_time_trains_as_on_one_device():
     assert sum(len(s.layers) for s in model.plan) == len(model.model.layers) - 1  # not Input
     reference = _encoder()
     for m in (model, reference):
-        m.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy")
+        m.compile(optimizer=keras.optimizers.SGD(0.02), loss="sparse_categorical_crossentropy")
     got = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history["loss"]
     want = reference.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history["loss"]
     assert got[-1] < got[0], got
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    # Attention's key bias has a zero gradient in exact arithmetic: Adam moves it by rounding.
+    # SGD: attention's key bias has a zero gradient in exact arithmetic, which Adam would
+    # turn into steps of the learning rate in the direction of rounding.
     for g, w in zip(model.get_weights(), reference.get_weights()):
-        assert np.max(np.abs(g - w)) <= 1e-4 * np.max(np.abs(w)) + 1e-5
+        assert np.max(np.abs(g - w)) <= 1e-5 * np.max(np.abs(w)) + 1e-7
