@@ -10,10 +10,14 @@ of `mgpu_tf.model_parallel.partition`) is traced forward and backward, and
 largest set of temporaries alive at once. Tracing two batch sizes separates what
 grows with the batch from what does not (weights cast to float16 under mixed
 precision). A stage of a pipeline holds the share of its layers, as the
-model-parallel partitioner (`balance_by_params`) cuts them.
+model-parallel partitioner (`balance_by_params`) cuts them. With `recompute`
+(`ModelParallel(recompute=...)`) and several micro-batches, a stage keeps the
+tensor entering it for the whole batch and the activations of one micro-batch at
+a time: the one whose backward pass runs (recomputed, or the last one kept).
 """
 
 import dataclasses
+import math
 import numbers
 import re
 
@@ -23,6 +27,7 @@ import tensorflow as tf
 
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import partition
+from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import liveness
 
 __all__ = [
@@ -179,8 +184,25 @@ class ModelMemory:
         """Layers per stage, as `ModelParallel(balance="params")` cuts them."""
         return balance_lib.balance_by_params(self.graph, stages)
 
-    def footprints(self, batch, stages=1, slots=2):
-        """Returns one `Footprint` per stage for a batch of `batch` examples per pipeline."""
+    def entering_bytes_per_example(self, start):
+        """Bytes per example of the tensor entering a stage that starts at unit `start`."""
+        if start == 0:
+            return self.input_bytes_per_example
+        return _per_example(self.graph.tensors[start - 1])
+
+    def footprints(self, batch, stages=1, slots=2, recompute="never", microbatches=1):
+        """Returns one `Footprint` per stage for a batch of `batch` examples per pipeline.
+
+        Args:
+            batch: examples per pipeline per step.
+            stages: stages the model is cut into. Defaults to `1`.
+            slots: optimizer slots per weight. Defaults to `2`.
+            recompute: the `ModelParallel` recompute mode. Defaults to `"never"`.
+            microbatches: micro-batches per batch. Defaults to `1`.
+        """
+        mode = recompute_lib.check_recompute(recompute)
+        replay = microbatches > 1 and mode != recompute_lib.Recompute.NEVER
+        rows = math.ceil(batch / microbatches) if replay else batch
         counts = [len(self.graph.units)] if stages == 1 else self.stage_counts(stages)
         out, start = [], 0
         for k, count in enumerate(counts):
@@ -189,11 +211,17 @@ class ModelMemory:
             trainable = sum(self.trainable_bytes[u] for u in units)
             # Saved tensors pile up through the forward pass; each unit's temporaries come
             # on top of what the units up to it saved (later units' are freed by then).
-            activations = self.input_bytes_per_example * batch if k == 0 else 0
+            # Recomputing, the stage keeps its input for every micro-batch and the rest
+            # for one micro-batch of `rows` examples.
+            if replay:
+                activations = self.entering_bytes_per_example(start) * (batch - rows)
+                activations += self.input_bytes_per_example * rows if k == 0 else 0
+            else:
+                activations = self.input_bytes_per_example * batch if k == 0 else 0
             peak = 0
             for u in units:
-                activations += self.saved[u][0] * batch + self.saved[u][1]
-                peak = max(peak, activations + self.temporaries[u][0] * batch
+                activations += self.saved[u][0] * rows + self.saved[u][1]
+                peak = max(peak, activations + self.temporaries[u][0] * rows
                            + self.temporaries[u][1])
             if k == len(counts) - 1:  # the loss reads the model's output
                 activations += self.output_bytes_per_example * batch

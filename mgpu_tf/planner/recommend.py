@@ -11,6 +11,8 @@ import dataclasses
 import math
 import numbers
 
+from mgpu_tf.model_parallel import batchnorm
+from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import cost_model
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import memory as memory_lib
@@ -67,7 +69,33 @@ def _device_count(devices):
                     f"list of device names. Received: devices={devices!r}")
 
 
-def _options(memory, count, workers, batch, slots, device_memory):
+def _pipeline(name, strategy, options, memory, pipelines, stages, batch, slots, device_memory,
+              recompute, microbatches, batch_norm):
+    """A pipeline option; recomputing when only that makes the activations fit."""
+    def option(mode, m):
+        extra = {} if m == 1 else {"microbatches": m}
+        if str(mode) != "never":
+            extra["recompute"] = str(mode)
+        if batch_norm and m > 1:
+            extra["deferred_batch_norm"] = True
+        return Option(name, strategy, dict(options, **extra), pipelines, stages, batch,
+                      tuple(memory.footprints(batch, stages, slots, mode, m)), device_memory)
+
+    if recompute is not None:
+        return option(recompute, microbatches or 1)
+    kept = option("never", microbatches or 1)
+    if kept.fits:
+        return kept
+    candidates = [microbatches] if microbatches else [
+        2 ** i for i in range(1, batch.bit_length()) if 2 ** i <= batch]
+    for m in candidates:
+        if m > 1 and option("except_last", m).fits:
+            return option("except_last", m)
+    return kept
+
+
+def _options(memory, count, workers, batch, slots, device_memory, recompute=None,
+             microbatches=None, batch_norm=False):
     total = count * workers
     stages = min(count, memory.max_stages)
     out = []
@@ -80,13 +108,14 @@ def _options(memory, count, workers, batch, slots, device_memory):
         out.append(Option("data", strategy, {"devices": count} if workers == 1 else {},
                           total, 1, share, tuple(memory.footprints(share, 1, slots)),
                           device_memory))
+    pipeline = (recompute, microbatches, batch_norm)
     if stages > 1 and workers > 1:
         share = math.ceil(batch / workers)
-        out.append(Option("hybrid", "hybrid", {"devices_per_worker": stages}, workers, stages,
-                          share, tuple(memory.footprints(share, stages, slots)), device_memory))
+        out.append(_pipeline("hybrid", "hybrid", {"devices_per_worker": stages}, memory,
+                             workers, stages, share, slots, device_memory, *pipeline))
     elif stages > 1:
-        out.append(Option("model", "model_parallel", {"devices": stages}, 1, stages, batch,
-                          tuple(memory.footprints(batch, stages, slots)), device_memory))
+        out.append(_pipeline("model", "model_parallel", {"devices": stages}, memory, 1,
+                             stages, batch, slots, device_memory, *pipeline))
     return out
 
 
@@ -113,8 +142,18 @@ def _reason(best, options, workers, compute=None):
             "them): very large models want both" if best.name == "hybrid" else
             "model parallel ({s} stages): a model too big for one device wants model "
             "parallelism").format(s=best.stages, w=workers)
+    recompute = best.options.get("recompute")
+    extra = "" if not recompute else (
+        f", recomputing activations (recompute={recompute!r} over "
+        f"{best.options['microbatches']} micro-batches: each stage keeps its input and one "
+        "micro-batch's activations)")
+    if best.options.get("deferred_batch_norm"):
+        extra += ("; its BatchNormalization normalises each micro-batch with its own "
+                  "statistics and updates the moving ones once per step "
+                  "(deferred_batch_norm=True)")
     return (f"{what}; the model needs {size(whole)} on one device, which has "
-            f"{size(best.device_memory)}; split, its fullest stage needs {size(best.peak)}")
+            f"{size(best.device_memory)}; split, its fullest stage needs "
+            f"{size(best.peak)}{extra}")
 
 
 def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
@@ -139,7 +178,7 @@ def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
 def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
          workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
          compute_seconds=None, device_throughput=None, schedule="keras",
-         jitter=step_model.DEFAULT_JITTER):
+         jitter=step_model.DEFAULT_JITTER, recompute=None, microbatches=None):
     """Plans how to train `model`: memory per device for each option, a ranked recommendation.
 
     For data parallelism (the whole model on each device), model parallelism (each
@@ -189,6 +228,11 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
             under tf.distribute: one all-reduce after the backward pass).
         jitter: relative step-to-step variation of a device's compute, for the wait for
             the slowest device. Defaults to `0.02`.
+        recompute: the pipeline's recompute mode (`"never"`, `"except_last"`,
+            `"always"`) its activations are counted under. Defaults to `None`: `"never"`,
+            or `"except_last"` when only recomputing makes them fit.
+        microbatches: the pipeline's micro-batches. Defaults to `None`: 1, or when
+            recomputing, the fewest of 2, 4, 8, ... that fit.
 
     Returns:
         A `Plan`; `print` it for the recommendation and the table.
@@ -212,8 +256,13 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
                                                  latency=latency)
     if device_memory is None:
         device_memory = local_device_memory(len(devices_lib.local_devices()))
+    if recompute is not None:
+        recompute = recompute_lib.check_recompute(recompute)
+    if microbatches is not None:
+        microbatches = _check_count("microbatches", microbatches)
     memory = memory_lib.measure_model(model)
-    options = _options(memory, count, workers, batch, slots, device_memory)
+    options = _options(memory, count, workers, batch, slots, device_memory, recompute,
+                       microbatches, bool(batchnorm.batch_norm_layers(model)))
     if not any(o.fits for o in options):
         raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory)
     gradients = cost_model.gradient_bytes(model)
@@ -267,8 +316,11 @@ def auto_strategy(model, kind, reason, options, device_memory=None, *,
                       f"{memory_lib.format_size(best.peak)} of "
                       f"{memory_lib.format_size(best.device_memory)})"), options
     local = devices_lib.local_devices() if not isinstance(devices, (list, tuple)) else devices
+    pipeline = {k: v for k, v in best.options.items()
+                if k in ("microbatches", "recompute", "deferred_batch_norm")}
     if best.name == "model":
-        return "model_parallel", result.reason, {"devices": list(local)[:best.stages]}
+        return "model_parallel", result.reason, dict(pipeline,
+                                                     devices=list(local)[:best.stages])
     kept = {k: v for k, v in options.items()
             if k in ("cluster", "worker_hosts", "task_index", "all_reduce", "bytes_per_pack")}
-    return "hybrid", result.reason, dict(kept, devices_per_worker=best.stages)
+    return "hybrid", result.reason, dict(kept, devices_per_worker=best.stages, **pipeline)
