@@ -78,10 +78,10 @@ class ComputeProbe:
 
     Args:
         model: a built Keras model with `inputs`.
-        repeats: timed passes per measurement; the median counts. Defaults to `3`.
+        repeats: timed passes per measurement; the median counts. Defaults to `1`.
     """
 
-    def __init__(self, model, repeats=3):
+    def __init__(self, model, repeats=1):
         self.model, self.repeats = model, repeats
         self._warm = {}  # (batch, device): passes per timed sample
         self._step = None
