@@ -11,13 +11,17 @@ with the examples it gets. Compared, in alternating rounds:
 - `adaptive`: `--shard_weights=adaptive`;
 
 against the ideal, the sum of the two workers' speeds measured alone in the same
-conditions. A second scenario starts the busy process when the chief begins epoch
-`--change_epoch`: the slowdown starts mid-run. Every run has `--monitor`, whose
-per-epoch step time gives each epoch's examples/s; a run's settled figure is the
-median of its last `--settled` epochs. Also timed: the monitor's own cost (a run
-without it against one with it, on one core).
+conditions, and against the ideal with communication: the step of that sum's speed
+plus what the same pair spends communicating, measured at full speed (even shares,
+no busy process), which no split of the examples removes. A second scenario starts
+the busy process when the chief begins epoch `--change_epoch` + 1: the slowdown
+starts mid-run. Every run (alone too) has `--monitor`, whose per-epoch step time
+gives each epoch's examples/s, so what an epoch's start costs (its iterator, the
+shuffle buffer) counts nowhere; a run's settled figure is the median of its last
+`--settled` epochs. Also timed: the monitor's own cost (a run without it against
+one with it, on one core).
 
-Usage: nice -n 10 python benchmarks/bench_adaptive.py [--rounds 2] [--epochs 8]
+Usage: python benchmarks/bench_adaptive.py [--rounds 2] [--epochs 10]
 """
 
 import argparse
@@ -55,16 +59,30 @@ def _stop(process):
         process.wait()
 
 
+def _epoch_speeds(lines, batch):
+    """Examples/s of each epoch, from the monitor's `step_ms` in Keras' epoch lines."""
+    speeds = []
+    for line in lines:
+        for part in line.replace("\r", "\n").split("\n"):
+            if "compute_ms" in part and _STEP.search(part):
+                speeds.append(batch * 1000.0 / float(_STEP.findall(part)[-1]))
+    return speeds
+
+
 def alone(args, core, hog):
-    """Examples/s of one worker alone on `core` (mirrored on its one CPU), as calibrate times."""
+    """Examples/s of one worker alone on `core` (mirrored on its one CPU), timed as a pair is.
+
+    Both are the monitor's step times after the first epoch, so neither counts what an
+    epoch's start costs (making its iterator, filling the shuffle buffer).
+    """
     busy = _hog(core) if hog else None
     try:
         out = subprocess.run(["taskset", "-c", str(core), *_job(
-            args, "--strategy=mirrored", f"--epochs={args.alone_epochs}")],
+            args, "--strategy=mirrored", f"--epochs={args.alone_epochs}", "--monitor")],
             env=dict(os.environ, **_BASE), capture_output=True, text=True, check=True).stdout
     finally:
         _stop(busy)
-    return float(_DONE.findall(out)[-1])
+    return statistics.median(_epoch_speeds(out.splitlines(), args.batch)[1:])
 
 
 def pair(args, weights, *, hog_from=None, monitor=True):
@@ -89,12 +107,11 @@ def pair(args, weights, *, hog_from=None, monitor=True):
             stderr=subprocess.STDOUT, text=True) for i in range(2)]
         threading.Thread(target=processes[1].stdout.read, daemon=True).start()
         for line in processes[0].stdout:
+            steps += _epoch_speeds([line], args.batch)
             for part in line.replace("\r", "\n").split("\n"):
                 epoch = _EPOCH.search(part)
                 if epoch and hog_from and int(epoch.group(1)) == hog_from + 1 and busy is None:
                     busy = _hog(1)
-                if "compute_ms" in part and _STEP.search(part):
-                    steps.append(float(_STEP.findall(part)[-1]))
                 if part.startswith("monitor cost"):
                     print(f"    chief: {part.strip()}", flush=True)
                 if part.startswith("done:"):
@@ -105,28 +122,39 @@ def pair(args, weights, *, hog_from=None, monitor=True):
         _stop(busy)
         for p in processes:
             _stop(p)
-    return [args.batch * 1000.0 / s for s in steps], done
+    return steps, done
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--alone_epochs", type=int, default=4)
     parser.add_argument("--settled", type=int, default=3)
     parser.add_argument("--change_epoch", type=int, default=4)
-    parser.add_argument("--examples", type=int, default=16384)
-    parser.add_argument("--batch", type=int, default=512)
-    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--examples", type=int, default=65536)
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--width", type=int, default=256)
     args = parser.parse_args()
 
     fast = statistics.median(alone(args, 0, False) for _ in range(args.rounds))
     fast1 = statistics.median(alone(args, 1, False) for _ in range(args.rounds))
     slow = statistics.median(alone(args, 1, True) for _ in range(args.rounds))
     static = calibrate.propose_weights([fast, slow])
-    ideal, ideal_before = fast + slow, fast + fast1
+    ideal = fast + slow
     print(f"alone: worker0 {fast:.0f}/s, worker1 {fast1:.0f}/s, worker1 beside a busy "
           f"process {slow:.0f}/s; static weights {static}; ideal {ideal:.0f}/s", flush=True)
+
+    # The ideal leaves out what the pair spends communicating, which no split of the
+    # examples removes: the same pair at full speed (even shares, no busy process)
+    # measures it, and the ideal with it is the step of the two speeds' sum plus it.
+    balanced = statistics.median(
+        statistics.median(pair(args, "equal")[0][-args.settled:]) for _ in range(args.rounds))
+    communication = args.batch / balanced - args.batch / (fast + fast1)
+    reachable = args.batch / (args.batch / ideal + communication)
+    print(f"pair at full speed: {balanced:.0f}/s = {balanced / (fast + fast1):.3f} of the sum "
+          f"of its speeds alone; communication {1000 * communication:.1f} ms a step; ideal "
+          f"with it {reachable:.0f}/s", flush=True)
 
     settled = {"equal": [], "static": [], "adaptive": []}
     for r in range(args.rounds):
@@ -139,15 +167,15 @@ def main():
                   f"{value:.0f}/s = {value / ideal:.3f} of ideal", flush=True)
     for name, values in settled.items():
         value = statistics.median(values)
-        print(f"half speed, whole run: {name} {value:.0f}/s = {value / ideal:.3f} of ideal",
-              flush=True)
+        print(f"half speed, whole run: {name} {value:.0f}/s = {value / ideal:.3f} of ideal, "
+              f"{value / reachable:.3f} of the ideal with communication", flush=True)
 
     for name in ("equal", "adaptive"):
         epochs, _ = pair(args, name, hog_from=args.change_epoch)
-        ratios = [e / (ideal_before if i < args.change_epoch else ideal)
+        ratios = [e / (balanced if i < args.change_epoch else reachable)
                   for i, e in enumerate(epochs)]
-        print(f"slowdown from epoch {args.change_epoch}: {name} epochs/ideal "
-              f"{[round(x, 3) for x in ratios]}", flush=True)
+        print(f"slowdown from epoch {args.change_epoch + 1}: {name} epochs / ideal with "
+              f"communication {[round(x, 3) for x in ratios]}", flush=True)
 
     timed = {True: [], False: []}
     for _ in range(args.rounds):
