@@ -11,6 +11,7 @@ the 1e-5 bound used for both (float16 compression amplifies it to about 1e-6).
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ import tensorflow as tf
 from mgpu_tf.compat import keras_steps
 from support import workers
 from support.compare import relative_difference
+from support import steps_job
 from support.steps_job import SETTINGS, setting_name
 
 BOUND = 1e-5
@@ -38,9 +40,14 @@ def _arrays(path):
 
 @pytest.fixture(scope="module")
 def one_machine(tmp_path_factory):
+    """The one-machine runs, in two processes side by side (tracing uses one core)."""
     out = tmp_path_factory.mktemp("one_machine")
-    result = workers.run_python("-m", "support.steps_job", "one_machine", out, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    parts = sorted(steps_job.ONE_MACHINE_PARTS)
+    results = workers.run_together(
+        [[sys.executable, "-m", "support.steps_job", "one_machine", str(out), part]
+         for part in parts], [{} for _ in parts], timeout=900)
+    for code, output in results:
+        assert code == 0, output[-3000:]
     return out
 
 
@@ -110,8 +117,17 @@ def test_tpu_and_no_strategy_keep_keras_own_functions():
     assert keras_steps._wants_fix(model)
 
 
-@pytest.mark.parametrize("steps, jit", SETTINGS)
-@pytest.mark.parametrize("kind", ["default", "one_device", "mirrored", "model_parallel"])
+def _one_machine_runs(kind, weighted=False):
+    for part in steps_job.ONE_MACHINE_PARTS.values():
+        for run_kind, _, weights, settings in part:
+            if run_kind == kind and bool(weights) == weighted:
+                return settings
+    raise AssertionError(f"no one-machine run of {kind}")
+
+
+@pytest.mark.parametrize("kind, steps, jit", [
+    (kind, steps, jit) for kind in ("default", "one_device", "mirrored", "model_parallel")
+    for steps, jit in _one_machine_runs(kind)])
 def test_same_weights_as_one_device_without_the_switches(one_machine, reference, kind, steps,
                                                          jit):
     run = _arrays(one_machine / f"{setting_name(kind, steps, jit)}.npz")
@@ -121,7 +137,7 @@ def test_same_weights_as_one_device_without_the_switches(one_machine, reference,
     np.testing.assert_allclose(run["predictions"], reference["predictions"], atol=1e-5)
 
 
-@pytest.mark.parametrize("steps, jit", SETTINGS)
+@pytest.mark.parametrize("steps, jit", _one_machine_runs("mirrored", weighted=True))
 def test_weighted_shards_deliver_each_example_once_in_short_executions(one_machine, steps,
                                                                        jit):
     # Weights [2, 1] give the replicas batches of 22 and 10, and a last batch of 5 and 3:

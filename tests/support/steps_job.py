@@ -1,21 +1,23 @@
 """Script: Keras' speed switches (`steps_per_execution`, `jit_compile`) under each strategy.
 
 Usage:
-    python -m support.steps_job one_machine OUT_DIR
+    python -m support.steps_job one_machine OUT_DIR PART        (PART: a or b)
     python -m support.steps_job workers OUT_DIR OPTIONS_JSON   (under mgpu-tf launch)
     python -m support.steps_job hybrid OUT_DIR                 (under mgpu-tf launch)
 
 Every run trains the same small classifier for two epochs on the same 200 examples in
 global batches of 32 (7 steps an epoch, the last of 8 examples, so an execution of 3
-steps ends short), once for each switch setting in `SETTINGS`, and saves the weights,
+steps ends short), once for each switch setting in `SETTINGS` (or, on one machine, in
+its part of `ONE_MACHINE_PARTS`), and saves the weights,
 the per-epoch losses, the evaluation and the predictions to OUT_DIR/<name>.npz.
 
-`one_machine` first checks Keras without the toolkit's fix (a hand-built
-MirroredStrategy still fails with either switch: OUT_DIR/unpatched.json), then runs
-default (the single-device reference), one_device, mirrored (2 devices, even and
-weighted shards) and model_parallel (2 stages). `workers` runs multi_worker with the
-make_strategy options given, counts the all-reduces of the logs and checkpoints through
-the chief-only ModelCheckpoint; `hybrid` runs a 2-stage pipeline on each worker.
+`one_machine` runs default (the single-device reference), one_device, mirrored (2
+devices, even and weighted shards) and model_parallel (2 stages), in the two parts of
+`ONE_MACHINE_PARTS`; part `a` first checks Keras without the toolkit's fix (a
+hand-built MirroredStrategy still fails with either switch: OUT_DIR/unpatched.json).
+`workers` runs multi_worker with the make_strategy options given, counts the
+all-reduces of the logs and checkpoints through the chief-only ModelCheckpoint;
+`hybrid` runs a 2-stage pipeline on each worker.
 """
 
 import json
@@ -98,17 +100,28 @@ def _unpatched(out):
     (out / "unpatched.json").write_text(json.dumps(errors))
 
 
-def one_machine(out):
+# The one-machine runs, in two parts that run side by side. The default strategy is
+# Keras' own code: its switches are run once, together, beside the reference. Weighted
+# shards matter in short executions, so they run with 3 steps an execution only.
+ONE_MACHINE_PARTS = {
+    "a": [("default", {}, None, [(1, False), (3, True)]),
+          ("one_device", {}, None, SETTINGS),
+          ("mirrored", {}, [2, 1], [(3, False), (3, True)])],
+    "b": [("mirrored", {}, None, SETTINGS),
+          ("model_parallel", {"microbatches": 2}, None, SETTINGS)],
+}
+
+
+def one_machine(out, part):
     import mgpu_tf
 
     mgpu_tf.simulate_devices(2)
-    _unpatched(out)
-    runs = [("default", {}, None), ("one_device", {}, None), ("mirrored", {}, None),
-            ("mirrored", {}, [2, 1]), ("model_parallel", {"microbatches": 2}, None)]
-    for kind, options, weights in runs:
+    if part == "a":
+        _unpatched(out)
+    for kind, options, weights, settings in ONE_MACHINE_PARTS[part]:
         strategy = mgpu_tf.make_strategy(kind, **options)
         prefix = kind + ("-weighted" if weights else "")
-        for steps, jit in SETTINGS:
+        for steps, jit in settings:
             np.savez(out / f"{setting_name(prefix, steps, jit)}.npz",
                      **train(strategy, steps, jit, weights=weights))
 
@@ -163,7 +176,7 @@ def main(argv):
     mode, out = argv[1], pathlib.Path(argv[2])
     out.mkdir(parents=True, exist_ok=True)
     if mode == "one_machine":
-        one_machine(out)
+        one_machine(out, argv[3])
     elif mode == "workers":
         workers(out, json.loads(argv[3]))
     elif mode == "hybrid":
