@@ -28,6 +28,8 @@ app.run(main)
 ```
 """
 
+import re
+
 from absl import flags
 
 import mgpu_tf
@@ -143,7 +145,8 @@ def _check_simulate_devices(count):
 
 
 def _devices_value(value):
-    if value and len(value) == 1 and value[0].strip().isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+    if value and len(value) == 1 and re.fullmatch(r"[0-9]+", value[0].strip()):
         return int(value[0])
     return value
 
@@ -154,7 +157,7 @@ def _options(values):
         options["devices"] = _devices_value(options["devices"])
     if "balance" in options:
         parts = [part.strip() for part in options["balance"]]
-        digits = all(part.isdigit() for part in parts)
+        digits = all(part.isascii() and part.isdigit() for part in parts)
         options["balance"] = [int(p) for p in parts] if digits else ",".join(parts)
     return options
 

@@ -212,6 +212,10 @@ def test_shard_weights_follow_the_cluster():
     (_pod(0, job="x" * 64, jobs="x" * 64 + ":3"), "MGPU_TF_JOB_NAME must be a DNS label"),
     (_pod(0, job="other"), r"MGPU_TF_JOB_NAME must be one of the Jobs in MGPU_TF_JOBS \(train\)"),
     (_pod(0, jobs="train:0"), "MGPU_TF_JOBS must list the cluster's Jobs"),
+    # '²' is a digit to str.isdigit(), not to int().
+    (_pod("²"), "JOB_COMPLETION_INDEX must be an integer of at least 0. Received: "
+                "JOB_COMPLETION_INDEX='²'"),
+    (_pod(0, jobs="train:²"), "MGPU_TF_JOBS must list the cluster's Jobs"),
     ({k: v for k, v in _pod(0).items() if k != "MGPU_TF_JOBS"},
      "MGPU_TF_JOBS must be set with MGPU_TF_JOB_NAME.* Received: MGPU_TF_JOBS unset"),
     (_pod(0, port="70000"), "MGPU_TF_PORT must be between 1 and 65535. Received: "

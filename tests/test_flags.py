@@ -41,6 +41,15 @@ def test_a_single_number_for_devices_is_a_count(flag_values):
     assert mgpu_flags.make_strategy_from_flags(flag_values).num_replicas_in_sync == 4
 
 
+def test_a_digit_that_is_not_ascii_is_a_device_name(flag_values):
+    # '²' is a digit to str.isdigit(), not to int(): it is read as a device name, which
+    # the strategy then refuses (`--strategy=mirrored --devices=²` fails at parse time).
+    flag_values(["prog", "--devices=²"])
+    assert mgpu_flags.strategy_options(flag_values)[1]["devices"] == ["²"]
+    with pytest.raises(flags.IllegalFlagValueError, match="A device must look like"):
+        flag_values(["prog", "--strategy=mirrored", "--devices=²"])
+
+
 def test_worker_hosts_and_task_index(flag_values):
     flag_values(["prog", "--strategy=multi_worker", "--worker_hosts=127.0.0.1:1,127.0.0.1:2",
                  "--task_index=1"])

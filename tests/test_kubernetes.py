@@ -310,6 +310,7 @@ def test_yaml_reads_back_to_the_same_objects():
     (["--image", "i", "--workers", "3", "--node_pool", "a:1", "--node_pool", "b:1"],
      r"`workers` must equal the node pools' total \(2\)"),
     (["--image", "i", "--node_pool", "a100"], "A node pool is NAME:WORKERS"),
+    (["--image", "i", "--node_pool", "a100:²"], "A node pool is NAME:WORKERS"),
     (["--image", "i", "--node_pool", "a100:2:fast"], "A node pool's SPEED must be a number"),
     (["--image", "i", "--node_pool", "a100:2:0"], "A node pool's speed must be a positive"),
     (["--image", "i", "--node_pool", "a100:0"], "`workers of pool 'a100'` must be an integer "

@@ -124,7 +124,9 @@ def _integer(environ, name, *, lowest=0, default=None, hint=""):
             return default
         raise ClusterConfigError(f"{name} must be set{hint}. Received: {name} unset.")
     text = text.strip()
-    if not text.lstrip("-").isdigit() or int(text) < lowest:
+    digits = text.lstrip("-")
+    # isascii: str.isdigit() also takes digits such as '²', which int() refuses.
+    if not (digits.isascii() and digits.isdigit()) or int(text) < lowest:
         raise ClusterConfigError(
             f"{name} must be an integer of at least {lowest}. Received: {name}={text!r}")
     return int(text)
@@ -163,7 +165,7 @@ def _kubernetes_jobs(text):
     jobs = []
     for item in text.split(","):
         name, _, count = item.strip().rpartition(":")
-        if not name or not count.isdigit() or int(count) < 1:
+        if not name or not (count.isascii() and count.isdigit()) or int(count) < 1:
             raise ClusterConfigError(
                 "MGPU_TF_JOBS must list the cluster's Jobs as 'name:count,...' with counts "
                 f"of at least 1. Received: MGPU_TF_JOBS={text!r}")

@@ -84,7 +84,7 @@ def parse_node_pool(text):
     parts = str(text).split(":", 3)
     hint = ("A node pool is NAME:WORKERS[:SPEED[:SELECTOR]], e.g. "
             "'a100:2:2.5:NVIDIA-A100-SXM4-80GB'.")
-    if len(parts) < 2 or not parts[1].strip().isdigit():
+    if len(parts) < 2 or not (parts[1].strip().isascii() and parts[1].strip().isdigit()):
         raise ManifestError(f"{hint} Received: {text!r}")
     try:
         speed = float(parts[2]) if len(parts) > 2 and parts[2].strip() else 1.0

@@ -113,7 +113,7 @@ def parse_address(address, *, where="address"):
         port = int(port_text)
     except ValueError:
         port = -1
-    if not port_text.isdigit() or not 1 <= port <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= port <= 65535:
         raise ClusterConfigError(
             f"{where} must end in a port between 1 and 65535. Received: {address!r}"
         )
