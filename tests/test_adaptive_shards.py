@@ -142,6 +142,22 @@ def test_monitor_names_the_slow_worker(launch):
 # --------------------------------------------------------- replicas, one machine
 
 
+def test_the_monitor_reads_the_data_set_in_use_beside_an_older_one(monkeypatch):
+    x, y, initial = sharding_problem.problem(48, seed=5)
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    monkeypatch.setenv("MGPU_TF_SHARD_WEIGHTS", "3,1")
+    older = mgpu_tf.shard_dataset(examples, strategy, 24, weights="adaptive")  # noqa: F841
+    monkeypatch.delenv("MGPU_TF_SHARD_WEIGHTS")
+    with strategy.scope():
+        model = sharding_problem.build_model(initial)
+    monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
+    model.fit(mgpu_tf.shard_dataset(examples, strategy, 24, weights="adaptive"), epochs=1,
+              callbacks=[monitor], verbose=0)
+    # Even shares of 24 (the older data set's are 18 and 6).
+    assert [unit["batch"] for unit in monitor.history[0]["units"]] == [12, 12]
+
+
 def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
     monkeypatch.setenv("MGPU_TF_SHARD_WEIGHTS", "3,1")
     x, y, initial = sharding_problem.problem(96, seed=4)

@@ -189,6 +189,7 @@ class _Run:
 
     def __init__(self, monitor, start):
         self.monitor, self.start = monitor, start
+        self._started = time.monotonic()
         self._steps_done = 0
         self.strategy = chief_lib.strategy_of(monitor.model)
         (self._kind, self._units, self._per_unit,
@@ -241,7 +242,12 @@ class _Run:
 
     def _unit_batches(self):
         """Examples per step of each unit, or `None` when unknown."""
-        for shares in self.shares:
+        # Older adaptive data sets may still be alive: the one in use was read since
+        # training began.
+        in_use = [s for s in self.shares
+                  if s.last_read is not None and s.last_read >= self._started]
+        if in_use:
+            shares = max(in_use, key=lambda s: s.last_read)
             return list(shares.unit_batch_sizes(self._epoch, wait=False))
         if self.monitor.global_batch_size:
             return [self.monitor.global_batch_size / self._units] * self._units

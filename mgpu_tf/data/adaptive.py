@@ -25,6 +25,7 @@ for the decision (at most `_WAIT_SECONDS`, then it takes the latest shares).
 import logging
 import math
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -168,6 +169,7 @@ class AdaptiveShares:
         self.changes = []
         self._driven = False
         self._cond = threading.Condition()
+        self.last_read = None  # when a pipeline last read the shares (time.monotonic())
         _LIVE.append(weakref.ref(self))
 
     # ------------------------------------------------------------------ reading
@@ -176,6 +178,8 @@ class AdaptiveShares:
         """The shares in force for `epoch` (waits for a pending decision when driven)."""
         epoch = int(epoch)
         with self._cond:
+            if wait:  # a pipeline's read (the others look without waiting)
+                self.last_read = time.monotonic()
             if wait and self._driven and epoch == max(self._schedule) + 1:
                 if not self._cond.wait_for(
                         lambda: epoch in self._schedule or not self._driven, _WAIT_SECONDS):
