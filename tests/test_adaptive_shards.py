@@ -1,9 +1,10 @@
 """Adaptive shards: shares that follow measured speeds, each example once, the exact update.
 
 The rule is checked on hand-computed cases and on noisy speeds; one real run of two
-local workers over the TCP ring (worker 1 sleeps a fixed time per example, so its
-slowness scales with its share) is checked several ways against a single-device
-reference; mirrored replicas start from the deployment's weights.
+local workers over each transport, TensorFlow's collectives and the TCP ring (worker 1
+sleeps a fixed time per example, so its slowness scales with its share), is checked
+several ways against a single-device reference; mirrored replicas start from the
+deployment's weights.
 """
 
 import json
@@ -69,11 +70,12 @@ def _results(output):
             re.finditer(r"^(WEIGHTS|SIZES|CHANGES|HISTORY|SEEN) (.+)$", output, re.MULTILINE)}
 
 
-@pytest.fixture(scope="module")
-def launch(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("adaptive")
+@pytest.fixture(scope="module", params=["tensorflow", "tcp"])
+def launch(tmp_path_factory, request):
+    """One run of two workers per transport, each checked the ways below."""
+    directory = tmp_path_factory.mktemp(f"adaptive-{request.param}")
     code, outputs = workers.run_workers("-m", 2, "support.adaptive_worker", directory,
-                                        env={"MGPU_TF_TEST_TRANSPORT": "tcp"})
+                                        env={"MGPU_TF_TEST_TRANSPORT": request.param})
     assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-5000:]}"
     return directory, outputs, [_results(outputs[w]) for w in range(2)]
 
