@@ -7,6 +7,7 @@ output is checked against figures worked out here, and each cell that draws show
 """
 
 import ast
+import asyncio
 import json
 import pathlib
 import re
@@ -148,13 +149,40 @@ def test_every_notebook_has_its_output_checked():
     assert sorted(_CHECKS) == [p.stem for p in NOTEBOOKS]
 
 
+@pytest.fixture(scope="module")
+def executed(kernel_name, tmp_path_factory):
+    """Every notebook run in its own kernel, two at a time (a kernel mostly uses one core).
+
+    Returns:
+        `{stem: (notebook, error)}`: the notebook with its outputs, and the
+        `CellExecutionError` naming the failing cell, or `None`.
+    """
+    async def run(path, slots):
+        notebook = nbformat.read(path, as_version=4)
+        client = nbclient.NotebookClient(
+            notebook, kernel_name=kernel_name, timeout=CELL_TIMEOUT_SECONDS,
+            resources={"metadata": {"path": str(tmp_path_factory.mktemp(path.stem))}})
+        async with slots:
+            try:
+                await client.async_execute()
+            except Exception as error:  # noqa: BLE001 - reported by the notebook's test
+                return path.stem, (notebook, error)
+        return path.stem, (notebook, None)
+
+    async def run_all():
+        slots = asyncio.Semaphore(2)
+        # The longest first, so that the others share the second slot beside it.
+        ordered = sorted(NOTEBOOKS, key=lambda p: p.stem != "04_multi_worker")
+        return dict(await asyncio.gather(*(run(path, slots) for path in ordered)))
+
+    return asyncio.run(run_all())
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_and_shows_its_results(path, kernel_name, tmp_path):
-    notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        notebook, kernel_name=kernel_name, timeout=CELL_TIMEOUT_SECONDS,
-        resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # raises CellExecutionError naming the failing cell
+def test_notebook_runs_and_shows_its_results(path, executed):
+    notebook, error = executed[path.stem]
+    if error is not None:
+        raise error  # a CellExecutionError names the failing cell
     cells = [c for c in notebook.cells if c.cell_type == "code"]
     for number, cell in enumerate(cells):
         if "plt.show()" in cell.source:
