@@ -19,8 +19,13 @@ def _data(rows=24, seed=1):
 
 
 def _relative(got, want):
-    """The largest difference over the largest value, per weight."""
-    return max(float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-30))
+    """The largest difference over the largest value, per weight.
+
+    A weight whose values are all below 0.01 is compared on that scale: a bias just
+    before BatchNormalization gets a zero gradient in exact arithmetic, so it holds
+    rounding noise, which differs between any two ways of computing it.
+    """
+    return max(float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 0.01))
                for g, w in zip(got, want))
 
 
