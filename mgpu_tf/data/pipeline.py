@@ -156,10 +156,15 @@ def _replica_batches(request, plan, worker, replica, epoch):
     return request.examples(batches.unbatch()).batch(size)
 
 
+def _corrects(request, plan):
+    """Whether batches carry loss-correction weights: replicas' batches can differ."""
+    uneven = plan.uneven or request.adaptive is not None
+    return uneven and plan.num_replicas > 1 and request.weighs_loss
+
+
 def _weigh(request, plan, step, batch):
     """Adds the loss-correction weights when replicas' batches can differ."""
-    uneven = plan.uneven or request.adaptive is not None
-    if not (uneven and plan.num_replicas > 1 and request.weighs_loss):
+    if not _corrects(request, plan):
         return batch
     totals = plan.tail_totals or (plan.global_batch_size,)
     tail = tf.constant(totals, tf.int64)
@@ -175,7 +180,7 @@ def _padded(request, plan, batches, filled):
     if filled < plan.steps:
         empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
         batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
-    if plan.uneven and plan.num_replicas > 1 and request.weighs_loss:
+    if _corrects(request, plan):
         batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
                                           num_parallel_calls=tf.data.AUTOTUNE)
     return batches
@@ -185,6 +190,16 @@ def _finish(batches):
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def _step_pieces(request, plan, step, block, positions):
+    """One step's batches of several local replicas, in turn: the rows of `block` each keeps."""
+    pieces = [tf.data.Dataset.from_tensors(_weigh(request, plan, step, _keep(block, mine)))
+              for mine in positions]
+    out = pieces[0]
+    for piece in pieces[1:]:
+        out = out.concatenate(piece)
+    return out
 
 
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
@@ -203,16 +218,8 @@ def _adaptive_epoch(request, plan, worker, replicas, epoch):
     if len(mine) == 1:
         return blocks.enumerate().map(
             lambda step, block: _weigh(request, plan, step, _keep(block, mine[0])))
-
-    def pieces(step, block):
-        out = None
-        for positions in mine:
-            part = tf.data.Dataset.from_tensors(
-                _weigh(request, plan, step, _keep(block, positions)))
-            out = part if out is None else out.concatenate(part)
-        return out
-
-    return blocks.enumerate().flat_map(pieces)
+    return blocks.enumerate().flat_map(
+        lambda step, block: _step_pieces(request, plan, step, block, mine))
 
 
 def _replica_epoch(request, plan, worker, replica, epoch):
@@ -244,17 +251,9 @@ def _worker_epoch(request, plan, worker, epoch):
         batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
 
     pattern = split.smooth_pattern(tuple(plan.local_sizes(worker)))
-
-    def pieces(step, batch):
-        parts = [tf.data.Dataset.from_tensors(
-            _weigh(request, plan, step, _keep(batch, _positions(pattern, r))))
-            for r in range(plan.replicas_per_worker)]
-        out = parts[0]
-        for part in parts[1:]:
-            out = out.concatenate(part)
-        return out
-
-    return batches.enumerate().flat_map(pieces)
+    mine = [_positions(pattern, r) for r in range(plan.replicas_per_worker)]
+    return batches.enumerate().flat_map(
+        lambda step, batch: _step_pieces(request, plan, step, batch, mine))
 
 
 def _worker_dataset(request, plan, worker):
