@@ -347,11 +347,10 @@ def _mean_over_workers(logs, strategy):
     from mgpu_tf.compat import multi_worker
 
     flat = tf.nest.flatten(logs)
-    floats = [i for i, v in enumerate(flat)
-              if v.dtype.is_floating and v.shape.num_elements() is not None]
+    floats = multi_worker.float_positions(flat)
     if not floats:
         return logs
-    packed = tf.concat([tf.reshape(tf.cast(flat[i], tf.float32), [-1]) for i in floats], 0)
+    packed = multi_worker.pack_logs([flat[i] for i in floats])
     mean = multi_worker.log_mean_function(strategy)
     if mean is not None:
         averaged = mean(packed)
@@ -362,8 +361,7 @@ def _mean_over_workers(logs, strategy):
 
         averaged = strategy.experimental_local_results(
             strategy.run(replica_mean, args=(packed,)))[0]
-    sizes = [flat[i].shape.num_elements() for i in floats]
     out = list(flat)
-    for i, piece in zip(floats, tf.split(averaged, sizes)):
-        out[i] = tf.cast(tf.reshape(piece, flat[i].shape), flat[i].dtype)
+    for i, piece in zip(floats, multi_worker.unpack_logs(averaged, [flat[i] for i in floats])):
+        out[i] = piece
     return tf.nest.pack_sequence_as(logs, out)

@@ -30,9 +30,12 @@ from mgpu_tf.compat import private, versions
 __all__ = [
     "KERAS_20585_VERSIONS",
     "apply_multi_worker_fixes",
+    "float_positions",
     "log_mean_function",
     "multi_worker_fixes_apply",
+    "pack_logs",
     "set_log_mean",
+    "unpack_logs",
 ]
 
 logger = logging.getLogger("mgpu_tf")
@@ -184,28 +187,44 @@ def log_mean_function(strategy):
         return None
 
 
+def float_positions(logs):
+    """The positions in the flat list `logs` of the floating-point logs of known size."""
+    return [i for i, v in enumerate(logs)
+            if v.dtype.is_floating and v.shape.num_elements() is not None]
+
+
+def pack_logs(logs):
+    """The tensors `logs` as one float32 vector, for one all-reduce."""
+    import tensorflow as tf
+
+    return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in logs], 0)
+
+
+def unpack_logs(vector, like):
+    """`pack_logs`' vector cut back into tensors of the shapes and dtypes of `like`."""
+    import tensorflow as tf
+
+    pieces = tf.split(vector, [v.shape.num_elements() for v in like])
+    return [tf.cast(tf.reshape(piece, v.shape), v.dtype) for piece, v in zip(pieces, like)]
+
+
 def _mean_logs(values, strategy):
     """Averages the step's floating-point logs over replicas in one all-reduce."""
     import tensorflow as tf
 
     flat = tf.nest.flatten(values)
     local = [strategy.experimental_local_results(v)[0] for v in flat]
-    floats = [i for i, v in enumerate(local)
-              if v.dtype.is_floating and v.shape.num_elements() is not None]
-
-    def pack(*logs):
-        return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in logs], 0)
-
+    floats = float_positions(local)
     out = list(flat)
     if floats:
-        packed = strategy.run(pack, args=tuple(flat[i] for i in floats))
+        packed = strategy.run(lambda *logs: pack_logs(logs),
+                              args=tuple(flat[i] for i in floats))
         if log_mean_function(strategy) is not None:
             mean = log_mean_function(strategy)(strategy.experimental_local_results(packed)[0])
         else:
             mean = strategy.reduce("MEAN", packed, axis=None)
-        pieces = tf.split(mean, [local[i].shape.num_elements() for i in floats])
-        for i, piece in zip(floats, pieces):
-            out[i] = tf.cast(tf.reshape(piece, local[i].shape), local[i].dtype)
+        for i, piece in zip(floats, unpack_logs(mean, [local[i] for i in floats])):
+            out[i] = piece
     for i, v in enumerate(flat):
         if i not in floats:
             out[i] = strategy.reduce("MEAN", v, axis=None)
