@@ -62,10 +62,12 @@ _OPTION_FLAGS = {
     "task_index": ("integer", ""),
     "balance": ("list", " (comma-separated counts)."),
     "microbatches": ("integer", ""),
+    "recompute": ("string", ""),
+    "deferred_batch_norm": ("boolean", ""),
     "devices_per_worker": ("integer", ""),
 }
 _DEFINE = {"list": flags.DEFINE_list, "integer": flags.DEFINE_integer,
-           "string": flags.DEFINE_string}
+           "string": flags.DEFINE_string, "boolean": flags.DEFINE_boolean}
 
 
 def define_flags(flag_values=flags.FLAGS):

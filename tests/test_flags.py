@@ -4,7 +4,9 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
+import mgpu_tf
 from mgpu_tf import flags as mgpu_flags
+from support import models
 from support import workers
 
 
@@ -89,10 +91,26 @@ def test_model_parallel_flags(flag_values):
     assert mgpu_flags.strategy_options(values)[1] == {"balance": "time"}
 
 
+def test_recompute_and_deferred_batch_norm_reach_the_pipeline(flag_values):
+    flag_values(["prog", "--strategy=model_parallel", "--devices=2", "--microbatches=4",
+                 "--recompute=except_last", "--deferred_batch_norm"])
+    strategy = mgpu_flags.make_strategy_from_flags(flag_values)
+    model = mgpu_tf.prepare_model(models.with_batch_norm(), strategy)
+    assert (model.recompute, model.deferred_batch_norm, model.microbatches) == (
+        "except_last", True, 4)
+    values = flags.FlagValues()
+    mgpu_flags.define_flags(values)
+    values(["prog", "--strategy=model_parallel", "--nodeferred_batch_norm"])
+    assert mgpu_flags.strategy_options(values)[1] == {"deferred_batch_norm": False}
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--strategy=model_parallel", "--microbatches=0"], "`microbatches` must be at least 1"),
     (["--strategy=model_parallel", "--balance=weight"], "`balance` must be one of"),
     (["--strategy=mirrored", "--microbatches=2"], "`microbatches` does not apply to strategy"),
+    (["--strategy=model_parallel", "--recompute=sometimes"], "`recompute` must be one of"),
+    (["--strategy=mirrored", "--deferred_batch_norm"],
+     "`deferred_batch_norm` does not apply to strategy"),
 ])
 def test_bad_model_parallel_flags(flag_values, argv, match):
     with pytest.raises(flags.IllegalFlagValueError, match=match):
