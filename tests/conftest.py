@@ -7,8 +7,10 @@ SLURM's, Kubernetes', MGPU_TF_*), and each test gets the variables back as they 
 Processes a test starts find `tests/support` as this session does, through PYTHONPATH.
 """
 
+import contextlib
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -19,16 +21,42 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-import mgpu_tf  # noqa: E402
 from support import workers  # noqa: E402
 
 for _name in [n for n in os.environ if workers.is_cluster_variable(n)]:
     del os.environ[_name]
 
 SESSION_DEVICES = 4
-mgpu_tf.simulate_devices(SESSION_DEVICES)
+
+
+def _runs_tests(config):
+    """False in the process that only hands files to pytest-xdist's test processes."""
+    return config.getoption("dist", "no") == "no" or hasattr(config, "workerinput")
+
+
+@contextlib.contextmanager
+def _native_lines_dropped():
+    """Standard error (file descriptor 2) to /dev/null: TensorFlow's C++ start-up lines
+    (oneDNN, CUDA) are written before TF_CPP_MIN_LOG_LEVEL applies. An exception still
+    shows: it is reported once the block has ended."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "wb") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def pytest_configure(config):
+    if _runs_tests(config):
+        with _native_lines_dropped():
+            import mgpu_tf
+
+            mgpu_tf.simulate_devices(SESSION_DEVICES)
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +72,8 @@ def pytest_collection_modifyitems(config, items):
     Listing physical devices does not start TensorFlow's runtime, so the session can
     still split its devices afterwards.
     """
+    import tensorflow as tf
+
     present = len(tf.config.list_physical_devices("GPU"))
     for item in items:
         marker = item.get_closest_marker("gpu")
