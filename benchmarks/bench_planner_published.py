@@ -27,17 +27,19 @@ NVIDIA = ("https://github.com/NVIDIA/DeepLearningExamples/tree/master/TensorFlow
 
 
 def alexnet():
-    """tf_cnn_benchmarks' AlexNet (the "one weird trick" variant), 224 x 224 inputs."""
+    """tf_cnn_benchmarks' AlexNet (models/alexnet_model.py): 227 x 227 inputs, so that its
+    first convolution (11 x 11, stride 4, no padding) leaves 55 x 55 and the last pooling
+    6 x 6 x 256 = 9216 features; 62 M parameters."""
     layers = keras.layers
     return keras.Sequential([
-        keras.Input((224, 224, 3)),
+        keras.Input((227, 227, 3)),
         layers.Conv2D(64, 11, 4, activation="relu"), layers.MaxPooling2D(3, 2),
         layers.Conv2D(192, 5, padding="same", activation="relu"), layers.MaxPooling2D(3, 2),
         layers.Conv2D(384, 3, padding="same", activation="relu"),
-        layers.Conv2D(256, 3, padding="same", activation="relu"),
+        layers.Conv2D(384, 3, padding="same", activation="relu"),
         layers.Conv2D(256, 3, padding="same", activation="relu"), layers.MaxPooling2D(3, 2),
-        layers.Flatten(), layers.Dense(4096, activation="relu"),
-        layers.Dense(4096, activation="relu"), layers.Dense(1000)])
+        layers.Flatten(), layers.Dense(4096, activation="relu"), layers.Dropout(0.5),
+        layers.Dense(4096, activation="relu"), layers.Dropout(0.5), layers.Dense(1000)])
 
 
 def _keras_app(name):
