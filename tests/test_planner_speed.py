@@ -66,7 +66,34 @@ def test_without_a_figure_the_plan_says_the_compute_was_timed_here_and_on_what(l
     assert "pass device_throughput= or compute_seconds=" in str(result)
 
 
+def test_an_epoch_adds_its_fixed_overhead_to_its_steps(lopsided):
+    model, _ = lopsided
+    # No wait for the slowest device and a link with no cost: a step is the compute.
+    result = mgpu_tf.plan(model, devices=4, device_memory="1GiB", global_batch_size=40,
+                          compute_seconds=0.1, jitter=0, bandwidth=1e30, latency=0,
+                          epoch_examples=1000, epoch_overhead=2.0)
+    # 10 examples per device: 100, 50 and 25 steps of 0.1 s, plus 2 s each epoch.
+    assert [(e.devices, e.steps) for e in result.epochs] == [(1, 100), (2, 50), (4, 25)]
+    assert [e.seconds for e in result.epochs] == pytest.approx([12.0, 7.0, 4.5])
+    assert [e.efficiency for e in result.epochs] == pytest.approx(
+        [1.0, 12 / (2 * 7), 12 / (4 * 4.5)])
+    assert result.scaling[-1].efficiency == 1.0  # the steps alone scale perfectly
+    rows = str(result).splitlines()
+    assert rows[-4].endswith("epoch  epoch eff.")
+    assert rows[-1].split()[-3:] == ["4.5", "s", "67%"]
+    # 1001 examples need a 26th step on 4 devices, a short one of 1 example.
+    longer = mgpu_tf.plan(model, devices=4, device_memory="1GiB", global_batch_size=40,
+                          compute_seconds=0.1, jitter=0, bandwidth=1e30, latency=0,
+                          epoch_examples=1001)
+    assert [e.steps for e in longer.epochs] == [101, 51, 26]
+    assert longer.epochs[-1].seconds == pytest.approx(2.6)
+
+
 @pytest.mark.parametrize("options, error, message", [
+    ({"epoch_examples": 0}, ValueError, "`epoch_examples` must be the number of examples"),
+    ({"epoch_examples": 100, "epoch_overhead": -1}, ValueError,
+     "`epoch_overhead` must be the seconds an epoch spends outside its steps"),
+    ({"epoch_overhead": 5}, ValueError, "`epoch_overhead` needs `epoch_examples`"),
     ({"device_throughput": 400, "compute_seconds": 0.3}, ValueError,
      "Pass one of `compute_seconds` (one device's step) and `device_throughput`"),
     ({"device_throughput": 0}, ValueError,
@@ -96,6 +123,11 @@ def test_cli_prints_the_scaling_table_and_json_for_scripts(capsys):
     assert [p["devices"] for p in data["scaling"]] == [1, 2, 4, 6]
     assert data["scaling"][0]["throughput"] == pytest.approx(1600)
     assert data["schedule"] == "horovod" and data["interconnect"]["bandwidth"] == 24e9
+    assert data["epochs"] == []
+    assert cli_main(args + ["--json", "--epoch_examples", "960", "--epoch_overhead", "3"]) == 0
+    epochs = json.loads(capsys.readouterr().out)["epochs"]
+    assert [(e["devices"], e["steps"]) for e in epochs] == [(1, 60), (2, 30), (4, 15), (6, 10)]
+    assert epochs[0]["seconds"] == pytest.approx(60 * 0.01 + 3)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -103,6 +135,8 @@ def test_cli_prints_the_scaling_table_and_json_for_scripts(capsys):
      "Pass one of --device_throughput and --compute_seconds"),
     (["--compute_seconds", "-1"], "--compute_seconds must be positive. Received: "),
     (["--schedule", "ring"], "--schedule must be one of keras, horovod"),
+    (["--epoch_examples", "0"], "--epoch_examples must be at least 1. Received: "),
+    (["--epoch_overhead", "4"], "--epoch_overhead needs --epoch_examples"),
 ])
 def test_cli_refuses_bad_speed_options_before_loading_the_model(extra, message, capsys):
     code = cli_main(["plan", "--model", "no_such_module:build", "--global_batch_size", "8"]

@@ -59,6 +59,11 @@ def add_parser(subparsers):
     parser.add_argument("--jitter", type=float, default=step_model.DEFAULT_JITTER,
                         help="step-to-step variation of a device's compute, for the wait for "
                         f"the slowest device (default {step_model.DEFAULT_JITTER})")
+    parser.add_argument("--epoch_examples", type=int, default=None,
+                        help="examples in an epoch: also predict an epoch's time")
+    parser.add_argument("--epoch_overhead", type=float, default=0.0,
+                        help="seconds an epoch spends outside its steps (evaluation, "
+                        "checkpoints), measured on one device (default 0)")
     parser.add_argument("--no_measure", action="store_true",
                         help="without --device_throughput or --compute_seconds, do not time a "
                         "step here (no step-time prediction)")
@@ -153,6 +158,15 @@ def _check(args):
                         ("--compute_seconds", args.compute_seconds)):
         if value is not None and not value > 0:
             raise ValueError(f"{flag} must be positive. Received: {flag}={value:g}")
+    if args.epoch_examples is not None and not args.epoch_examples >= 1:
+        raise ValueError("--epoch_examples must be at least 1. "
+                         f"Received: --epoch_examples={args.epoch_examples}")
+    if not args.epoch_overhead >= 0:
+        raise ValueError("--epoch_overhead must be 0 or more. "
+                         f"Received: --epoch_overhead={args.epoch_overhead:g}")
+    if args.epoch_overhead and args.epoch_examples is None:
+        raise ValueError("--epoch_overhead needs --epoch_examples. "
+                         f"Received: --epoch_overhead={args.epoch_overhead:g}")
     if not args.jitter >= 0:
         raise ValueError(f"--jitter must be 0 or more. Received: --jitter={args.jitter:g}")
     if args.schedule.lower() not in step_model.SCHEDULES:
@@ -172,7 +186,8 @@ def plan_command(args):
             workers=args.workers, interconnect=args.interconnect, bandwidth=args.bandwidth,
             latency=args.latency, measure_compute=not args.no_measure,
             compute_seconds=args.compute_seconds, device_throughput=args.device_throughput,
-            schedule=args.schedule, jitter=args.jitter)
+            schedule=args.schedule, jitter=args.jitter, epoch_examples=args.epoch_examples,
+            epoch_overhead=args.epoch_overhead)
     except (ValueError, TypeError) as error:
         print(f"mgpu-tf plan: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1 if type(error).__name__ == "PlanError" else 2

@@ -14,6 +14,7 @@ import numbers
 from mgpu_tf.model_parallel import batchnorm
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import cost_model
+from mgpu_tf.planner import epoch as epoch_lib
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import memory as memory_lib
 from mgpu_tf.planner import speed as speed_lib
@@ -178,7 +179,8 @@ def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
 def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
          workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
          compute_seconds=None, device_throughput=None, schedule="keras",
-         jitter=step_model.DEFAULT_JITTER, recompute=None, microbatches=None):
+         jitter=step_model.DEFAULT_JITTER, recompute=None, microbatches=None,
+         epoch_examples=None, epoch_overhead=0.0):
     """Plans how to train `model`: memory per device for each option, a ranked recommendation.
 
     For data parallelism (the whole model on each device), model parallelism (each
@@ -233,6 +235,11 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
             or `"except_last"` when only recomputing makes them fit.
         microbatches: the pipeline's micro-batches. Defaults to `None`: 1, or when
             recomputing, the fewest of 2, 4, 8, ... that fit.
+        epoch_examples: examples in an epoch: the plan then predicts an epoch's time over
+            1, 2, 4, ... devices too (`mgpu_tf.planner.epoch`).
+        epoch_overhead: seconds an epoch spends outside its training steps (evaluation,
+            checkpoints, the input pipeline's start), as measured on one device; taken
+            as the same on any number of devices. Defaults to `0`.
 
     Returns:
         A `Plan`; `print` it for the recommendation and the table.
@@ -251,6 +258,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     if device_memory is not None:
         device_memory = memory_lib.parse_size(device_memory)
     speed_lib.check_compute(compute_seconds, device_throughput)
+    epoch_lib.check_epoch(epoch_examples, epoch_overhead)
     schedule = step_model.resolve_schedule(schedule)
     link = interconnect_lib.resolve_interconnect(interconnect, bandwidth=bandwidth,
                                                  latency=latency)
@@ -266,7 +274,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     if not any(o.fits for o in options):
         raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory)
     gradients = cost_model.gradient_bytes(model)
-    data, compute, scaling = options[0], None, ()
+    data, compute, scaling, epochs = options[0], None, (), ()
     if data.fits:
         compute = speed_lib.resolve_compute(
             model, data.batch, optimizer, compute_seconds=compute_seconds,
@@ -278,9 +286,11 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         options[0] = dataclasses.replace(data, step_seconds=scaling[-1].step,
                                          compute_seconds=compute.seconds,
                                          efficiency=scaling[-1].efficiency)
+        if epoch_examples is not None:
+            epochs = epoch_lib.predict_epochs(scaling, epoch_examples, epoch_overhead)
     ranked = _rank(options)
     return Plan(tuple(ranked), _reason(ranked[0], options, workers, compute), count, workers,
-                device_memory, link, gradients, compute, scaling, schedule)
+                device_memory, link, gradients, compute, scaling, schedule, epochs)
 
 
 def auto_strategy(model, kind, reason, options, device_memory=None, *,

@@ -80,6 +80,8 @@ class Plan:
             devices up to all of them, each with the recommended per-device batch; empty
             without a compute figure or when the whole model does not fit one device.
         schedule: the `step_model.Schedule` the step assumes.
+        epochs: an epoch (`epoch.EpochPrediction`) at each row of `scaling`, when
+            `plan` got `epoch_examples`; else empty.
     """
 
     options: tuple
@@ -92,6 +94,7 @@ class Plan:
     compute: object = None
     scaling: tuple = ()
     schedule: object = None
+    epochs: tuple = ()
 
     @property
     def recommended(self):
@@ -117,14 +120,17 @@ class Plan:
 
     def scaling_table(self):
         """The data-parallel prediction over device counts, one row per count."""
-        rows = [f"{'devices':>8}{'batch/device':>14}{'step':>11}{'compute':>10}"
-                f"{'straggler':>11}{'all-reduce':>12}{'examples/s':>12}{'speed-up':>10}"
-                f"{'efficiency':>12}"]
-        for p in self.scaling:
+        epochs = self.epochs or (None,) * len(self.scaling)
+        header = (f"{'devices':>8}{'batch/device':>14}{'step':>11}{'compute':>10}"
+                  f"{'straggler':>11}{'all-reduce':>12}{'examples/s':>12}{'speed-up':>10}"
+                  f"{'efficiency':>12}")
+        rows = [header + (f"{'epoch':>12}{'epoch eff.':>12}" if self.epochs else "")]
+        for p, e in zip(self.scaling, epochs):
             rows.append(
                 f"{p.devices:>8}{p.batch:>14}{p.step * 1e3:>8.1f} ms{p.compute * 1e3:>7.1f} ms"
                 f"{p.straggler * 1e3:>8.1f} ms{(p.exposed + p.cycle) * 1e3:>9.1f} ms"
-                f"{p.throughput:>12.1f}{p.devices * p.efficiency:>10.2f}{p.efficiency:>12.0%}")
+                f"{p.throughput:>12.1f}{p.devices * p.efficiency:>10.2f}{p.efficiency:>12.0%}"
+                + ("" if e is None else f"{_duration(e.seconds):>12}{e.efficiency:>12.0%}"))
         return "\n".join(rows)
 
     def as_dict(self):
@@ -149,6 +155,7 @@ class Plan:
                              footprints=[dataclasses.asdict(f) for f in o.footprints])
                         for o in self.options],
             "scaling": [p.as_dict() for p in self.scaling],
+            "epochs": [e.as_dict() for e in self.epochs],
         }
 
     def __str__(self):
@@ -165,3 +172,12 @@ class Plan:
             text += (f"\ndata parallel over 1 to {self.scaling[-1].devices} devices "
                      f"({self.schedule.name} schedule):\n" + self.scaling_table())
         return text
+
+
+def _duration(seconds):
+    """`seconds` in the largest unit that keeps it readable: 41.2 s, 12.5 min, 3.2 h."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
