@@ -13,11 +13,12 @@ import tensorflow as tf
 import mgpu_tf
 from support import compare
 from support import mw_equivalence
+from support import tolerance
 from support import workers
 
 STEPS = 3
 GLOBAL_BATCH = 8
-TOLERANCE = 1e-5
+TOLERANCE = tolerance.training(STEPS, mw_equivalence.TERMS + GLOBAL_BATCH)
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,15 @@ import pytest
 import tensorflow as tf
 
 from mgpu_tf.compat import keras_steps
+from support import tolerance
 from support import workers
 from support.compare import relative_difference
 from support import steps_job
 from support.steps_job import SETTINGS, setting_name
 
-BOUND = 1e-5
-STEPS_PER_EPOCH = 7  # 200 examples in global batches of 32
+STEPS_PER_EPOCH = steps_job.STEPS_PER_EPOCH
+BOUND = tolerance.training(steps_job.EPOCHS * STEPS_PER_EPOCH,
+                           steps_job.TERMS + steps_job.GLOBAL_BATCH)
 
 
 def _weights(path):
@@ -134,7 +136,7 @@ def test_same_weights_as_one_device_without_the_switches(one_machine, reference,
     assert relative_difference(_weights(one_machine / f"{setting_name(kind, steps, jit)}.npz"),
                                _weights(one_machine / "default-spe1-plain.npz")) < BOUND
     np.testing.assert_allclose(run["evaluation"], reference["evaluation"], rtol=BOUND)
-    np.testing.assert_allclose(run["predictions"], reference["predictions"], atol=1e-5)
+    assert relative_difference([run["predictions"]], [reference["predictions"]]) < BOUND
 
 
 @pytest.mark.parametrize("steps, jit", _one_machine_runs("mirrored", weighted=True))
@@ -160,7 +162,7 @@ def test_workers_train_like_one_device(tensorflow_workers, one_machine, referenc
     for index in (0, 1):
         run = _arrays(tensorflow_workers / f"{name}-{index}.npz")
         np.testing.assert_allclose(run["evaluation"], reference["evaluation"], rtol=BOUND)
-        np.testing.assert_allclose(run["predictions"], reference["predictions"], atol=1e-5)
+        assert relative_difference([run["predictions"]], [reference["predictions"]]) < BOUND
 
 
 @pytest.mark.parametrize("steps, jit", SETTINGS)

@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 
 from support import compare
+from support import tolerance
 from support import workers
 
 pytest.importorskip("ray.train")
 
 _DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
-TOLERANCE = 1e-5
+# The recipe: 2 epochs of 28 steps, 64 -> 32 -> 10 on 64 rows, SGD.
+TOLERANCE = tolerance.training(2 * 28, 64 + 32 + 10 + 32 + 64)
 
 
 def _recipe():
@@ -111,3 +113,21 @@ def test_reporter_refuses_bad_arguments(kwargs, error, match):
 
     with pytest.raises(error, match=match):
         RayReporter(**kwargs)
+
+
+def test_tolerance_rejects_a_wrong_update(tmp_path):
+    """TOLERANCE holds rounding, not a 1% learning-rate error or one step missing."""
+    script = tmp_path / "ray_digits.py"
+    script.write_text(_recipe())
+    recipe = runpy.run_path(str(script))
+    batches = recipe["examples"]().batch(recipe["GLOBAL_BATCH"], drop_remainder=True)
+
+    def losses(learning_rate_factor=1.0, steps=None):
+        model = recipe["build_model"]()
+        model.optimizer.learning_rate.assign(0.1 * learning_rate_factor)
+        data = batches if steps is None else batches.take(steps)
+        return [np.array(model.fit(data, epochs=recipe["EPOCHS"], shuffle=False,
+                                   verbose=0).history["loss"])]
+
+    wrong = {"learning rate 1% high": losses(1.01), "one step missing": losses(steps=27)}
+    assert tolerance.rejects(TOLERANCE, losses(), wrong, compare.relative_difference) == []

@@ -15,12 +15,12 @@ import pytest
 
 from support import sharding_problem
 from support import compare
+from support import tolerance
 from support import workers
 
 ID_FILES = [300, 250, 247, 200]
 FIT_FILES = {2: [60, 40], 3: [40, 33, 27]}
 AUTOSHARD_WARNING = "AUTO sharding policy will apply DATA sharding policy"
-TOLERANCE = 1e-5
 _VERBOSE_AUTOSHARD = {"TF_CPP_MIN_LOG_LEVEL": "0", "TF_CPP_VMODULE": "auto_shard=2"}
 
 # Hand-computed: "data" gives the 997th example (first of its block) to worker 0.
@@ -30,6 +30,7 @@ DATA_EXAMPLES = {2: [499, 498], 3: [333, 332, 332]}
 # 3 workers of 4: 300, 250, 247 one each, then 200 -> w2 (447 < 450 < 500).
 FILE_EXAMPLES = {2: [500, 497], 3: [300, 250, 447]}
 FILE_STEPS = {2: 84, 3: 112}  # ceil(500 / 6), ceil(447 / 4)
+TOLERANCE = tolerance.training(max(FILE_STEPS.values()), sharding_problem.TERMS + 12)
 
 
 def _results(output):

@@ -9,6 +9,8 @@ __all__ = ["problem", "build_model", "reference_weights", "blocks", "write_recor
            "parse_xy", "parse_id", "to_json", "from_json"]
 
 FEATURES = 3
+# The sums behind one gradient of build_model(), batch rows aside (support.tolerance).
+TERMS = FEATURES + 1
 
 
 def problem(count, seed=0):

@@ -30,6 +30,9 @@ import numpy as np
 SETTINGS = [(1, False), (3, False), (1, True), (3, True)]
 EPOCHS = 2
 GLOBAL_BATCH = 32
+STEPS_PER_EPOCH = 7  # 200 examples
+# The sums behind one gradient of build_model(), batch rows aside (support.tolerance).
+TERMS = 8 + 16 + 16 + 3 + 16 + 16
 
 
 def setting_name(prefix, steps, jit):
