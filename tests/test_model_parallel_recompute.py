@@ -6,10 +6,17 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
+from mgpu_tf.planner import liveness
 from support import models
+from support import tolerance
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
 MODES = ("never", "except_last", "always")
+# 4 SGD steps of models.residual() on 12 rows: widths 8, 16, 16, 16 forward, 1, 16, 16
+# back (support.tolerance). Against "never" the sums are the same but for the
+# recomputed forward, which Grappler may fuse otherwise: one step's rounding.
+FIT = tolerance.training(4, 8 + 16 * 3 + 1 + 16 * 2 + 12)
+REPLAYED = tolerance.training(1, 8 + 16 * 3 + 1 + 16 * 2 + 12)
 
 
 def _data(rows=24, seed=1):
@@ -51,8 +58,21 @@ def test_recomputed_pipeline_trains_the_single_device_weights():
                                                 recompute=mode), x, y).get_weights()
                for mode in MODES}
     for mode in MODES:
-        assert _relative(trained[mode], reference) < 1e-5, mode
-        assert _relative(trained[mode], trained["never"]) < 1e-6, mode
+        assert _relative(trained[mode], reference) < FIT, mode
+        assert _relative(trained[mode], trained["never"]) < REPLAYED, mode
+
+
+def test_fit_tolerance_rejects_a_wrong_update():
+    x, y = _data()
+    reference = _fit(models.residual(), x, y).get_weights()
+    fast = _fit(models.residual(), x, y, keras.optimizers.SGD(0.101)).get_weights()
+    short = models.residual()  # three steps: the first epoch, then the first batch
+    short.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    short.fit(x, y, batch_size=12, epochs=1, shuffle=False, verbose=0)
+    short.fit(x[:12], y[:12], batch_size=12, epochs=1, shuffle=False, verbose=0)
+    wrong = {"learning rate 1% high": fast, "one step missing": short.get_weights()}
+    for bound in (FIT, REPLAYED):
+        assert tolerance.rejects(bound, reference, wrong, _relative) == []
 
 
 def test_recomputed_dropout_draws_the_masks_of_the_forward_pass():
@@ -69,7 +89,7 @@ def test_recomputed_dropout_draws_the_masks_of_the_forward_pass():
         state.assign(state + 1)
     assert _relative(_fit(other, x, y).get_weights(), trained["never"]) > 1e-3
     for mode in MODES:
-        assert _relative(trained[mode], trained["never"]) < 1e-6, mode
+        assert _relative(trained[mode], trained["never"]) < REPLAYED, mode
         assert seeds[mode] == seeds["never"], mode  # each draw advanced the seed once
 
 
@@ -81,8 +101,8 @@ def test_recomputed_batch_norm_updates_its_moving_statistics_once():
     bn, want = model.model.get_layer("bn"), reference.get_layer("bn")
     for got, expected in ((bn.moving_mean, want.moving_mean),
                           (bn.moving_variance, want.moving_variance)):
-        assert _relative([got.numpy()], [expected.numpy()]) < 1e-6
-    assert _relative(model.get_weights(), reference.get_weights()) < 1e-5
+        assert _relative([got.numpy()], [expected.numpy()]) < REPLAYED
+    assert _relative(model.get_weights(), reference.get_weights()) < FIT
 
 
 def test_make_strategy_passes_recompute_through():
@@ -106,23 +126,46 @@ def test_bad_recompute(value, error, message):
         mgpu_tf.make_strategy("model_parallel", devices=2, recompute=value)
 
 
-def _step_peak(model, x, y):
-    """Bytes the allocator's peak rises above its use before one traced step."""
+def _allocator_peak(model, x, y):
+    """Bytes the allocator's peak rises above its use before one traced step.
+
+    None where TensorFlow's CPU allocator keeps no statistics (its default allocator,
+    without oneDNN's, as on CPUs without AVX-512): `_saved_bytes` measures there.
+    """
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     model.train_on_batch(x, y)  # traces, builds the optimizer
-    tf.config.experimental.reset_memory_stats("CPU:0")
+    try:
+        tf.config.experimental.reset_memory_stats("CPU:0")
+    except ValueError:
+        return None
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
     model.train_on_batch(x, y)
     return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+
+
+def _saved_bytes(model, x):
+    """Bytes the traced step keeps from its forward pass for its backward pass.
+
+    The planner's liveness walk of the step's graph, in the order its data and control
+    dependencies allow: a recomputation waits for the backward work before it.
+    """
+    spec = tf.TensorSpec(x.shape, x.dtype)
+    return liveness.segment_memory(model, spec, tf.TensorSpec((x.shape[0], 1))).saved
 
 
 def test_except_last_keeps_a_fraction_of_the_activations():
     rows, width = 4096, 128
     x = np.ones((rows, width), "float32")
     y = np.ones((rows, 1), "float32")
-    peaks = {mode: _step_peak(mgpu_tf.ModelParallel(
+    pipelines = {mode: mgpu_tf.ModelParallel(
         models.mlp((width,) * 8 + (1,), inputs=width), DEVICES[:1], microbatches=8,
-        recompute=mode), x, y) for mode in ("never", "except_last")}
+        recompute=mode) for mode in ("never", "except_last")}
     activations = rows * width * 4 * 8  # at least one kept tensor per hidden layer
-    assert peaks["never"] > activations
-    assert peaks["except_last"] < 0.5 * peaks["never"], peaks
+    saved = {mode: _saved_bytes(model, x) for mode, model in pipelines.items()}
+    assert saved["never"] > activations, saved
+    # The last micro-batch's share of them, and the stage's input of the seven others.
+    assert saved["except_last"] <= saved["never"] / 8 + rows * width * 4, saved
+    peaks = {mode: _allocator_peak(model, x, y) for mode, model in pipelines.items()}
+    if None not in peaks.values():
+        assert peaks["never"] > activations, peaks
+        assert peaks["except_last"] < 0.5 * peaks["never"], peaks

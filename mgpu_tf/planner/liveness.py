@@ -93,7 +93,8 @@ def segment_memory(segment, spec, out_spec):
     ops = graph.get_operations()
     backward = set()
     for op in ops:  # creation order is topological
-        if any(t is dy or t.op in backward for t in op.inputs):
+        if any(t is dy or t.op in backward for t in op.inputs) or any(
+                c in backward for c in op.control_inputs):
             backward.add(op)
     order = [op for op in ops if op not in backward] + [op for op in ops if op in backward]
     position = {op: i for i, op in enumerate(order)}
