@@ -34,7 +34,7 @@ def main():
     out = pathlib.Path(sys.argv[1])
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     out.mkdir(parents=True, exist_ok=True)
-    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=5)
+    strategy = mgpu_tf.make_strategy("multi_worker")
     with strategy.scope():
         keras.utils.set_random_seed(11)
         model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(1)])

@@ -59,7 +59,7 @@ def main():
             "epoch": 0, "steps_done": 0}
         with open(out / "starts.txt", "a") as f:
             f.write(f"{start} {where['epoch']} {where['steps_done']}\n")
-    strategy = mgpu_tf.make_strategy("multi_worker", steps_per_sync=4, timeout_seconds=5)
+    strategy = mgpu_tf.make_strategy("multi_worker", steps_per_sync=4)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
     y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
