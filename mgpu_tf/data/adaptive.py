@@ -52,20 +52,34 @@ def _normalised(values):
     return tuple(float(v) / total for v in values)
 
 
+def _at_least(shares, minimum):
+    """`shares` (summing to 1) with none below `minimum`: the others give up the difference."""
+    fixed = set()
+    while True:
+        low = {i for i, v in enumerate(shares) if v < minimum and i not in fixed}
+        if not low:
+            return shares
+        fixed |= low
+        free = sum(v for i, v in enumerate(shares) if i not in fixed)
+        scale = (1.0 - minimum * len(fixed)) / free if free else 0.0
+        shares = tuple(minimum if i in fixed else v * scale for i, v in enumerate(shares))
+
+
 def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE,
                 minimum=0.0):
     """The shares for the next epoch, from this epoch's shares and measured speeds.
 
     Each unit's target is its part of the summed speed (examples per second of
-    compute). When every share is within `tolerance` (relative) of its target the
-    shares stay; otherwise each moves toward its target by at most a factor of
-    `1 + max_change`, no share falls below `minimum`, and the result sums to 1.
+    compute), raised to `minimum` where it falls below. When every share is within
+    `tolerance` (relative) of its target the shares stay; otherwise they move along
+    the straight line toward the targets, as far as keeps every share within a
+    factor of `1 + max_change` of itself. Both ends sum to 1, so the result does.
 
     Example:
 
     ```python
-    next_shares([0.5, 0.5], [200.0, 100.0])  # (0.666667, 0.333333)
-    next_shares([0.5, 0.5], [400.0, 100.0])  # (0.692308, 0.307692): moved by 1.5 at most
+    next_shares([0.5, 0.5], [200.0, 100.0])  # (0.666667, 0.333333): the target
+    next_shares([0.5, 0.5], [400.0, 100.0])  # (0.666667, 0.333333): 0.5 / 1.5 at most
     ```
 
     Args:
@@ -85,13 +99,17 @@ def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFA
             isinstance(s, (int, float, np.floating)) and math.isfinite(s) and s > 0
             for s in speeds):
         return current
-    target = _normalised(speeds)
+    target = _at_least(_normalised(speeds), minimum)
     if max(abs(t - c) / c for t, c in zip(target, current)) <= tolerance:
         return current
     bound = 1.0 + max_change
-    moved = [c * min(max(t / c, 1.0 / bound), bound) for t, c in zip(target, current)]
-    moved = _normalised([max(m, minimum) for m in moved])
-    return tuple(round(m, 6) for m in moved)
+    step = 1.0
+    for t, c in zip(target, current):
+        if t > c * bound:
+            step = min(step, c * (bound - 1.0) / (t - c))
+        elif t < c / bound:
+            step = min(step, c * (1.0 - 1.0 / bound) / (c - t))
+    return tuple(round(c + step * (t - c), 6) for t, c in zip(target, current))
 
 
 def from_weights(weights, global_batch_size, num_workers, replicas_per_worker):
