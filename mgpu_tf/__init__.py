@@ -3,30 +3,19 @@
 The public names load on first use, so that `mgpu-tf launch`, `mgpu-tf k8s` and a
 bad command-line argument answer without importing TensorFlow. The same holds for
 the capability folders (`mgpu_tf.callbacks`, `mgpu_tf.cluster`, `mgpu_tf.planner`, ...):
-each is reachable as an attribute and loads when first touched.
+each is reachable as an attribute and loads when first touched. Each package lists
+its names in an `__init__.pyi` stub, which type checkers and IDEs read and
+lazy-loader turns into the loading on first use.
 """
 
 import enum
-import importlib
+import importlib.util
 import logging
 import sys
 
+import lazy_loader as lazy
+
 __version__ = "0.1.0"
-
-# The module that defines each public name.
-_EXPORTS = {
-    "mgpu_tf.cluster.tf_config": "ClusterConfig ClusterConfigError parse_tf_config",
-    "mgpu_tf.strategies.devices": "DevicesAlreadyInitializedError simulate_devices",
-    "mgpu_tf.model_parallel.wrapper": "ModelParallel",
-    "mgpu_tf.planner.recommend": "plan",
-    "mgpu_tf.data.sharding": "describe_sharding shard_dataset",
-    "mgpu_tf.strategies.registry": "StrategyKind",
-    "mgpu_tf.strategies.factory": "available_strategies make_strategy prepare_model strategy_kind",
-}
-
-# The folders and modules a user reaches as `mgpu_tf.NAME` without importing them first.
-_SUBMODULES = ("callbacks", "cli", "cluster", "comm", "compat", "data", "flags",
-               "model_parallel", "planner", "strategies", "train")
 
 
 class Choice(str, enum.Enum):
@@ -52,33 +41,6 @@ class Choice(str, enum.Enum):
             allowed = ", ".join(member.value for member in cls)
             raise ValueError(f"`{argument}` must be one of {allowed}. "
                              f"Received: {argument}={value!r}") from None
-
-
-def lazy_exports(package, exports, submodules=()):
-    """Returns `(__all__, __getattr__, __dir__)` for a package whose names load on first use.
-
-    Args:
-        package: the package's `__name__`.
-        exports: `{module: "its public names, space-separated"}`.
-        submodules: names of the package's modules reachable as attributes.
-    """
-    namespace = importlib.import_module(package).__dict__
-    exports = {name: module for module, names in exports.items() for name in names.split()}
-
-    def __getattr__(name):
-        if name in submodules:
-            value = importlib.import_module(f"{package}.{name}")
-        elif name in exports:
-            value = getattr(importlib.import_module(exports[name]), name)
-        else:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        namespace[name] = value
-        return value
-
-    def __dir__():
-        return sorted(set(namespace) | set(exports) | set(submodules))
-
-    return sorted(exports), __getattr__, __dir__
 
 
 class _UnlessRootShows(logging.Handler):
@@ -132,4 +94,11 @@ def _one_line_per_tensorflow_record():
 _show_own_logs()
 _one_line_per_tensorflow_record()
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+__getattr__, _lazy_dir, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]
+
+
+def __dir__():
+    # `Choice`, `__version__` and the like are defined here, not loaded through the stub.
+    return sorted({*globals(), *_lazy_dir()})

@@ -9,14 +9,6 @@ each worker's step, compute and wait times, speed and memory, and moves adaptive
 shards (`TrainingMonitor`), with `measure` doing the measuring.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.callbacks.chief": "is_chief chief_path strategy_of save_model save_weights "
-                               "ModelCheckpoint TensorBoard",
-    "mgpu_tf.callbacks.data_order": "DataOrder",
-    "mgpu_tf.callbacks.backup": "BackupAndRestore",
-    "mgpu_tf.callbacks.monitor": "TrainingMonitor",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -6,8 +6,6 @@
 TensorFlow until a command needs it.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {"mgpu_tf.cli.app": "main"}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -8,17 +8,10 @@ lost worker into `WorkerLostError`, `kubernetes` writes manifests (a JobSet thro
 for weighted shards and `ray_train` reports Keras training on Ray Train's workers.
 """
 
-from mgpu_tf import lazy_exports
+import importlib.util
 
-_EXPORTS = {
-    "mgpu_tf.cluster.tf_config": "ClusterConfig ClusterConfigError parse_tf_config",
-    "mgpu_tf.cluster.detect": "detect_cluster",
-    "mgpu_tf.cluster.launcher": "launch",
-    "mgpu_tf.cluster.failures": "WorkerLostError worker_failures",
-    "mgpu_tf.cluster.ray_train": "RayReporter",
-}
+import lazy_loader as lazy
 
-_SUBMODULES = ("tf_config", "hostlist", "detect", "launcher", "failures", "kubernetes",
-               "jobset", "manifest_parts", "calibrate", "ray_train")
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]

@@ -6,10 +6,6 @@ locally for `steps_per_sync` steps, `ring` is the toolkit's TCP ring and
 strategy was made with into the Keras optimizer.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.comm.compression": "Compression",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -15,16 +15,10 @@ Each fix and each private name is guarded by the releases it is known for:
   releases each is known for.
 """
 
-from mgpu_tf import lazy_exports
+import importlib.util
 
-_EXPORTS = {
-    "mgpu_tf.compat.multi_worker": ("KERAS_20585_VERSIONS apply_multi_worker_fixes "
-                                    "multi_worker_fixes_apply set_log_mean"),
-    "mgpu_tf.compat.collective_keys": "distinct_collective_keys",
-    "mgpu_tf.compat.keras_steps": "KERAS_STEP_VERSIONS apply_step_fixes step_fixes_apply",
-}
+import lazy_loader as lazy
 
-_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "native_logs", "private",
-               "private_callbacks", "versions")
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]

@@ -6,10 +6,6 @@ and counts what is sharded, `plan` computes the layout as plain Python,
 when replicas' batches differ in size.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.data.sharding": "describe_sharding shard_dataset",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

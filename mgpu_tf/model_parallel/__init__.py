@@ -7,13 +7,10 @@ optimizer updates on their devices, `strategy` the `"model_parallel"` strategy, 
 `hybrid/` a pipeline in each worker with data parallelism across workers.
 """
 
-from mgpu_tf import lazy_exports
+import importlib.util
 
-_EXPORTS = {
-    "mgpu_tf.model_parallel.balance": "Balance balance_by_params balance_by_time "
-                                      "balance_by_uniform",
-    "mgpu_tf.model_parallel.wrapper": "ModelParallel StagePlan",
-    "mgpu_tf.model_parallel.strategy": "ModelParallelStrategy",
-}
+import lazy_loader as lazy
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("hybrid",))
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]

@@ -12,11 +12,6 @@ adds what an epoch costs besides its steps, and
 on this machine what the predictions say (`mgpu-tf bench`).
 The names load on first use, so `mgpu-tf plan --help` answers without TensorFlow."""
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.planner.memory": "Footprint format_size parse_size",
-    "mgpu_tf.planner.recommend": "Option Plan PlanError plan",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -8,14 +8,6 @@ Lower layers (`registry`, `options`, `devices`) never import `factory`; plugins
 register through `registry`.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.strategies.registry": "OPTIONS StrategyKind register_option register_strategy",
-    "mgpu_tf.strategies.options": "validate_options",
-    "mgpu_tf.strategies.factory": "auto_choice available_strategies make_strategy prepare_model "
-                                  "strategy_kind",
-    "mgpu_tf.strategies.devices": "simulate_devices",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

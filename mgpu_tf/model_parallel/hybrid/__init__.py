@@ -4,11 +4,10 @@
 `model` the `HybridParallel` wrapper that `prepare_model` returns under it.
 """
 
-from mgpu_tf import lazy_exports
+import importlib.util
 
-_EXPORTS = {
-    "mgpu_tf.model_parallel.hybrid.model": "HybridParallel",
-    "mgpu_tf.model_parallel.hybrid.strategy": "HybridStrategy",
-}
+import lazy_loader as lazy
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, ("model", "strategy"))
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]

@@ -8,13 +8,6 @@ rounds and `report` summarises them into a table, a JSON file and a plot.
 The names load on first use, so `mgpu-tf bench --help` answers without TensorFlow.
 """
 
-from mgpu_tf import lazy_exports
+import lazy_loader as lazy
 
-_EXPORTS = {
-    "mgpu_tf.planner.bench.settings": "ModelSpec Setting default_settings switched",
-    "mgpu_tf.planner.bench.runner": "FreshProcessError run_in_fresh_process",
-    "mgpu_tf.planner.bench.scaling": "measure run_benchmark",
-    "mgpu_tf.planner.bench.report": "summarise format_table write_json write_plot",
-}
-
-__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

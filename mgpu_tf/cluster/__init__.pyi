@@ -1,0 +1,13 @@
+# For type checkers and IDEs; at run time lazy-loader loads each import below on first use.
+# Type checkers take a stub's imports as exported only where `__all__` names them.
+
+__all__ = ["ClusterConfig", "ClusterConfigError", "RayReporter", "WorkerLostError",
+           "detect_cluster", "launch", "parse_tf_config", "worker_failures"]
+
+from . import (calibrate, detect, failures, hostlist, jobset, kubernetes, launcher, manifest_parts,
+               ray_train, tf_config)
+from .detect import detect_cluster
+from .failures import WorkerLostError, worker_failures
+from .launcher import launch
+from .ray_train import RayReporter
+from .tf_config import ClusterConfig, ClusterConfigError, parse_tf_config
