@@ -6,8 +6,15 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
+from support import compare
+from support import tolerance
 
 DEVICES = ["CPU:0", "CPU:1"]
+# The sums behind a gradient of _bn_first() on 10 rows: widths 6, 12, 12 forward, 1, 12
+# back, the batch (support.tolerance); statistics are sums over the batch's rows.
+TERMS = 6 + 12 + 12 + 1 + 12 + 10
+STEP = tolerance.training(1, TERMS)
+FIT = tolerance.training(3, TERMS)
 
 
 def _relative(got, want):
@@ -41,11 +48,10 @@ def test_moving_statistics_follow_the_unsplit_model_over_steps(recompute):
         m.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
         m.fit(x, y, batch_size=10, epochs=1, shuffle=False, verbose=0)  # 3 steps
     got, want = model.model.get_layer("bn_in"), reference.get_layer("bn_in")
-    assert _relative(got.moving_mean.numpy(), want.moving_mean.numpy()) < 1e-5
-    assert _relative(got.moving_variance.numpy(), want.moving_variance.numpy()) < 1e-5
+    assert _relative(got.moving_mean.numpy(), want.moving_mean.numpy()) < FIT
+    assert _relative(got.moving_variance.numpy(), want.moving_variance.numpy()) < FIT
     # Inference normalises with the moving statistics, as the unwrapped model does.
-    np.testing.assert_allclose(model(x[:13]), model.model(x[:13], training=False), rtol=1e-5,
-                               atol=1e-6)
+    assert _relative(model(x[:13]).numpy(), model.model(x[:13], training=False).numpy()) < STEP
     # Averaging the micro-batch variances, or updating once per micro-batch, is far off.
     mean_of_variances = np.mean([np.var(p, 0) for p in np.array_split(x[:10], [3, 6, 9])], 0)
     assert _relative(mean_of_variances, np.var(x[:10], 0)) > 0.05
@@ -64,17 +70,16 @@ def test_each_microbatch_is_normalised_with_its_own_statistics():
         out = tf.concat([reference(p, training=True) for p in pieces], 0)
         want_loss = tf.reduce_mean(tf.square(out - y))
     want = tape.gradient(want_loss, reference.trainable_variables)
-    np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-6)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(float(loss), float(want_loss), rtol=STEP)
+    # On the model's scale: the bias before bn_deep has a zero gradient in exact
+    # arithmetic, so its elements hold rounding only.
+    assert compare.relative_difference(got, want) < STEP
     # One update from the whole batch: the deeper layer's input, micro-batch by micro-batch.
     below = keras.Sequential(_bn_first().layers[:2])  # bn_in and d0, initial weights
     inputs = np.concatenate([below(p, training=True).numpy() for p in pieces])
     bn = model.model.get_layer("bn_deep")
-    np.testing.assert_allclose(bn.moving_mean.numpy(), 0.2 * inputs.mean(0), rtol=1e-5,
-                               atol=1e-7)
-    np.testing.assert_allclose(bn.moving_variance.numpy(), 0.8 + 0.2 * inputs.var(0),
-                               rtol=1e-5)
+    assert _relative(bn.moving_mean.numpy(), 0.2 * inputs.mean(0)) < STEP
+    assert _relative(bn.moving_variance.numpy(), 0.8 + 0.2 * inputs.var(0)) < STEP
 
 
 def test_options_pass_through_make_strategy():
