@@ -6,18 +6,21 @@ high, and a run missing one step, must both lie beyond it from the correct run.
 (The model-parallel bounds are checked beside their tests.)
 """
 
+import keras
 import numpy as np
 import pytest
 
 import test_accumulation
 import test_adaptive_shards
 import test_equivalence
+import test_hybrid
 import test_keras_steps
 import test_sharding
 import test_sharding_workers
 from support import adaptive_worker
 from support import compare
 from support import mw_equivalence
+from support import mw_hybrid
 from support import sharding_problem
 from support import steps_job
 from support import tolerance
@@ -99,4 +102,23 @@ def test_keras_steps_bound_rejects_a_wrong_update():
     blocks = sharding_problem.blocks(len(x), steps_job.GLOBAL_BATCH) * steps_job.EPOCHS
     correct = _train(build, x, y, blocks)
     assert tolerance.rejects(test_keras_steps.BOUND, correct, _wrong_runs(build, x, y, blocks),
+                             compare.relative_difference) == []
+
+
+def test_hybrid_bound_rejects_a_wrong_update():
+    rng = np.random.RandomState(0)  # mw_hybrid's data
+    x = rng.randn(mw_hybrid.EXAMPLES, 8).astype("float32")
+    y = np.sin(x).sum(axis=1, keepdims=True).astype("float32")
+    keras.utils.set_random_seed(100)
+    initial = mw_hybrid.build_model().get_weights()
+
+    def build():
+        model = mw_hybrid.build_model()
+        model.set_weights(initial)
+        model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+        return model
+
+    blocks = sharding_problem.blocks(mw_hybrid.EXAMPLES, mw_hybrid.GLOBAL_BATCH) * mw_hybrid.EPOCHS
+    correct = _train(build, x, y, blocks)
+    assert tolerance.rejects(test_hybrid.TOLERANCE, correct, _wrong_runs(build, x, y, blocks),
                              compare.relative_difference) == []
