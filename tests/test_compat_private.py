@@ -1,4 +1,4 @@
-"""Tests for mgpu_tf.compat.private and private_callbacks: every private name mgpu_tf touches.
+"""Tests for mgpu_tf.compat.private, private_trainer and private_callbacks: each private name.
 
 Each accessor is run on the installed Keras and TensorFlow and its result checked, so
 that a renamed or changed private name fails here, by name, rather than in a training
@@ -27,7 +27,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.compat import private, private_callbacks, versions
+from mgpu_tf.compat import private, private_callbacks, private_trainer, versions
 from mgpu_tf.compat.private import PrivateNameError
 from support import workers
 
@@ -113,7 +113,7 @@ def test_the_installed_releases_are_known():
 
 def test_each_accessor_docstring_states_the_known_ranges():
     ranges = {known.text() for known in versions.KNOWN.values()}
-    source = inspect.getsource(private) + inspect.getsource(private_callbacks)
+    source = "".join(inspect.getsource(m) for m in (private, private_callbacks, private_trainer))
     written = set(re.findall(r"\((?:Keras|TensorFlow) \d+\.\d+-\d+\.\d+\)", source))
     assert {f"({r})" for r in ranges} == written
 
@@ -225,7 +225,7 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "optimizer=<SimpleNamespace 'thing'>"),
     (lambda o: private.variable_index(o, None), "BaseOptimizer._get_variable_index",
      "optimizer=<SimpleNamespace 'thing'>"),
-    (lambda o: private.model_strategy(o), "Trainer._distribute_strategy",
+    (lambda o: private_trainer.model_strategy(o), "Trainer._distribute_strategy",
      "model=<SimpleNamespace 'thing'>"),
     (lambda o: private.dataset_inputs(o), "DatasetV2._inputs",
      "dataset=<SimpleNamespace 'thing'>"),
@@ -336,22 +336,22 @@ def test_an_optimizer_without_the_method_gets_the_clear_error(name, owner):
 
 
 def test_keras_trainer_and_its_functions():
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     assert trainer.TensorFlowTrainer in type(_sequential()).__mro__
-    assert private.trainer_function("reduce_per_replica") is trainer.reduce_per_replica
-    assert (private.trainer_function("TensorFlowTrainer._maybe_symbolic_build")
+    assert private_trainer.trainer_function("reduce_per_replica") is trainer.reduce_per_replica
+    assert (private_trainer.trainer_function("TensorFlowTrainer._maybe_symbolic_build")
             is trainer.TensorFlowTrainer._maybe_symbolic_build)
     assert str(inspect.signature(inspect.unwrap(
-        private.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
+        private_trainer.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
 
 
 def test_is_multi_worker_is_false_on_one_machine():
-    assert private.is_multi_worker(mgpu_tf.make_strategy("mirrored", devices=2)) is False
-    assert private.is_multi_worker(tf.distribute.get_strategy()) is False
+    assert private_trainer.is_multi_worker(mgpu_tf.make_strategy("mirrored", devices=2)) is False
+    assert private_trainer.is_multi_worker(tf.distribute.get_strategy()) is False
 
 
 def test_set_trainer_function_is_what_keras_runs(monkeypatch):
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     monkeypatch.setattr(trainer, "reduce_per_replica", trainer.reduce_per_replica)
     seen = []
     original = trainer.reduce_per_replica
@@ -360,7 +360,7 @@ def test_set_trainer_function_is_what_keras_runs(monkeypatch):
         seen.append(reduction)
         return original(values, strategy, reduction)
 
-    private.set_trainer_function("reduce_per_replica", reduce_per_replica)
+    private_trainer.set_trainer_function("reduce_per_replica", reduce_per_replica)
     model = _sequential()
     model.compile(optimizer="sgd", loss="mse")
     model.fit(np.ones((4, 3)), np.ones((4, 2)), batch_size=2, epochs=1, verbose=0)
@@ -369,30 +369,30 @@ def test_set_trainer_function_is_what_keras_runs(monkeypatch):
 
 def test_trainer_function_refuses_other_names():
     with pytest.raises(ValueError, match="`name` must be one of "):
-        private.trainer_function("TensorFlowTrainer.fit")
+        private_trainer.trainer_function("TensorFlowTrainer.fit")
 
 
 def test_a_trainer_without_the_function_gets_the_clear_error(monkeypatch):
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")
     with pytest.raises(PrivateNameError, match=_missing(
             "trainer._collective_all_reduce_multi_worker", "the Keras installation")):
-        private.is_multi_worker(tf.distribute.get_strategy())
+        private_trainer.is_multi_worker(tf.distribute.get_strategy())
 
 
 def test_a_keras_without_the_trainer_module_gets_the_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.trainer", None)
     with pytest.raises(PrivateNameError, match=_missing(
             "keras.src.backend.tensorflow.trainer", "the Keras installation")):
-        private.keras_trainer()
+        private_trainer.keras_trainer()
 
 
 def test_model_strategy_is_the_scope_it_was_made_in():
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
         inside = _sequential()
-    assert private.model_strategy(inside) is strategy
-    assert private.model_strategy(_sequential()) is None
+    assert private_trainer.model_strategy(inside) is strategy
+    assert private_trainer.model_strategy(_sequential()) is None
 
 
 # ------------------------------------------------------------------ Keras' callbacks
@@ -510,7 +510,8 @@ def test_default_strategy_without_a_scope_stack_per_graph(monkeypatch):
 # ------------------------------------------------------------------ the source scan
 
 # The modules that hold the accessors, the only ones allowed to reach a private name.
-ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py")
+ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py",
+             "mgpu_tf/compat/private_trainer.py")
 # Python code of the project that is not a test, beside the package (tests check
 # upstream behaviour, so they reach private names on purpose).
 _ALSO_SCANNED = ("benchmarks",)

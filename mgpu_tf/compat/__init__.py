@@ -10,9 +10,10 @@ Each fix and each private name is guarded by the releases it is known for:
   strategies (keras-team/keras#19005, tensorflow/tensorflow#53140).
 - `native_logs`: TensorFlow's C++ start-up lines, which `TF_CPP_MIN_LOG_LEVEL` does
   not reach (abseil/abseil-cpp#1718), kept out of the main job's output.
-- `private` (and `private_callbacks`, for the chief-only callbacks): an accessor for
-  every private Keras or TensorFlow name the toolkit touches; `versions` says which
-  releases each is known for.
+- `private` (with `private_trainer`, for Keras' TensorFlow trainer, and
+  `private_callbacks`, for the chief-only callbacks): an accessor for every private
+  Keras or TensorFlow name the toolkit touches; `versions` says which releases each
+  is known for.
 """
 
 from mgpu_tf import lazy_exports
@@ -25,6 +26,6 @@ _EXPORTS = {
 }
 
 _SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "native_logs", "private",
-               "private_callbacks", "versions")
+               "private_callbacks", "private_trainer", "versions")
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -1,9 +1,10 @@
 """Which releases each private Keras or TensorFlow name is known for, and what happens outside.
 
-`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`
-and `private_callbacks`) to the releases it is known for: the Keras ranges were
-read from Keras' source at each release tag, the TensorFlow ranges run from the
-oldest TensorFlow mgpu_tf supports to the newest it is tested with. Outside its
+`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`,
+`private_trainer` and `private_callbacks`) to the releases it is known for: the
+Keras ranges were read from Keras' source at each release tag, the TensorFlow
+ranges run from the oldest TensorFlow mgpu_tf supports to the newest it is tested
+with. Outside its
 range a name is tried after one logged warning (`check`); a name that is gone
 raises `PrivateNameError` (`attribute`, `missing`), which says what to install.
 """
@@ -13,7 +14,7 @@ import logging
 import re
 
 __all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
-           "keras_mismatch", "log_once", "missing", "release_in"]
+           "keras_mismatch", "log_once", "method", "missing", "release_in"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -220,6 +221,14 @@ def attribute(owner, name, received):
         return getattr(owner, name.rpartition(".")[2])
     except AttributeError:
         raise missing(name, received) from None
+
+
+def method(owner, name, received):
+    """`attribute`, and a `PrivateNameError` too when what it finds cannot be called."""
+    found = attribute(owner, name, received)
+    if not callable(found):
+        raise missing(name, received)
+    return found
 
 
 def describe(obj):
