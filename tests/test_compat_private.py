@@ -91,6 +91,14 @@ def _bare(name="thing"):
     ("Trainer._initial_epoch", "3.16.0", False),
     ("DatasetV2._inputs", "2.21.0", True),
     ("DatasetV2._inputs", "2.22.0", False),
+    ("Trainer._compute_loss", "3.3.3", False),
+    ("Trainer._compute_loss", "3.4.0", True),
+    ("keras.src.losses.loss.unscale_loss_for_distribution", "3.7.0", False),
+    ("keras.src.losses.loss.unscale_loss_for_distribution", "3.8.0", True),
+    ("TensorFlowTrainer._make_function", "3.6.0", False),
+    ("TensorFlowTrainer._make_function", "3.7.0", True),
+    ("TensorFlowTrainer._autoconvert_optionals", "3.11.3", False),
+    ("TensorFlowTrainer._autoconvert_optionals", "3.12.0", True),
 ])
 def test_known_for(name, version, known):
     assert versions.known_for(name, version) is known
@@ -197,6 +205,19 @@ def test_nested_layers_include_nested_models():
     assert {"inner", "bn", "d"} <= set(names) and outer.name not in names
 
 
+def test_call_has_training_arg_reads_the_call_signature():
+    class WithTraining(keras.layers.Layer):
+        def call(self, x, training=None):
+            return x
+
+    class Plain(keras.layers.Layer):
+        def call(self, x):
+            return x
+
+    assert private.call_has_training_arg(WithTraining()) is True
+    assert private.call_has_training_arg(Plain()) is False
+
+
 def test_reinitialize_variable_moves_it_and_keeps_its_value():
     layer = keras.layers.Dense(2)
     with tf.device("/device:CPU:0"):
@@ -231,6 +252,16 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "dataset=<SimpleNamespace 'thing'>"),
     (lambda o: private_callbacks.set_initial_epoch(o, 2), "Trainer._initial_epoch",
      "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private.call_has_training_arg(o), "Layer._call_has_training_arg",
+     "layer=<SimpleNamespace 'thing'>"),
+    (lambda o: private.set_optional_spec(o, None), "Optional._element_spec",
+     "optional=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.loss_tracker(o), "Trainer._loss_tracker",
+     "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.compute_loss(o, None, None, None, None, True),
+     "Trainer._compute_loss", "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.autoconvert_optionals(o, None),
+     "TensorFlowTrainer._autoconvert_optionals", "model=<SimpleNamespace 'thing'>"),
 ])
 def test_an_object_without_the_name_gets_the_clear_error(call, name, received):
     with pytest.raises(PrivateNameError, match=_missing(name, received)):
@@ -345,6 +376,37 @@ def test_keras_trainer_and_its_functions():
         private_trainer.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
 
 
+@pytest.mark.parametrize("name, signature", [
+    ("_make_function", "(self, step_function)"),
+    ("make_train_function", "(self, force=False)"),
+    ("make_test_function", "(self, force=False)"),
+    ("train_step", "(self, data)"),
+    ("test_step", "(self, data)"),
+])
+def test_the_trainer_methods_of_the_step_fix(name, signature):
+    found = private_trainer.trainer_function(f"TensorFlowTrainer.{name}")
+    assert found is getattr(keras.Model, name)  # what every Keras model runs
+    assert str(inspect.signature(inspect.unwrap(found))) == signature
+
+
+def test_fit_makes_its_train_function_with_the_one_set(monkeypatch):
+    cls = private_trainer.keras_trainer().TensorFlowTrainer
+    original = cls.make_train_function
+    monkeypatch.setattr(cls, "make_train_function", original)  # put back afterwards
+    made = []
+
+    def make_train_function(self, force=False):
+        made.append(self.name)
+        return original(self, force)
+
+    private_trainer.set_trainer_function("TensorFlowTrainer.make_train_function",
+                                         make_train_function)
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), batch_size=2, epochs=1, verbose=0)
+    assert made == ["seq"], f"Keras {keras.__version__} no longer asks the model for it"
+
+
 def test_is_multi_worker_is_false_on_one_machine():
     assert private_trainer.is_multi_worker(mgpu_tf.make_strategy("mirrored", devices=2)) is False
     assert private_trainer.is_multi_worker(tf.distribute.get_strategy()) is False
@@ -393,6 +455,74 @@ def test_model_strategy_is_the_scope_it_was_made_in():
         inside = _sequential()
     assert private_trainer.model_strategy(inside) is strategy
     assert private_trainer.model_strategy(_sequential()) is None
+
+
+# ------------------------------------------------------------------ the train step
+
+
+def test_autoconvert_optionals_gives_none_for_an_empty_optional():
+    step = private_trainer.autoconvert_optionals(_sequential(), lambda data: data)
+    x, weight = step((tf.ones(2), tf.experimental.Optional.empty(None)))
+    assert weight is None
+    np.testing.assert_array_equal(x, [1.0, 1.0])
+
+
+def test_the_loss_tracker_is_what_keras_logs_as_loss():
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    tracker = private_trainer.loss_tracker(model)
+    assert isinstance(tracker, keras.metrics.Mean)
+    tracker.update_state(3.0)
+    tracker.update_state(5.0, sample_weight=3.0)
+    assert float(model.get_metrics_result()["loss"]) == 4.5  # (3 + 15) / 4
+
+
+def test_compute_loss_passes_training_only_to_a_compute_loss_that_takes_it():
+    x, y = np.ones((2, 3), "float32"), np.zeros((2, 2), "float32")
+    y_pred = np.array([[1.0, 2.0], [3.0, 4.0]], "float32")
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    loss = private_trainer.compute_loss(model, x, y, y_pred, None, True)
+    assert float(loss) == pytest.approx(7.5)  # the mean of 1, 4, 9, 16
+
+    class Older(keras.Sequential):  # compute_loss as written before Keras 3.4
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+            return super().compute_loss(x, y, y_pred, sample_weight) * 2
+
+    older = Older([keras.Input((3,)), keras.layers.Dense(2)])
+    older.compile(optimizer="sgd", loss="mse")
+    assert float(private_trainer.compute_loss(older, x, y, y_pred, None, True)) == (
+        pytest.approx(15.0))
+
+
+def test_unscale_loss_undoes_what_keras_losses_divide_by_under_a_strategy():
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    y, y_pred = tf.zeros((2, 1)), tf.constant([[1.0], [3.0]])
+
+    def replica():
+        loss = keras.losses.MeanSquaredError()(y, y_pred)
+        return loss, private_trainer.unscale_loss(loss)
+
+    scaled, unscaled = (strategy.experimental_local_results(v)
+                        for v in strategy.run(replica))
+    np.testing.assert_allclose(scaled, [2.5, 2.5])  # 5.0 over 2 replicas
+    np.testing.assert_allclose(unscaled, [5.0, 5.0])
+    assert float(private_trainer.unscale_loss(tf.constant(5.0))) == 5.0  # no strategy
+
+
+def test_a_keras_without_unscale_gets_the_clear_error(monkeypatch):
+    monkeypatch.delattr(importlib.import_module("keras.src.losses.loss"),
+                        "unscale_loss_for_distribution")
+    with pytest.raises(PrivateNameError, match=_missing(
+            "keras.src.losses.loss.unscale_loss_for_distribution", "the Keras installation")):
+        private_trainer.unscale_loss(1.0)
+
+
+def test_set_optional_spec_gives_an_empty_optional_its_spec():
+    optional = tf.experimental.Optional.empty(None)
+    spec = tf.TensorSpec([2], tf.float32)
+    private.set_optional_spec(optional, spec)
+    assert optional.element_spec == spec
 
 
 # ------------------------------------------------------------------ Keras' callbacks

@@ -16,6 +16,7 @@ from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe
 
 __all__ = [
     "PrivateNameError",
+    "call_has_training_arg",
     "collective_key_base",
     "configure_coordination_service",
     "dataset_inputs",
@@ -28,6 +29,7 @@ __all__ = [
     "require",
     "sequential_graph",
     "set_collective_key_base",
+    "set_optional_spec",
     "variable_index",
     "wrap_optimizer_method",
 ]
@@ -110,6 +112,18 @@ def nested_layers(layer):
     """
     flatten = method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
     return list(flatten(include_self=False))
+
+
+def call_has_training_arg(layer):
+    """Returns True when the layer's `call` takes a `training` argument.
+
+    Touches `Layer._call_has_training_arg` (Keras 3.0-3.15), which Keras' train and
+    test steps read before passing `training` to the model.
+
+    Raises:
+        PrivateNameError: when the layer has no such attribute.
+    """
+    return bool(attribute(layer, "Layer._call_has_training_arg", f"layer={describe(layer)}"))
 
 
 def reinitialize_variable(variable, value):
@@ -198,6 +212,20 @@ def dataset_inputs(dataset):
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
+
+
+def set_optional_spec(optional, spec):
+    """Gives a `tf.experimental.Optional` the element spec it is to have.
+
+    Touches `Optional._element_spec` (TensorFlow 2.16-2.21). An empty optional made
+    before a `tf.while_loop` learns the spec of the values it will hold only when
+    they are traced, as in Keras' own train function.
+
+    Raises:
+        PrivateNameError: when the optional has no such attribute.
+    """
+    attribute(optional, "Optional._element_spec", f"optional={describe(optional)}")
+    optional._element_spec = spec
 
 
 def collective_key_base(strategy_class):

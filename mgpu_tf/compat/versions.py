@@ -65,6 +65,10 @@ def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
 _KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
 _STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
 _BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
+_STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribute replaces "
+             "Keras' train and test functions")
+_TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
+               "follows Keras'")
 
 # Private name -> the releases it is known for.
 KNOWN = {
@@ -89,10 +93,25 @@ KNOWN = {
     "TensorFlowTrainer._maybe_symbolic_build": _keras(_KERAS_20585, first=(3, 5)),
     "trainer.reduce_per_replica": _keras(_KERAS_20585),
     "trainer._collective_all_reduce_multi_worker": _keras(_KERAS_20585),
-    "Trainer._distribute_strategy": _keras(_KERAS_20585),
+    "Trainer._distribute_strategy": _keras(
+        "The fixes for Keras under tf.distribute read the strategy a model was made under"),
+    "TensorFlowTrainer._make_function": _keras(_STEP_FIX, first=(3, 7)),
+    "TensorFlowTrainer._autoconvert_optionals": _keras(_STEP_FIX, first=(3, 12)),
+    # Public methods of Keras' TensorFlow trainer class, which Keras does not export:
+    # the fix stands in for the first two, tells a model's own steps from the last
+    # two, and checks the source of all four.
+    "TensorFlowTrainer.make_train_function": _keras(_STEP_FIX),
+    "TensorFlowTrainer.make_test_function": _keras(_STEP_FIX),
+    "TensorFlowTrainer.train_step": _keras(_STEP_FIX),
+    "TensorFlowTrainer.test_step": _keras(_STEP_FIX),
+    "Trainer._loss_tracker": _keras(_TRAIN_STEP),
+    "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
+    "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
+    "keras.src.losses.loss.unscale_loss_for_distribution": _keras(_TRAIN_STEP, first=(3, 8)),
     # Keras' fit reads where to start after `on_train_begin`, where a backup is read.
     "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
+    "Optional._element_spec": _tensorflow(_STEP_FIX),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
