@@ -655,11 +655,6 @@ _BY_NAME = {"getattr", "hasattr", "setattr", "delattr", "__getattribute__", "__s
 # Private names that modules outside the accessors still use themselves: the path (or
 # folder) of the modules, and the names. Each is to move behind an accessor.
 _NOT_YET_ROUTED = {
-    "mgpu_tf/compat/keras_steps.py": {
-        "keras.src", "keras.src.backend.tensorflow", "keras.src.losses",
-        "keras.src.trainers.data_adapters", "_distribute_strategy", "_call_has_training_arg",
-        "_compute_loss", "_loss_tracker", "_collective_all_reduce_multi_worker",
-        "_autoconvert_optionals", "_element_spec"},
     "mgpu_tf/model_parallel/hybrid/model.py": {"_loss_tracker"},
 }
 
