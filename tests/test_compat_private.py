@@ -655,7 +655,6 @@ _BY_NAME = {"getattr", "hasattr", "setattr", "delattr", "__getattribute__", "__s
 # Private names that modules outside the accessors still use themselves: the path (or
 # folder) of the modules, and the names. Each is to move behind an accessor.
 _NOT_YET_ROUTED = {
-    "mgpu_tf/model_parallel/hybrid/model.py": {"_loss_tracker"},
 }
 
 

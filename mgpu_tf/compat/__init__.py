@@ -8,6 +8,8 @@ Each fix and each private name is guarded by the releases it is known for:
 - `collective_keys`: a collective key range of its own for each MirroredStrategy.
 - `keras_steps`: `steps_per_execution` and `jit_compile` under `tf.distribute`
   strategies (keras-team/keras#19005, tensorflow/tensorflow#53140).
+- `keras_train_step`: Keras' train step, for the steps that cannot be Keras' own
+  (XLA per replica under a strategy, `HybridParallel`'s average over workers).
 - `native_logs`: TensorFlow's C++ start-up lines, which `TF_CPP_MIN_LOG_LEVEL` does
   not reach (abseil/abseil-cpp#1718), kept out of the main job's output.
 - `private` (with `private_trainer`, for Keras' TensorFlow trainer, and
@@ -25,7 +27,7 @@ _EXPORTS = {
     "mgpu_tf.compat.keras_steps": "KERAS_STEP_VERSIONS apply_step_fixes step_fixes_apply",
 }
 
-_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "native_logs", "private",
-               "private_callbacks", "private_trainer", "versions")
+_SUBMODULES = ("multi_worker", "collective_keys", "keras_steps", "keras_train_step",
+               "native_logs", "private", "private_callbacks", "private_trainer", "versions")
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)

@@ -40,7 +40,7 @@ import logging
 import numbers
 import warnings
 
-from mgpu_tf.compat import private, private_trainer, versions
+from mgpu_tf.compat import keras_train_step, private, private_trainer, versions
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "step_fixes_apply", "source_fingerprints",
@@ -231,28 +231,16 @@ def _replica_step(model, step_function, kind):
 
 def _xla_train_step(model):
     """Keras' `train_step`, with the forward pass, loss and gradients under XLA."""
-    import keras
     import tensorflow as tf
 
-    private.require(model, "Layer._call_has_training_arg", "Trainer._compute_loss",
-                    "Trainer._loss_tracker", argument="model")
+    keras_train_step.require(model)
 
     @tf.function(jit_compile=True, reduce_retracing=True)
-    def forward_backward(x, y, sample_weight):
-        with tf.GradientTape() as tape:
-            y_pred = model(x, training=True) if private.call_has_training_arg(model) else model(x)
-            loss = private_trainer.compute_loss(model, x, y, y_pred, sample_weight, True)
-            scaled = model.optimizer.scale_loss(loss) if model.optimizer is not None else loss
-        return y_pred, loss, tape.gradient(scaled, model.trainable_weights)
+    def forward(x, y, sample_weight):
+        return keras_train_step.forward_backward(model, x, y, sample_weight)
 
     def train_step(data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        y_pred, loss, gradients = forward_backward(x, y, sample_weight)
-        private_trainer.loss_tracker(model).update_state(
-            private_trainer.unscale_loss(loss),
-            sample_weight=tf.shape(next(i for i in keras.tree.flatten(x) if i is not None))[0])
-        model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
-        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return keras_train_step.train_step(model, data, forward=forward)
 
     return train_step
 
