@@ -1006,12 +1006,12 @@ def test_the_scan_catches_keras_state_in_a_subclass_of_a_package_class(tmp_path)
     module.write_text(module.read_text() + (
         "\n\nclass _Logged(HybridParallel):\n"
         "    def test_step(self, data):\n"
-        "        self._compile_metrics.reset_state()\n"
+        "        self._loss_tracker.reset_state()\n"
         "        return super().test_step(data)\n"))
     found = _scan(copy)
     assert list(found) == ["mgpu_tf/model_parallel/hybrid/model.py"]
     [(_, name, code)] = found["mgpu_tf/model_parallel/hybrid/model.py"]
-    assert (name, code) == ("_compile_metrics", "self._compile_metrics")
+    assert (name, code) == ("_loss_tracker", "self._loss_tracker")
 
 
 _VIOLATIONS = '''
