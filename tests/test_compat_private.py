@@ -1,14 +1,17 @@
-"""Tests for mgpu_tf.compat.private and private_callbacks: every private name mgpu_tf touches.
+"""Tests for mgpu_tf.compat.private, private_trainer and private_callbacks: each private name.
 
 Each accessor is run on the installed Keras and TensorFlow and its result checked, so
 that a renamed or changed private name fails here, by name, rather than in a training
 step. Each also gives `PrivateNameError` (not `AttributeError`) on an object without
 the name, and logs once on a release outside the ones its name is known for. A scan
-of the package's source fails when a module outside `mgpu_tf/compat/` reaches a
-private name itself.
+of the package's source (and the benchmarks') fails when a module other than the
+accessors' reaches a private name itself, `mgpu_tf/compat/`'s other modules included,
+or a class reads upstream private state that it inherits from a Keras or TensorFlow
+class through classes of other modules.
 """
 
 import ast
+import importlib
 import inspect
 import json
 import logging
@@ -24,7 +27,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.compat import private, private_callbacks, versions
+from mgpu_tf.compat import private, private_callbacks, private_trainer, versions
 from mgpu_tf.compat.private import PrivateNameError
 from support import workers
 
@@ -88,6 +91,14 @@ def _bare(name="thing"):
     ("Trainer._initial_epoch", "3.16.0", False),
     ("DatasetV2._inputs", "2.21.0", True),
     ("DatasetV2._inputs", "2.22.0", False),
+    ("Trainer._compute_loss", "3.3.3", False),
+    ("Trainer._compute_loss", "3.4.0", True),
+    ("keras.src.losses.loss.unscale_loss_for_distribution", "3.7.0", False),
+    ("keras.src.losses.loss.unscale_loss_for_distribution", "3.8.0", True),
+    ("TensorFlowTrainer._make_function", "3.6.0", False),
+    ("TensorFlowTrainer._make_function", "3.7.0", True),
+    ("TensorFlowTrainer._autoconvert_optionals", "3.11.3", False),
+    ("TensorFlowTrainer._autoconvert_optionals", "3.12.0", True),
 ])
 def test_known_for(name, version, known):
     assert versions.known_for(name, version) is known
@@ -110,7 +121,7 @@ def test_the_installed_releases_are_known():
 
 def test_each_accessor_docstring_states_the_known_ranges():
     ranges = {known.text() for known in versions.KNOWN.values()}
-    source = inspect.getsource(private) + inspect.getsource(private_callbacks)
+    source = "".join(inspect.getsource(m) for m in (private, private_callbacks, private_trainer))
     written = set(re.findall(r"\((?:Keras|TensorFlow) \d+\.\d+-\d+\.\d+\)", source))
     assert {f"({r})" for r in ranges} == written
 
@@ -194,6 +205,19 @@ def test_nested_layers_include_nested_models():
     assert {"inner", "bn", "d"} <= set(names) and outer.name not in names
 
 
+def test_call_has_training_arg_reads_the_call_signature():
+    class WithTraining(keras.layers.Layer):
+        def call(self, x, training=None):
+            return x
+
+    class Plain(keras.layers.Layer):
+        def call(self, x):
+            return x
+
+    assert private.call_has_training_arg(WithTraining()) is True
+    assert private.call_has_training_arg(Plain()) is False
+
+
 def test_reinitialize_variable_moves_it_and_keeps_its_value():
     layer = keras.layers.Dense(2)
     with tf.device("/device:CPU:0"):
@@ -222,12 +246,22 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "optimizer=<SimpleNamespace 'thing'>"),
     (lambda o: private.variable_index(o, None), "BaseOptimizer._get_variable_index",
      "optimizer=<SimpleNamespace 'thing'>"),
-    (lambda o: private.model_strategy(o), "Trainer._distribute_strategy",
+    (lambda o: private_trainer.model_strategy(o), "Trainer._distribute_strategy",
      "model=<SimpleNamespace 'thing'>"),
     (lambda o: private.dataset_inputs(o), "DatasetV2._inputs",
      "dataset=<SimpleNamespace 'thing'>"),
     (lambda o: private_callbacks.set_initial_epoch(o, 2), "Trainer._initial_epoch",
      "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private.call_has_training_arg(o), "Layer._call_has_training_arg",
+     "layer=<SimpleNamespace 'thing'>"),
+    (lambda o: private.set_optional_spec(o, None), "Optional._element_spec",
+     "optional=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.loss_tracker(o), "Trainer._loss_tracker",
+     "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.compute_loss(o, None, None, None, None, True),
+     "Trainer._compute_loss", "model=<SimpleNamespace 'thing'>"),
+    (lambda o: private_trainer.autoconvert_optionals(o, None),
+     "TensorFlowTrainer._autoconvert_optionals", "model=<SimpleNamespace 'thing'>"),
 ])
 def test_an_object_without_the_name_gets_the_clear_error(call, name, received):
     with pytest.raises(PrivateNameError, match=_missing(name, received)):
@@ -333,22 +367,53 @@ def test_an_optimizer_without_the_method_gets_the_clear_error(name, owner):
 
 
 def test_keras_trainer_and_its_functions():
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     assert trainer.TensorFlowTrainer in type(_sequential()).__mro__
-    assert private.trainer_function("reduce_per_replica") is trainer.reduce_per_replica
-    assert (private.trainer_function("TensorFlowTrainer._maybe_symbolic_build")
+    assert private_trainer.trainer_function("reduce_per_replica") is trainer.reduce_per_replica
+    assert (private_trainer.trainer_function("TensorFlowTrainer._maybe_symbolic_build")
             is trainer.TensorFlowTrainer._maybe_symbolic_build)
     assert str(inspect.signature(inspect.unwrap(
-        private.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
+        private_trainer.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
+
+
+@pytest.mark.parametrize("name, signature", [
+    ("_make_function", "(self, step_function)"),
+    ("make_train_function", "(self, force=False)"),
+    ("make_test_function", "(self, force=False)"),
+    ("train_step", "(self, data)"),
+    ("test_step", "(self, data)"),
+])
+def test_the_trainer_methods_of_the_step_fix(name, signature):
+    found = private_trainer.trainer_function(f"TensorFlowTrainer.{name}")
+    assert found is getattr(keras.Model, name)  # what every Keras model runs
+    assert str(inspect.signature(inspect.unwrap(found))) == signature
+
+
+def test_fit_makes_its_train_function_with_the_one_set(monkeypatch):
+    cls = private_trainer.keras_trainer().TensorFlowTrainer
+    original = cls.make_train_function
+    monkeypatch.setattr(cls, "make_train_function", original)  # put back afterwards
+    made = []
+
+    def make_train_function(self, force=False):
+        made.append(self.name)
+        return original(self, force)
+
+    private_trainer.set_trainer_function("TensorFlowTrainer.make_train_function",
+                                         make_train_function)
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.ones((4, 3)), np.ones((4, 2)), batch_size=2, epochs=1, verbose=0)
+    assert made == ["seq"], f"Keras {keras.__version__} no longer asks the model for it"
 
 
 def test_is_multi_worker_is_false_on_one_machine():
-    assert private.is_multi_worker(mgpu_tf.make_strategy("mirrored", devices=2)) is False
-    assert private.is_multi_worker(tf.distribute.get_strategy()) is False
+    assert private_trainer.is_multi_worker(mgpu_tf.make_strategy("mirrored", devices=2)) is False
+    assert private_trainer.is_multi_worker(tf.distribute.get_strategy()) is False
 
 
 def test_set_trainer_function_is_what_keras_runs(monkeypatch):
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     monkeypatch.setattr(trainer, "reduce_per_replica", trainer.reduce_per_replica)
     seen = []
     original = trainer.reduce_per_replica
@@ -357,7 +422,7 @@ def test_set_trainer_function_is_what_keras_runs(monkeypatch):
         seen.append(reduction)
         return original(values, strategy, reduction)
 
-    private.set_trainer_function("reduce_per_replica", reduce_per_replica)
+    private_trainer.set_trainer_function("reduce_per_replica", reduce_per_replica)
     model = _sequential()
     model.compile(optimizer="sgd", loss="mse")
     model.fit(np.ones((4, 3)), np.ones((4, 2)), batch_size=2, epochs=1, verbose=0)
@@ -366,30 +431,98 @@ def test_set_trainer_function_is_what_keras_runs(monkeypatch):
 
 def test_trainer_function_refuses_other_names():
     with pytest.raises(ValueError, match="`name` must be one of "):
-        private.trainer_function("TensorFlowTrainer.fit")
+        private_trainer.trainer_function("TensorFlowTrainer.fit")
 
 
 def test_a_trainer_without_the_function_gets_the_clear_error(monkeypatch):
-    trainer = private.keras_trainer()
+    trainer = private_trainer.keras_trainer()
     monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")
     with pytest.raises(PrivateNameError, match=_missing(
             "trainer._collective_all_reduce_multi_worker", "the Keras installation")):
-        private.is_multi_worker(tf.distribute.get_strategy())
+        private_trainer.is_multi_worker(tf.distribute.get_strategy())
 
 
 def test_a_keras_without_the_trainer_module_gets_the_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "keras.src.backend.tensorflow.trainer", None)
     with pytest.raises(PrivateNameError, match=_missing(
             "keras.src.backend.tensorflow.trainer", "the Keras installation")):
-        private.keras_trainer()
+        private_trainer.keras_trainer()
 
 
 def test_model_strategy_is_the_scope_it_was_made_in():
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
         inside = _sequential()
-    assert private.model_strategy(inside) is strategy
-    assert private.model_strategy(_sequential()) is None
+    assert private_trainer.model_strategy(inside) is strategy
+    assert private_trainer.model_strategy(_sequential()) is None
+
+
+# ------------------------------------------------------------------ the train step
+
+
+def test_autoconvert_optionals_gives_none_for_an_empty_optional():
+    step = private_trainer.autoconvert_optionals(_sequential(), lambda data: data)
+    x, weight = step((tf.ones(2), tf.experimental.Optional.empty(None)))
+    assert weight is None
+    np.testing.assert_array_equal(x, [1.0, 1.0])
+
+
+def test_the_loss_tracker_is_what_keras_logs_as_loss():
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    tracker = private_trainer.loss_tracker(model)
+    assert isinstance(tracker, keras.metrics.Mean)
+    tracker.update_state(3.0)
+    tracker.update_state(5.0, sample_weight=3.0)
+    assert float(model.get_metrics_result()["loss"]) == 4.5  # (3 + 15) / 4
+
+
+def test_compute_loss_passes_training_only_to_a_compute_loss_that_takes_it():
+    x, y = np.ones((2, 3), "float32"), np.zeros((2, 2), "float32")
+    y_pred = np.array([[1.0, 2.0], [3.0, 4.0]], "float32")
+    model = _sequential()
+    model.compile(optimizer="sgd", loss="mse")
+    loss = private_trainer.compute_loss(model, x, y, y_pred, None, True)
+    assert float(loss) == pytest.approx(7.5)  # the mean of 1, 4, 9, 16
+
+    class Older(keras.Sequential):  # compute_loss as written before Keras 3.4
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+            return super().compute_loss(x, y, y_pred, sample_weight) * 2
+
+    older = Older([keras.Input((3,)), keras.layers.Dense(2)])
+    older.compile(optimizer="sgd", loss="mse")
+    assert float(private_trainer.compute_loss(older, x, y, y_pred, None, True)) == (
+        pytest.approx(15.0))
+
+
+def test_unscale_loss_undoes_what_keras_losses_divide_by_under_a_strategy():
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    y, y_pred = tf.zeros((2, 1)), tf.constant([[1.0], [3.0]])
+
+    def replica():
+        loss = keras.losses.MeanSquaredError()(y, y_pred)
+        return loss, private_trainer.unscale_loss(loss)
+
+    scaled, unscaled = (strategy.experimental_local_results(v)
+                        for v in strategy.run(replica))
+    np.testing.assert_allclose(scaled, [2.5, 2.5])  # 5.0 over 2 replicas
+    np.testing.assert_allclose(unscaled, [5.0, 5.0])
+    assert float(private_trainer.unscale_loss(tf.constant(5.0))) == 5.0  # no strategy
+
+
+def test_a_keras_without_unscale_gets_the_clear_error(monkeypatch):
+    monkeypatch.delattr(importlib.import_module("keras.src.losses.loss"),
+                        "unscale_loss_for_distribution")
+    with pytest.raises(PrivateNameError, match=_missing(
+            "keras.src.losses.loss.unscale_loss_for_distribution", "the Keras installation")):
+        private_trainer.unscale_loss(1.0)
+
+
+def test_set_optional_spec_gives_an_empty_optional_its_spec():
+    optional = tf.experimental.Optional.empty(None)
+    spec = tf.TensorSpec([2], tf.float32)
+    private.set_optional_spec(optional, spec)
+    assert optional.element_spec == spec
 
 
 # ------------------------------------------------------------------ Keras' callbacks
@@ -506,14 +639,21 @@ def test_default_strategy_without_a_scope_stack_per_graph(monkeypatch):
 
 # ------------------------------------------------------------------ the source scan
 
+# The modules that hold the accessors, the only ones allowed to reach a private name.
+ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py",
+             "mgpu_tf/compat/private_trainer.py")
+# Python code of the project that is not a test, beside the package (tests check
+# upstream behaviour, so they reach private names on purpose).
+_ALSO_SCANNED = ("benchmarks",)
+
 _PRIVATE_MODULES = ("keras.src", "tensorflow.python", "tensorflow.compiler", "tensorflow.core",
                     "tensorflow.tsl", "tf_keras.src")
 _UPSTREAM = ("keras", "tensorflow", "tf_keras")
 _BY_NAME = {"getattr", "hasattr", "setattr", "delattr", "__getattribute__", "__setattr__",
             "__delattr__"}
 
-# Private names that modules outside mgpu_tf/compat/ still use themselves: the path (or
-# folder) of the modules, and the names. Each is to move behind mgpu_tf.compat.private.
+# Private names that modules outside the accessors still use themselves: the path (or
+# folder) of the modules, and the names. Each is to move behind an accessor.
 _NOT_YET_ROUTED = {
 }
 
@@ -527,96 +667,180 @@ def _is_private_module(name):
     return any(name == m or name.startswith(m + ".") for m in _PRIVATE_MODULES)
 
 
-def _imported_names(tree):
-    """(names bound to mgpu_tf modules or their members, names bound to Keras or TensorFlow)."""
-    ours, upstream = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                bound = alias.asname or alias.name.split(".")[0]
-                root = alias.name.split(".")[0]
-                (ours if root == "mgpu_tf" else upstream if root in _UPSTREAM else set()).add(bound)
-        elif isinstance(node, ast.ImportFrom):
-            root = (node.module or "").split(".")[0]
-            bound = {alias.asname or alias.name for alias in node.names}
-            if node.level or root == "mgpu_tf":
-                ours |= bound
-            elif root in _UPSTREAM:
-                upstream |= bound
-    return ours, upstream
+def _dotted(node):
+    """`keras.callbacks.Callback` for that expression; None for anything but dotted names."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
 
-def _root(node):
-    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else None
+def _module_name(path):
+    """`mgpu_tf.a.b` for `mgpu_tf/a/b.py`; a package's `__init__.py` gives the package."""
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def _class_uses(tree, upstream):
-    """Private names a class extending a Keras or TensorFlow class takes from its bases.
+class _Module:
+    """One module: its syntax tree, the names its imports bind, the classes it defines."""
 
-    A method of such a class named like a private one overrides an upstream private
-    hook, unless a class of the module defines it first; `self._x` is upstream state
-    unless the class or its module's base classes assign it.
-    """
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    def __init__(self, path, source):
+        self.path, self.name, self.tree = path, _module_name(path), ast.parse(source)
+        package = self.name.split(".")[:None if path.endswith("__init__.py") else -1]
+        # Bound name -> the dotted name it stands for: mgpu_tf's, and Keras' or TensorFlow's.
+        self.ours, self.upstream = {}, {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self._bind(alias.asname or alias.name.split(".")[0],
+                               alias.name if alias.asname else alias.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    module = ".".join(package[:len(package) - node.level + 1] + [module]).strip(".")
+                for alias in node.names:
+                    self._bind(alias.asname or alias.name, f"{module}.{alias.name}")
+        self.classes = [node for node in ast.walk(self.tree) if isinstance(node, ast.ClassDef)]
+        self.top = {node.name: node for node in self.tree.body if isinstance(node, ast.ClassDef)}
+        # A base named without a module: a class of this module, top-level ones first.
+        self.local = {**{c.name: c for c in reversed(self.classes)}, **self.top}
 
-    def local_bases(cls):
-        found = []
+    def _bind(self, name, target):
+        root = target.split(".")[0]
+        if root == "mgpu_tf":
+            self.ours[name] = target
+        elif root in _UPSTREAM:
+            self.upstream[name] = target
+
+
+class _Package:
+    """Modules by dotted name, and the classes each class extends, across modules."""
+
+    def __init__(self, sources):
+        self.modules = {m.name: m for m in (_Module(p, s) for p, s in sources.items())}
+        self.unresolved = []  # "path:line: base" for mgpu_tf bases the scan cannot follow
+
+    def find_class(self, dotted, seen=()):
+        """`(module, class)` for the dotted name of one of the package's classes, or None."""
+        module_name, _, name = dotted.rpartition(".")
+        module = self.modules.get(module_name)
+        if module is None or dotted in seen:
+            return None
+        if name in module.top:
+            return module, module.top[name]
+        if name in module.ours:  # imported there, maybe re-exported
+            return self.find_class(module.ours[name], seen + (dotted,))
+        # A name a package exports lazily: the one class of that name in its modules.
+        found = [(m, m.top[name]) for m in self.modules.values()
+                 if m.name.startswith(module_name + ".") and name in m.top]
+        return found[0] if len(found) == 1 else None
+
+    def bases(self, module, cls):
+        """`(package classes, dotted upstream names)` that `cls` extends directly."""
+        ours, upstream = [], []
         for base in cls.bases:
-            if isinstance(base, ast.Name) and base.id in classes:
-                found += [classes[base.id]] + local_bases(classes[base.id])
-        return found
+            dotted = _dotted(base)
+            head, _, rest = (dotted or "").partition(".")
+            tail = f".{rest}" if rest else ""
+            if head in module.upstream:
+                upstream.append(module.upstream[head] + tail)
+            elif head in module.ours:
+                found = self.find_class(module.ours[head] + tail)
+                if found is None:
+                    self.unresolved.append(f"{module.path}:{base.lineno}: {dotted}")
+                else:
+                    ours.append(found)
+            elif not rest and head in module.local and module.local[head] is not cls:
+                ours.append((module, module.local[head]))
+        return ours, upstream
 
-    def defined(cls):
-        names = set()
-        for node in ast.walk(cls):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                names.add(node.name)
-            targets = (node.targets if isinstance(node, ast.Assign)
-                       else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign))
-                       else [])
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    names.add(target.id)
-                elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                      and target.value.id == "self"):
-                    names.add(target.attr)
-        return names
+    def family(self, module, cls):
+        """`cls` and every package class it extends, however deep, and the upstream bases."""
+        family, upstream, todo = [], [], [(module, cls)]
+        while todo:
+            where, member = todo.pop(0)
+            if any(member is known for _, known in family):
+                continue
+            family.append((where, member))
+            ours, theirs = self.bases(where, member)
+            todo += ours
+            upstream += theirs
+        return [member for _, member in family], upstream
+
+
+def _upstream_object(dotted):
+    """The Keras or TensorFlow object a dotted name stands for, or None when not found."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            found = getattr(found, attr, None)
+        return found
+    return None
+
+
+def _defined(cls):
+    """The names a class defines: its methods, class attributes and `self.x = ...`."""
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                   else [])
+        for target in [t for group in targets for t in ast.walk(group)]:
+            if isinstance(target, ast.Name):
+                names.add(target.id)
+            elif (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                  and target.value.id in ("self", "cls")):
+                names.add(target.attr)
+    return names
+
+
+def _class_uses(package, module, cls):
+    """Private names a class that extends a Keras or TensorFlow class, however deep, inherits.
+
+    `self._x` (or `cls._x`) is upstream state unless a class of the family between
+    `cls` and upstream defines it; a private method or class attribute of `cls`
+    overrides an upstream one when an upstream base has that name (or cannot be
+    imported to tell).
+    """
+    family, upstream = package.family(module, cls)
+    if not upstream:
+        return []
+    inherited = set().union(*(_defined(member) for member in family[1:]))
+    own = _defined(cls) | inherited
+    bases = [_upstream_object(name) for name in upstream]
+
+    def overrides(name):
+        return name not in inherited and any(b is None or hasattr(b, name) for b in bases)
 
     uses = []
-    for cls in classes.values():
-        family = [cls] + local_bases(cls)
-        if not any(_root(base) in upstream for c in family for base in c.bases):
-            continue
-        inherited = set().union(*(defined(c) for c in family[1:]))
-        own = defined(cls) | inherited
-        for node in ast.walk(cls):
-            if (isinstance(node, ast.FunctionDef) and _is_private(node.name)
-                    and node.name not in inherited):
-                uses.append((node.lineno, node.name, f"def {node.name}"))
-            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                  and node.value.id == "self" and _is_private(node.attr)
-                  and node.attr not in own):
-                uses.append((node.lineno, node.attr, ast.unparse(node)))
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            named = [(node.name, f"def {node.name}")]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            named = [(t.id, f"{t.id} = ...") for t in targets if isinstance(t, ast.Name)]
+        else:
+            named = []
+        uses += [(node.lineno, name, code) for name, code in named
+                 if _is_private(name) and overrides(name)]
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls") and _is_private(node.attr)
+                and node.attr not in own):
+            uses.append((node.lineno, node.attr, ast.unparse(node)))
     return uses
 
 
-def private_uses(source):
-    """The private Keras or TensorFlow names a module's source reaches.
-
-    Returns:
-        `[(line, private name, code)]`: imports of `keras.src`, `tensorflow.python` and
-        the like; attributes starting with `_` on anything but `self`, `cls` and mgpu_tf's
-        own modules (`_mgpu_tf*` markers and dunders are ours or Python's), also when
-        named by a string in `getattr`, `setattr`, `object.__setattr__` and the like;
-        `super()._x`; and, in classes extending a Keras or TensorFlow class, overridden
-        private methods and upstream private state read through `self`.
-    """
-    tree = ast.parse(source)
-    ours, upstream = _imported_names(tree)
+def _module_uses(module):
+    """Private names one module reaches without the help of its classes' bases."""
     uses = []
-    for node in ast.walk(tree):
+    for node in ast.walk(module.tree):
         if isinstance(node, ast.Import):
             uses += [(node.lineno, a.name, f"import {a.name}") for a in node.names
                      if _is_private_module(a.name)]
@@ -625,7 +849,7 @@ def private_uses(source):
         elif isinstance(node, ast.Attribute):
             owner = node.value.id if isinstance(node.value, ast.Name) else None
             if node.attr == "__internal__" or (
-                    _is_private(node.attr) and owner not in {"self", "cls"} | ours):
+                    _is_private(node.attr) and owner not in {"self", "cls", *module.ours}):
                 uses.append((node.lineno, node.attr, ast.unparse(node)))
         elif isinstance(node, ast.Call):
             called = (node.func.id if isinstance(node.func, ast.Name)
@@ -639,26 +863,69 @@ def private_uses(source):
             if (called in ("import_module", "__import__") and strings
                     and _is_private_module(strings[0])):
                 uses.append((node.lineno, strings[0], ast.unparse(node)))
-    uses += _class_uses(tree, upstream)
-    return sorted(set(uses))
+    return uses
+
+
+def scan_sources(sources, *, skip=()):
+    """The private Keras or TensorFlow names each module of `sources` reaches.
+
+    Args:
+        sources: `{path: source}`, such as `{"mgpu_tf/a/b.py": "..."}`; classes are
+            followed across these modules.
+        skip: paths whose uses are not reported (their classes are still followed).
+
+    Returns:
+        `({path: [(line, private name, code)]}, unresolved bases)`. Uses are imports of
+        `keras.src`, `tensorflow.python` and the like; attributes starting with `_` on
+        anything but `self`, `cls` and mgpu_tf's own modules (`_mgpu_tf*` markers and
+        dunders are ours or Python's), also when named by a string in `getattr`,
+        `setattr`, `object.__setattr__` and the like; `super()._x`; and, in any class
+        extending a Keras or TensorFlow class however deep (through classes of other
+        modules too), upstream private state read through `self` and overridden
+        upstream private methods.
+    """
+    package = _Package(sources)
+    found = {}
+    for module in package.modules.values():
+        if module.path in skip:
+            continue
+        uses = _module_uses(module)
+        for cls in module.classes:
+            uses += _class_uses(package, module, cls)
+        if uses:
+            found[module.path] = sorted(set(uses))
+    return found, package.unresolved
+
+
+def private_uses(source):
+    """`[(line, private name, code)]`: what `scan_sources` finds in one module on its own."""
+    return scan_sources({"mgpu_tf/module.py": source})[0].get("mgpu_tf/module.py", [])
+
+
+def _sources(package):
+    """`{path: source}` for the package (a copy of it too) and the project's other code."""
+    paths = {f"mgpu_tf/{p.relative_to(package).as_posix()}": p for p in package.rglob("*.py")}
+    for folder in _ALSO_SCANNED:
+        paths.update({f"{folder}/{p.relative_to(package.parent / folder).as_posix()}": p
+                      for p in (package.parent / folder).rglob("*.py")})
+    return {path: paths[path].read_text() for path in sorted(paths)}
 
 
 def _scan(package):
-    """`{path: uses}` for every module of `package` outside `compat/`, minus the known ones."""
-    found = {}
-    for path in sorted(package.rglob("*.py")):
-        relative = f"mgpu_tf/{path.relative_to(package).as_posix()}"
-        if relative.startswith("mgpu_tf/compat/"):
-            continue
+    """`{path: uses}` for every module outside the accessors, minus the known ones."""
+    found, unresolved = scan_sources(_sources(package), skip=ACCESSORS)
+    assert not unresolved, f"the scan cannot follow these base classes: {unresolved}"
+    out = {}
+    for path, uses in found.items():
         allowed = set().union(*(names for where, names in _NOT_YET_ROUTED.items()
-                                if relative.startswith(where)))
-        uses = [u for u in private_uses(path.read_text()) if u[1] not in allowed]
+                                if path.startswith(where)))
+        uses = [u for u in uses if u[1] not in allowed]
         if uses:
-            found[relative] = uses
-    return found
+            out[path] = uses
+    return out
 
 
-def test_no_module_outside_compat_reaches_a_private_name():
+def test_no_module_outside_the_accessors_reaches_a_private_name():
     found = _scan(PACKAGE)
     assert not found, (
         "These modules reach private Keras or TensorFlow names themselves; call an "
@@ -677,6 +944,74 @@ def test_the_scan_fails_on_a_scratch_copy_with_a_private_name(tmp_path):
     assert list(found) == ["mgpu_tf/model_parallel/partition.py"]
     assert [code for _, _, code in found["mgpu_tf/model_parallel/partition.py"]] == [
         "model._functional"]
+
+
+_BASE = """
+import keras
+
+class Base(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self._stages = []
+
+    def _ours(self):
+        return self._stages
+"""
+
+_MIDDLE = """
+from mgpu_tf.a import base
+
+class Middle(base.Base):
+    pass
+"""
+
+_DEEP = """
+from mgpu_tf.b.middle import Middle
+
+class Deep(Middle):
+    def _helper(self):
+        return self._stages, self._ours()
+
+    def train_step(self, data):
+        self._loss_tracker.update_state(0.0)
+        return self._helper()
+
+    def _compute_loss(self, **kwargs):
+        return 0.0
+"""
+
+
+def test_the_scan_follows_a_keras_class_across_modules():
+    found, unresolved = scan_sources({"mgpu_tf/a/base.py": _BASE, "mgpu_tf/b/middle.py": _MIDDLE,
+                                      "mgpu_tf/c/deep.py": _DEEP})
+    assert unresolved == []
+    # Two modules away from keras.Model: Keras' loss tracker and its _compute_loss
+    # override are upstream's; the family's own state and methods are not.
+    assert found == {"mgpu_tf/c/deep.py": [
+        (9, "_loss_tracker", "self._loss_tracker"), (12, "_compute_loss", "def _compute_loss")]}
+    # On its own, Deep's bases are unknown, so nothing says it is a Keras class.
+    assert private_uses(_DEEP) == []
+
+
+def test_the_scan_says_which_bases_it_cannot_follow():
+    _, unresolved = scan_sources({"mgpu_tf/c/deep.py": _DEEP})
+    assert unresolved == ["mgpu_tf/c/deep.py:4: Middle"]
+
+
+def test_the_scan_catches_keras_state_in_a_subclass_of_a_package_class(tmp_path):
+    # HybridParallel extends ModelParallel, which extends keras.Model in another module.
+    copy = tmp_path / "mgpu_tf"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    module = copy / "model_parallel" / "hybrid" / "model.py"
+    module.write_text(module.read_text() + (
+        "\n\nclass _Logged(HybridParallel):\n"
+        "    def test_step(self, data):\n"
+        "        self._loss_tracker.reset_state()\n"
+        "        return super().test_step(data)\n"))
+    found = _scan(copy)
+    assert list(found) == ["mgpu_tf/model_parallel/hybrid/model.py"]
+    [(_, name, code)] = found["mgpu_tf/model_parallel/hybrid/model.py"]
+    assert (name, code) == ("_loss_tracker", "self._loss_tracker")
 
 
 _VIOLATIONS = '''

@@ -8,11 +8,14 @@ Each fix and each private name is guarded by the releases it is known for:
 - `collective_keys`: a collective key range of its own for each MirroredStrategy.
 - `keras_steps`: `steps_per_execution` and `jit_compile` under `tf.distribute`
   strategies (keras-team/keras#19005, tensorflow/tensorflow#53140).
+- `keras_train_step`: Keras' train step, for the steps that cannot be Keras' own
+  (XLA per replica under a strategy, `HybridParallel`'s average over workers).
 - `native_logs`: TensorFlow's C++ start-up lines, which `TF_CPP_MIN_LOG_LEVEL` does
   not reach (abseil/abseil-cpp#1718), kept out of the main job's output.
-- `private` (and `private_callbacks`, for the chief-only callbacks): an accessor for
-  every private Keras or TensorFlow name the toolkit touches; `versions` says which
-  releases each is known for.
+- `private` (with `private_trainer`, for Keras' TensorFlow trainer, and
+  `private_callbacks`, for the chief-only callbacks): an accessor for every private
+  Keras or TensorFlow name the toolkit touches; `versions` says which releases each
+  is known for.
 """
 
 import importlib.util

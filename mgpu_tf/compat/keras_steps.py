@@ -23,7 +23,8 @@ test functions in `TensorFlowTrainer._make_function`, which fails under every
   (keras-team/keras#17187). A test step is compiled whole, per replica.
 
 With a strategy spanning several workers, the logs of an execution are averaged over
-the workers once, after its last step, instead of after every step.
+the workers once, after its last step, instead of after every step. The trainer's
+private names are reached through `mgpu_tf.compat.private_trainer` and `private`.
 
 Outside a strategy, under `TPUStrategy` (whose XLA compilation is Keras' own) and
 for `predict` (which already compiles per replica and unrolls its steps without
@@ -39,7 +40,7 @@ import logging
 import numbers
 import warnings
 
-from mgpu_tf.compat import versions
+from mgpu_tf.compat import keras_train_step, private, private_trainer, versions
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "step_fixes_apply", "source_fingerprints",
@@ -61,6 +62,7 @@ KNOWN_FINGERPRINTS = {
 }
 
 _MARK = "_mgpu_tf_inline_steps"
+_TRAINER = "TensorFlowTrainer"
 _JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 
 
@@ -104,12 +106,15 @@ def step_fixes_apply(keras_version):
 
 
 def source_fingerprints():
-    """`{method: short hash of its source}` for the Keras methods this module replaces."""
-    from keras.src.backend.tensorflow import trainer
+    """`{method: short hash of its source}` for the Keras methods this module replaces.
 
+    Raises:
+        PrivateNameError: when Keras' trainer has no such method.
+    """
     out = {}
     for name in KNOWN_FINGERPRINTS:
-        tree = ast.parse(inspect.getsource(getattr(trainer.TensorFlowTrainer, name)).strip())
+        method = private_trainer.trainer_function(f"{_TRAINER}.{name}")
+        tree = ast.parse(inspect.getsource(method).strip())
         out[name] = hashlib.sha256(ast.unparse(tree.body[0]).encode()).hexdigest()[:10]
     return out
 
@@ -152,20 +157,24 @@ def apply_step_fixes(*, keras_version=None):
 
     keras_version = keras.__version__ if keras_version is None else keras_version
     reason = versions.keras_mismatch(keras_version, *KERAS_STEP_VERSIONS)
-    from keras.src.backend.tensorflow import trainer
-
-    cls = trainer.TensorFlowTrainer
-    if reason is None and getattr(cls.make_train_function, _MARK, False):
-        return True
-    if reason is None and source_fingerprints() != KNOWN_FINGERPRINTS:
-        reason = "the installed Keras trainer is not the code the fix was written for"
+    if reason is None:
+        try:
+            originals = {kind: private_trainer.trainer_function(f"{_TRAINER}.make_{kind}_function")
+                         for kind in ("train", "test")}
+            if getattr(originals["train"], _MARK, False):
+                return True
+            if source_fingerprints() != KNOWN_FINGERPRINTS:
+                reason = "the installed Keras trainer is not the code the fix was written for"
+        except private.PrivateNameError as error:
+            reason = str(error)
     if reason:
         versions.log_once("not patching Keras for steps_per_execution and jit_compile under "
                           f"tf.distribute: {reason}. Under a strategy, compile with "
                           "steps_per_execution=1 and jit_compile=False.")
         return False
-    cls.make_train_function = _dispatch(cls.make_train_function, "train")
-    cls.make_test_function = _dispatch(cls.make_test_function, "test")
+    for kind, original in originals.items():
+        private_trainer.set_trainer_function(f"{_TRAINER}.make_{kind}_function",
+                                             _dispatch(original, kind))
     versions.log_once(f"patched Keras {keras_version} so that steps_per_execution and "
                       "jit_compile work under tf.distribute strategies "
                       "(TensorFlowTrainer.make_train_function and make_test_function).")
@@ -177,7 +186,7 @@ def _wants_fix(model):
 
     if getattr(model, _MARK, False):
         return True
-    strategy = model._distribute_strategy
+    strategy = private_trainer.model_strategy(model)
     if strategy is None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()
     return strategy is not None and not isinstance(strategy, tf.distribute.TPUStrategy)
@@ -200,9 +209,7 @@ def _dispatch(original, kind):
 
 
 def _overrides(model, name):
-    from keras.src.backend.tensorflow import trainer
-
-    return getattr(type(model), name) is not getattr(trainer.TensorFlowTrainer, name)
+    return getattr(type(model), name) is not private_trainer.trainer_function(f"{_TRAINER}.{name}")
 
 
 def _replica_step(model, step_function, kind):
@@ -225,27 +232,15 @@ def _replica_step(model, step_function, kind):
 def _xla_train_step(model):
     """Keras' `train_step`, with the forward pass, loss and gradients under XLA."""
     import tensorflow as tf
-    from keras.src import tree
-    from keras.src.losses import loss as loss_module
-    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    keras_train_step.require(model)
 
     @tf.function(jit_compile=True, reduce_retracing=True)
-    def forward_backward(x, y, sample_weight):
-        with tf.GradientTape() as tape:
-            y_pred = model(x, training=True) if model._call_has_training_arg else model(x)
-            loss = model._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
-                                       training=True)
-            scaled = model.optimizer.scale_loss(loss) if model.optimizer is not None else loss
-        return y_pred, loss, tape.gradient(scaled, model.trainable_weights)
+    def forward(x, y, sample_weight):
+        return keras_train_step.forward_backward(model, x, y, sample_weight)
 
     def train_step(data):
-        x, y, sample_weight = data_adapter_utils.unpack_x_y_sample_weight(data)
-        y_pred, loss, gradients = forward_backward(x, y, sample_weight)
-        model._loss_tracker.update_state(
-            loss_module.unscale_loss_for_distribution(loss),
-            sample_weight=tf.shape(next(i for i in tree.flatten(x) if i is not None))[0])
-        model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
-        return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        return keras_train_step.train_step(model, data, forward=forward)
 
     return train_step
 
@@ -253,17 +248,18 @@ def _xla_train_step(model):
 def _make_function(model, step_function, kind):
     """Keras' `_make_function`, with the distributed step traced inline (see above)."""
     import tensorflow as tf
-    from keras.src.backend.tensorflow import trainer
 
     strategy = model.distribute_strategy
-    across_workers = trainer._collective_all_reduce_multi_worker(strategy)
-    replica_step = model._autoconvert_optionals(_replica_step(model, step_function, kind))
+    across_workers = private_trainer.is_multi_worker(strategy)
+    replica_step = private_trainer.autoconvert_optionals(
+        model, _replica_step(model, step_function, kind))
+    reduce_per_replica = private_trainer.trainer_function("reduce_per_replica")
 
     def one_step_on_data(data):
         outputs = strategy.run(replica_step, args=(data,))
         if across_workers:  # averaged over the workers once per execution, below
             return _mean_of_local_replicas(outputs, strategy)
-        return trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+        return reduce_per_replica(outputs, strategy, reduction="auto")
 
     def multi_step_on_iterator(iterator):
         if model.steps_per_execution == 1:
@@ -278,11 +274,11 @@ def _make_function(model, step_function, kind):
             def has_next():
                 new = tf.experimental.Optional.from_value(
                     one_step_on_data(next_inputs.get_value()))
-                empty_outputs._element_spec = new.element_spec
+                private.set_optional_spec(empty_outputs, new.element_spec)
                 return new
 
             def no_has_next():
-                outputs._element_spec = empty_outputs._element_spec
+                private.set_optional_spec(outputs, empty_outputs.element_spec)
                 return outputs
 
             new_outputs = tf.cond(cond(step, outputs, next_inputs), has_next, no_has_next)
@@ -299,7 +295,7 @@ def _make_function(model, step_function, kind):
         _, outputs, _ = tf.while_loop(
             cond, body,
             loop_vars=[tf.constant(0), empty_outputs, iterator.get_next_as_optional()])
-        outputs._element_spec = empty_outputs.element_spec
+        private.set_optional_spec(outputs, empty_outputs.element_spec)
         return outputs
 
     one_step = one_step_on_data

@@ -18,14 +18,14 @@ Two places in `keras/src/backend/tensorflow/trainer.py` fail:
 
 Everything else (one machine, other strategies, `predict`'s concatenation)
 goes on to the original Keras code. The trainer's private names are reached
-through `mgpu_tf.compat.private`.
+through `mgpu_tf.compat.private_trainer`.
 """
 
 import functools
 import logging
 import weakref
 
-from mgpu_tf.compat import private, versions
+from mgpu_tf.compat import private_trainer, versions
 
 __all__ = [
     "KERAS_20585_VERSIONS",
@@ -102,20 +102,20 @@ def apply_multi_worker_fixes(*, keras_version=None):
         return False
 
     try:
-        build = private.trainer_function(_BUILD)
-        reduce = private.trainer_function(_REDUCE)
-        private.trainer_function("_collective_all_reduce_multi_worker")
-    except private.PrivateNameError as error:
+        build = private_trainer.trainer_function(_BUILD)
+        reduce = private_trainer.trainer_function(_REDUCE)
+        private_trainer.trainer_function("_collective_all_reduce_multi_worker")
+    except private_trainer.PrivateNameError as error:
         _skip(str(error))
         return False
     if getattr(reduce, _MARK, False):
         return True
-    private.set_trainer_function(_BUILD, _build_from_first_replica(build))
-    private.set_trainer_function(_REDUCE, _mean_over_replicas(reduce))
+    private_trainer.set_trainer_function(_BUILD, _build_from_first_replica(build))
+    private_trainer.set_trainer_function(_REDUCE, _mean_over_replicas(reduce))
     logger.info(
         "mgpu_tf: patched Keras %s (keras-team/keras#20585) for multi-worker training: "
         "TensorFlowTrainer._maybe_symbolic_build and reduce_per_replica in %s.",
-        keras_version, private.keras_trainer().__name__)
+        keras_version, private_trainer.keras_trainer().__name__)
     return True
 
 
@@ -126,8 +126,8 @@ def _skip(reason):
 def _strategy_of(model):
     """The model's own strategy (None for none), or None with a log when Keras hides it."""
     try:
-        return private.model_strategy(model)
-    except private.PrivateNameError as error:
+        return private_trainer.model_strategy(model)
+    except private_trainer.PrivateNameError as error:
         _skip(f"{error} Keras' own build runs")
         return None
 
@@ -158,7 +158,7 @@ def _mean_over_replicas(original):
 
     @functools.wraps(original)
     def reduce_per_replica(values, strategy, reduction):
-        if reduction in ("auto", "mean") and private.is_multi_worker(strategy):
+        if reduction in ("auto", "mean") and private_trainer.is_multi_worker(strategy):
             return _mean_logs(values, strategy)
         return original(values, strategy, reduction)
 

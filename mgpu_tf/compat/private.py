@@ -8,46 +8,34 @@ Outside them it logs once and tries; when the name is gone it raises
 that use an accessor inside a training step call `require` when they set up, so
 a missing name stops the setup, not the step; callers that can do without a name
 (collective keys, heartbeat timeouts, the batching check) catch the error and log.
-The private names of Keras' callbacks have their accessors in `private_callbacks`.
+The private names of Keras' TensorFlow trainer have their accessors in
+`private_trainer`, those of Keras' callbacks in `private_callbacks`.
 """
 
-import importlib
-
-from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe, missing
+from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe, method, missing
 
 __all__ = [
     "PrivateNameError",
+    "call_has_training_arg",
     "collective_key_base",
     "configure_coordination_service",
     "dataset_inputs",
     "default_strategy",
     "functional_nodes",
     "is_functional",
-    "is_multi_worker",
-    "keras_trainer",
-    "model_strategy",
     "nested_layers",
     "optimizer_variables",
     "reinitialize_variable",
     "require",
     "sequential_graph",
     "set_collective_key_base",
-    "set_trainer_function",
-    "trainer_function",
+    "set_optional_spec",
     "variable_index",
     "wrap_optimizer_method",
 ]
 
 _OPTIMIZER_METHODS = ("build", "apply", "update_step", "add_variable_from_reference",
                       "_all_reduce_sum_gradients")
-
-
-def _method(owner, name, received):
-    """`attribute`, and a `PrivateNameError` too when what it finds cannot be called."""
-    method = attribute(owner, name, received)
-    if not callable(method):
-        raise missing(name, received)
-    return method
 
 
 def require(obj, *names, argument="obj"):
@@ -122,8 +110,20 @@ def nested_layers(layer):
     Raises:
         PrivateNameError: when the layer has no such method.
     """
-    flatten = _method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
+    flatten = method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
     return list(flatten(include_self=False))
+
+
+def call_has_training_arg(layer):
+    """Returns True when the layer's `call` takes a `training` argument.
+
+    Touches `Layer._call_has_training_arg` (Keras 3.0-3.15), which Keras' train and
+    test steps read before passing `training` to the model.
+
+    Raises:
+        PrivateNameError: when the layer has no such attribute.
+    """
+    return bool(attribute(layer, "Layer._call_has_training_arg", f"layer={describe(layer)}"))
 
 
 def reinitialize_variable(variable, value):
@@ -135,7 +135,7 @@ def reinitialize_variable(variable, value):
     Raises:
         PrivateNameError: when the variable has no such method.
     """
-    _method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
+    method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
 
 
 # ------------------------------------------------------------------ optimizers
@@ -161,8 +161,8 @@ def variable_index(optimizer, variable):
     Raises:
         PrivateNameError: when the optimizer has no such method.
     """
-    index = _method(optimizer, "BaseOptimizer._get_variable_index",
-                    f"optimizer={describe(optimizer)}")
+    index = method(optimizer, "BaseOptimizer._get_variable_index",
+                   f"optimizer={describe(optimizer)}")
     return index(variable)
 
 
@@ -192,100 +192,11 @@ def wrap_optimizer_method(optimizer, name, wrap):
         raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
                          f"Received: name={name!r}")
     owner = "TFOptimizer" if name.startswith("_") else "BaseOptimizer"
-    original = _method(optimizer, f"{owner}.{name}", f"optimizer={describe(optimizer)}")
+    original = method(optimizer, f"{owner}.{name}", f"optimizer={describe(optimizer)}")
     replacement = wrap(original)
     # object.__setattr__: Keras' optimizer would track the function as state.
     object.__setattr__(optimizer, name, replacement)
     return replacement
-
-
-# ------------------------------------------------------------------ Keras' TensorFlow trainer
-
-_TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_replica",
-                      "_collective_all_reduce_multi_worker")
-
-
-def keras_trainer():
-    """Returns Keras' TensorFlow trainer module.
-
-    Touches `keras.src.backend.tensorflow.trainer` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when Keras has no such module.
-    """
-    name = "keras.src.backend.tensorflow.trainer"
-    check(name)
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise missing(name, "the Keras installation") from None
-
-
-def _trainer_owner(name):
-    if name not in _TRAINER_FUNCTIONS:
-        raise ValueError(f"`name` must be one of {', '.join(_TRAINER_FUNCTIONS)}. "
-                         f"Received: name={name!r}")
-    trainer = keras_trainer()
-    if name.startswith("TensorFlowTrainer."):
-        return trainer.TensorFlowTrainer, name
-    return trainer, f"trainer.{name}"
-
-
-def trainer_function(name):
-    """Returns a function of Keras' TensorFlow trainer, as it is now (patched or not).
-
-    Touches `TensorFlowTrainer._maybe_symbolic_build(self, iterator=None,
-    data_batch=None)` (Keras 3.5-3.15), `reduce_per_replica(values, strategy,
-    reduction)` and `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15)
-    of `keras.src.backend.tensorflow.trainer`.
-
-    Args:
-        name: `"TensorFlowTrainer._maybe_symbolic_build"`, `"reduce_per_replica"` or
-            `"_collective_all_reduce_multi_worker"`.
-
-    Raises:
-        ValueError: for another `name`.
-        PrivateNameError: when the trainer has no such function.
-    """
-    owner, known = _trainer_owner(name)
-    return _method(owner, known, "the Keras installation")
-
-
-def set_trainer_function(name, function):
-    """Puts `function` in place of the one `trainer_function(name)` returns.
-
-    Keras' trainer calls `reduce_per_replica` by its module-level name and
-    `_maybe_symbolic_build` through the model, so the replacement is what runs.
-
-    Raises:
-        ValueError, PrivateNameError: as `trainer_function` does.
-    """
-    trainer_function(name)
-    setattr(_trainer_owner(name)[0], name.rpartition(".")[2], function)
-
-
-def is_multi_worker(strategy):
-    """Returns True when `strategy` is a MultiWorkerMirroredStrategy over several workers.
-
-    Calls Keras' `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when the trainer has no such function.
-    """
-    return trainer_function("_collective_all_reduce_multi_worker")(strategy)
-
-
-def model_strategy(model):
-    """Returns the strategy a Keras model was created under, or None for none.
-
-    Touches `Trainer._distribute_strategy` (Keras 3.0-3.15); the public
-    `distribute_strategy` gives the default strategy for none, which Keras' build
-    treats differently.
-
-    Raises:
-        PrivateNameError: when the model has no such attribute.
-    """
-    return attribute(model, "Trainer._distribute_strategy", f"model={describe(model)}")
 
 
 # ------------------------------------------------------------------ TensorFlow
@@ -299,8 +210,22 @@ def dataset_inputs(dataset):
     Raises:
         PrivateNameError: when the data set has no such method.
     """
-    inputs = _method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
+    inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
+
+
+def set_optional_spec(optional, spec):
+    """Gives a `tf.experimental.Optional` the element spec it is to have.
+
+    Touches `Optional._element_spec` (TensorFlow 2.16-2.21). An empty optional made
+    before a `tf.while_loop` learns the spec of the values it will hold only when
+    they are traced, as in Keras' own train function.
+
+    Raises:
+        PrivateNameError: when the optional has no such attribute.
+    """
+    attribute(optional, "Optional._element_spec", f"optional={describe(optional)}")
+    optional._element_spec = spec
 
 
 def collective_key_base(strategy_class):

@@ -1,9 +1,10 @@
 """Which releases each private Keras or TensorFlow name is known for, and what happens outside.
 
-`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`
-and `private_callbacks`) to the releases it is known for: the Keras ranges were
-read from Keras' source at each release tag, the TensorFlow ranges run from the
-oldest TensorFlow mgpu_tf supports to the newest it is tested with. Outside its
+`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`,
+`private_trainer` and `private_callbacks`) to the releases it is known for: the
+Keras ranges were read from Keras' source at each release tag, the TensorFlow
+ranges run from the oldest TensorFlow mgpu_tf supports to the newest it is tested
+with. Outside its
 range a name is tried after one logged warning (`check`); a name that is gone
 raises `PrivateNameError` (`attribute`, `missing`), which says what to install.
 """
@@ -13,7 +14,7 @@ import logging
 import re
 
 __all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
-           "keras_mismatch", "log_once", "missing", "release_in"]
+           "keras_mismatch", "log_once", "method", "missing", "release_in"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -64,6 +65,10 @@ def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
 _KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
 _STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
 _BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
+_STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribute replaces "
+             "Keras' train and test functions")
+_TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
+               "follows Keras'")
 
 # Private name -> the releases it is known for.
 KNOWN = {
@@ -88,10 +93,25 @@ KNOWN = {
     "TensorFlowTrainer._maybe_symbolic_build": _keras(_KERAS_20585, first=(3, 5)),
     "trainer.reduce_per_replica": _keras(_KERAS_20585),
     "trainer._collective_all_reduce_multi_worker": _keras(_KERAS_20585),
-    "Trainer._distribute_strategy": _keras(_KERAS_20585),
+    "Trainer._distribute_strategy": _keras(
+        "The fixes for Keras under tf.distribute read the strategy a model was made under"),
+    "TensorFlowTrainer._make_function": _keras(_STEP_FIX, first=(3, 7)),
+    "TensorFlowTrainer._autoconvert_optionals": _keras(_STEP_FIX, first=(3, 12)),
+    # Public methods of Keras' TensorFlow trainer class, which Keras does not export:
+    # the fix stands in for the first two, tells a model's own steps from the last
+    # two, and checks the source of all four.
+    "TensorFlowTrainer.make_train_function": _keras(_STEP_FIX),
+    "TensorFlowTrainer.make_test_function": _keras(_STEP_FIX),
+    "TensorFlowTrainer.train_step": _keras(_STEP_FIX),
+    "TensorFlowTrainer.test_step": _keras(_STEP_FIX),
+    "Trainer._loss_tracker": _keras(_TRAIN_STEP),
+    "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
+    "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
+    "keras.src.losses.loss.unscale_loss_for_distribution": _keras(_TRAIN_STEP, first=(3, 8)),
     # Keras' fit reads where to start after `on_train_begin`, where a backup is read.
     "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
+    "Optional._element_spec": _tensorflow(_STEP_FIX),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
@@ -220,6 +240,14 @@ def attribute(owner, name, received):
         return getattr(owner, name.rpartition(".")[2])
     except AttributeError:
         raise missing(name, received) from None
+
+
+def method(owner, name, received):
+    """`attribute`, and a `PrivateNameError` too when what it finds cannot be called."""
+    found = attribute(owner, name, received)
+    if not callable(found):
+        raise missing(name, received)
+    return found
 
 
 def describe(obj):

@@ -9,10 +9,9 @@ devices, which `tf.distribute` cannot do (tensorflow/tensorflow#27724, #24595).
 Worker 0's initial weights are broadcast to the others when the model is made.
 """
 
-import keras
 import tensorflow as tf
 
-from mgpu_tf.compat import keras_steps
+from mgpu_tf.compat import keras_steps, keras_train_step
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import wrapper
 
@@ -59,6 +58,7 @@ class HybridParallel(wrapper.ModelParallel):
         super().__init__(model, devices, balance=balance, microbatches=microbatches,
                          name=kwargs.pop("name", f"hybrid_{model.name}"), **kwargs)
         self._communicator = communicator
+        keras_train_step.require(self)
         # Its train step all-reduces, with no tf.distribute scope around it: Keras must run
         # it inline for steps_per_execution to work (see mgpu_tf.compat.keras_steps).
         keras_steps.use_inline_steps(self)
@@ -81,20 +81,11 @@ class HybridParallel(wrapper.ModelParallel):
 
     def train_step(self, data):
         # Keras' TensorFlow train_step, with the gradients averaged over the workers.
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        with tf.GradientTape() as tape:
-            y_pred = self(x, training=True)
-            loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
-                                     training=True)
-            scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
-        variables = self.trainable_weights
-        gradients = tape.gradient(scaled, variables)
-        gradients, loss = average_over_workers(
-            self._communicator, gradients, self._stage_groups(variables), loss)
-        self.optimizer.apply_gradients(zip(gradients, variables))
-        self._loss_tracker.update_state(
-            loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+        def average(gradients, loss):
+            return average_over_workers(self._communicator, gradients,
+                                        self._stage_groups(self.trainable_weights), loss)
+
+        return keras_train_step.train_step(self, data, reduce=average)
 
     def test_step(self, data):
         # Keras' test step on this worker's batch, then each metric's state summed over the

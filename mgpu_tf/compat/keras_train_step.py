@@ -1,0 +1,91 @@
+"""Keras' TensorFlow train step, for the steps that cannot be Keras' own.
+
+Two train steps change Keras' in one place each: under a strategy with
+`jit_compile`, XLA compiles the forward pass, loss and gradients of each replica
+(see `keras_steps`); `HybridParallel` averages the gradients over the workers
+before the update. Both run this one copy of Keras' `train_step` (Keras 3.12-3.15,
+whose source `keras_steps.KNOWN_FINGERPRINTS` checks), which reaches the model's
+private names through `mgpu_tf.compat.private` and `private_trainer`.
+"""
+
+from mgpu_tf.compat import private, private_trainer
+
+__all__ = ["forward_backward", "require", "train_step"]
+
+_NAMES = ("Layer._call_has_training_arg", "Trainer._compute_loss", "Trainer._loss_tracker")
+
+
+def require(model):
+    """Checks now that `model` has the private names `train_step` reads.
+
+    Raises:
+        PrivateNameError: for the first name the model lacks.
+    """
+    private.require(model, *_NAMES, argument="model")
+
+
+def forward_backward(model, x, y, sample_weight):
+    """Keras' forward pass, loss and gradients for one batch.
+
+    Returns:
+        `(y_pred, loss, gradients)`, the gradients of `model.trainable_weights` of
+        the loss as the optimizer scales it.
+    """
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True) if private.call_has_training_arg(model) else model(x)
+        loss = private_trainer.compute_loss(model, x, y, y_pred, sample_weight, True)
+        scaled = model.optimizer.scale_loss(loss) if model.optimizer is not None else loss
+    return y_pred, loss, tape.gradient(scaled, model.trainable_weights)
+
+
+def train_step(model, data, *, forward=None, reduce=None):
+    """Runs Keras' TensorFlow `train_step` of `model` on one batch.
+
+    Example:
+
+    ```python
+    import keras, numpy as np
+    from mgpu_tf.compat import keras_train_step
+
+    class Halved(keras.Sequential):
+        def train_step(self, data):  # Keras' step, on half the gradients
+            return keras_train_step.train_step(
+                self, data, reduce=lambda gradients, loss: ([g / 2 for g in gradients], loss))
+
+    model = Halved([keras.Input((3,)), keras.layers.Dense(1)])
+    keras_train_step.require(model)
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.ones((8, 3)), np.ones((8, 1)), verbose=0)
+    ```
+
+    Args:
+        model: a compiled Keras model, checked by `require` when it was set up.
+        data: the batch, as Keras' `train_step` takes it.
+        forward: called as `forward(x, y, sample_weight)` in place of
+            `forward_backward(model, x, y, sample_weight)`, returning the same (an
+            XLA-compiled one, say). Defaults to `forward_backward`.
+        reduce: called as `reduce(gradients, loss)` before the update and the loss's
+            log, returning both (averaged over workers, say). Defaults to none.
+
+    Returns:
+        The metrics' results, as Keras' `train_step` returns them.
+    """
+    import keras
+    import tensorflow as tf
+
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    if forward is None:
+        y_pred, loss, gradients = forward_backward(model, x, y, sample_weight)
+    else:
+        y_pred, loss, gradients = forward(x, y, sample_weight)
+    if reduce is not None:
+        gradients, loss = reduce(gradients, loss)
+    # Only a strategy's replicas have a loss divided by their number (Keras 3.8 on).
+    if tf.distribute.has_strategy():
+        loss = private_trainer.unscale_loss(loss)
+    batch = next(i for i in keras.tree.flatten(x) if i is not None)
+    private_trainer.loss_tracker(model).update_state(loss, sample_weight=tf.shape(batch)[0])
+    model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
+    return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
