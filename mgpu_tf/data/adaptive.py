@@ -206,9 +206,9 @@ class AdaptiveShares:
     def positions(self, epoch, worker, replica):
         """Where one replica's examples sit in each block of `global_batch_size`.
 
-        Blocks go to workers by the weighted round robin of
-        `mgpu_tf.data.split.smooth_pattern`, and a worker's part to its replicas
-        the same way, as `mgpu_tf.data.plan` lays out weighted shards.
+        Blocks go to workers by the weighted round robin of `mgpu_tf.data.split.smooth_pattern`,
+        and a worker's part to its replicas the same way, as `mgpu_tf.data.plan` lays out
+        weighted shards.
         """
         sizes = self.batch_sizes(epoch)
         per = self.replicas_per_worker

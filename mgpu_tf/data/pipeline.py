@@ -188,12 +188,7 @@ def _step_pieces(request, plan, step, block, positions):
 
 
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
-    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas.
-
-    Every replica reads the epoch's blocks of `global_batch_size` examples and keeps
-    the positions its share gives it in this epoch, read when the epoch starts: the
-    blocks, and so the steps, are those of any other split.
-    """
+    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas."""
     shares = request.adaptive
     blocks = _global_examples(request, plan, True, epoch).batch(
         plan.global_batch_size, drop_remainder=request.drop_remainder)

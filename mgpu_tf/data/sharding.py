@@ -307,9 +307,7 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     """Shards a data set over a strategy's workers and replicas, each example once.
 
     Returns a `tf.data.Dataset` of batches (default, one_device) or a
-    `tf.distribute.DistributedDataset` (mirrored, multi_worker). Every replica gets a batch in
-    every step, maybe short or empty, and sample weights keep the loss the mean over the step's
-    real examples. Everything is checked before any example is read.
+    `tf.distribute.DistributedDataset` (mirrored, multi_worker).
 
     Example:
 
