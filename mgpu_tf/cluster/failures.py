@@ -53,9 +53,8 @@ class WorkerLostError(RuntimeError):
 def configure_failure_detection(config, timeout_seconds):
     """Sets the heartbeat and shutdown timeouts of TensorFlow's coordination service.
 
-    Must run before the multi-worker strategy is made (which otherwise sets up the
-    service with TensorFlow's defaults). A worker that stops sending heartbeats for
-    `timeout_seconds` makes every survivor's collectives fail.
+    Must run before the multi-worker strategy is made (which otherwise sets up the service with
+    TensorFlow's defaults).
 
     Args:
         config: the `mgpu_tf.cluster.detect.ClusterConfig` of this process.

@@ -77,8 +77,7 @@ def pod_environment(document, job, index, *, restart=0):
     """The environment pod `index` of Job `job` of the JobSet `document` gets, or `None`.
 
     What the manifest gives the container, plus what Kubernetes and JobSet add
-    (`JOB_COMPLETION_INDEX`, the restart count); `None` when `job` is not one of
-    its Jobs.
+    (`JOB_COMPLETION_INDEX`, the restart count).
 
     Raises:
         ManifestError: when the Job has no pod `index`.

@@ -177,9 +177,9 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
 def pod_environment(documents, job, index):
     """Returns the environment variables pod `index` of Job `job` gets from `documents`.
 
-    What the manifest gives its container, plus what Kubernetes adds to the pods of
-    an Indexed Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named
-    `<jobset>-<pool>-0`) the restart count 0. Used to run a manifest's workers locally.
+    What the manifest gives its container, plus what Kubernetes adds to the pods of an Indexed
+    Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named `<jobset>-<pool>-0`) the restart
+    count 0.
 
     Raises:
         ManifestError: when `documents` have no Indexed Job `job` with such a pod.
