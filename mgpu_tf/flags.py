@@ -1,31 +1,6 @@
 """absl flags that choose the strategy, defined next to the user's own flags.
 
-`define_flags()` adds `--strategy`, `--simulate_devices`, `--num_gpus`,
-`--devices`, `--all_reduce`, `--num_packs`, `--bytes_per_pack`, `--compression`,
-`--steps_per_sync`, `--transport`, `--precision`, `--tpu`, `--worker_hosts` and `--task_index`,
-and Keras' two speed switches, `--jit_compile` and `--steps_per_execution`, which
-`compile_options()` turns into `model.compile` arguments (they work under every
-strategy: see `mgpu_tf.compat.keras_steps`). A bad value fails when flags are
-parsed, with the same message `make_strategy` gives, because the check is
-`make_strategy`'s own.
-
-Example:
-
-```python
-from absl import app
-import mgpu_tf
-from mgpu_tf import flags as mgpu_flags
-
-mgpu_flags.define_flags()
-
-def main(argv):
-    strategy = mgpu_flags.make_strategy_from_flags()
-    with strategy.scope():
-        model = build_model()
-        model.compile(optimizer="adam", loss="mse", **mgpu_flags.compile_options())
-
-app.run(main)
-```
+Design: docs/design.md#flags
 """
 
 import re
@@ -75,10 +50,6 @@ def define_flags(flag_values=flags.FLAGS):
 
     They belong to the calling module, so a script that calls this lists them
     under `--help` beside its own flags.
-
-    `--simulate_devices=N` splits the CPU (or GPU, with `--simulate_device_type`)
-    when flags are parsed: that is the earliest moment, before anything starts
-    TensorFlow's runtime, and it lets `--devices=N` be checked at parse time.
 
     Args:
         flag_values: the `FlagValues` to define on. Defaults to `absl.flags.FLAGS`.

@@ -1,16 +1,11 @@
 """The main training job: `python -m mgpu_tf.train [--strategy=...]`.
 
-Trains a small Keras classifier under whatever strategy the flags choose, on a
-real data set that ships with scikit-learn (8x8 handwritten digits) or on
-synthetic data for benchmarks, and ends with one line:
+Trains a small Keras classifier under the strategy the flags choose, on scikit-learn's 8x8
+digits or synthetic data, and ends with one line:
 
     done: strategy=NAME replicas=N examples_per_sec=X loss=Y accuracy=Z
 
-Examples:
-
-    python -m mgpu_tf.train
-    python -m mgpu_tf.train --strategy=mirrored --simulate_devices=2
-    mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
+Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """
 
 import sys

@@ -1,26 +1,6 @@
 """Backups that resume training exactly where it stopped, at an epoch or mid-epoch.
 
-Keras' `BackupAndRestore` saves the weights (with the optimizer's state) and the
-epoch, from every worker, in place, and resumes at the start of the saved
-epoch, even when the backup was taken mid-epoch: the steps done since the epoch
-began are then done twice. It leaves out the state of Keras' random generators
-(`keras.random.SeedGenerator`, which dropout draws from). This callback backs up
-everything that shapes the next update:
-
-- the weights and the optimizer's state (Keras' weights file);
-- the random generators' state;
-- the position: the epoch, and the steps of it done. A resumed epoch skips the
-  steps done, in the order the uninterrupted run saw (`mgpu_tf.callbacks.DataOrder`
-  does its part, for data from `mgpu_tf.shard_dataset`);
-- the shares of `shard_dataset(..., weights="adaptive")` decided so far, so a
-  resumed epoch splits its steps as before (put `TrainingMonitor`, which decides
-  them at the end of an epoch, before this callback in `callbacks`);
-- with `steps_per_sync=k`, the gradient sums: a backup waits for the next sync
-  point, where every replica's sums are empty, so no per-replica state is needed.
-
-The chief writes it, atomically as a whole: the weights go to a new file, then the
-metadata naming that file replaces the old metadata, then the old weights file
-goes. A worker killed at any moment leaves the last complete backup.
+Design: docs/design.md#backup-and-restore
 """
 
 import json
@@ -55,14 +35,6 @@ _RNG_SUFFIX = "seed_generator_state"
 
 class BackupAndRestore(DataOrder):
     """Backs training up, from the chief only, and resumes from the backup exactly.
-
-    After a failure, restarting the same script (e.g. with
-    `mgpu-tf launch --max_restarts N`) resumes from the last backup: at the epoch
-    and step it was taken, with the weights, optimizer, random generators and data
-    order of that moment, so the run ends with the weights of an uninterrupted one.
-    Every worker reads the chief's backup, so `backup_dir` must be storage they all
-    see. Mid-epoch resumes skip the done steps of data from `mgpu_tf.shard_dataset`
-    only; other data sets restart the epoch, as Keras' callback does.
 
     Example:
 

@@ -1,13 +1,6 @@
 """Keras callbacks and savers that write from the chief only, never half a file.
 
-Keras 3 callbacks know nothing of chief and workers, so under a multi-worker
-strategy every worker writes the same checkpoint and TensorBoard files,
-racing each other; and Keras writes files in place, so a worker killed mid-write
-leaves a broken one. These drop-in replacements have the chief write to a
-temporary name and rename it into place (atomic on POSIX), while every other
-worker does the same work into a temporary directory it removes (the work must
-run everywhere: reading distributed variables may take part in collectives).
-On one machine they behave as the Keras originals, with atomic writes.
+Design: docs/design.md#writing-from-the-chief
 """
 
 import contextlib
@@ -32,10 +25,6 @@ __all__ = [
 def is_chief(strategy=None):
     """True in the process that writes checkpoints and logs.
 
-    Answers for every strategy `mgpu_tf.make_strategy` returns: TensorFlow's ask
-    their `extended.should_checkpoint`; `"model_parallel"` runs in one process, the
-    chief; `"hybrid"` asks the `MultiWorkerMirroredStrategy` it communicates through.
-
     Example:
 
     ```python
@@ -53,22 +42,13 @@ def is_chief(strategy=None):
 
 
 def strategy_of(model):
-    """The strategy that knows whether this process writes `model`'s files.
-
-    A `HybridParallel` trains outside any `tf.distribute` scope (its
-    `distribute_strategy` is the default one, chief everywhere); its `communicator`
-    knows the workers.
-    """
+    """The strategy that knows whether this process writes `model`'s files."""
     return getattr(model, "communicator", None) or model.distribute_strategy
 
 
 @contextlib.contextmanager
 def chief_path(path, strategy=None):
     """Yields where this process should write `path`.
-
-    On the chief: a temporary name beside `path` (same suffix), renamed to `path`
-    when the block succeeds and removed when it fails. Elsewhere: a name in a
-    temporary directory that is removed after the block.
 
     Example:
 
@@ -152,12 +132,7 @@ class _WorkerScratch:
 
 
 class ModelCheckpoint(_WorkerScratch, keras.callbacks.ModelCheckpoint):
-    """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes.
-
-    Other workers save into a temporary directory that is removed when training
-    ends. The callback's `model` is a stand-in for the model whose `save` and
-    `save_weights` write atomically. Takes the same arguments as the Keras callback.
-    """
+    """`keras.callbacks.ModelCheckpoint` with chief-only, atomic writes."""
 
     def _redirect(self, scratch):
         self.filepath = os.path.join(scratch, os.path.basename(self.filepath))

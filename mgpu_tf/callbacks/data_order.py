@@ -1,11 +1,6 @@
 """Each epoch's data in an order that depends on the seed and the epoch only.
 
-`mgpu_tf.shard_dataset(..., shuffle_seed=s)` shuffles epoch `e` from `(s, e)`,
-reading the epoch when an iterator starts (`mgpu_tf.data.order`). This callback
-tells it which epoch Keras is in, so that every strategy sees the order of the
-default strategy whatever iterators Keras makes, and a resumed run sees the
-order of an uninterrupted one. `mgpu_tf.callbacks.BackupAndRestore` does the
-same and needs no `DataOrder` beside it.
+Design: docs/design.md#data-order-across-restarts
 """
 
 import keras
@@ -17,11 +12,6 @@ __all__ = ["DataOrder"]
 
 class DataOrder(keras.callbacks.Callback):
     """Tells `mgpu_tf.shard_dataset`'s pipelines which epoch `fit` is in.
-
-    Without it each new iterator of a sharded data set starts the next epoch's
-    order, as `tf.data` does; Keras makes one more iterator under a strategy (to
-    build the model) than without, so the orders would differ. It has no per-step
-    hook, so Keras still dispatches batch callbacks asynchronously.
 
     Example:
 

@@ -1,16 +1,6 @@
 """What `mgpu_tf.callbacks.TrainingMonitor` measures on each worker, and how it shares it.
 
-- Memory: on a GPU, TensorFlow's allocator statistics
-  (`tf.config.experimental.get_memory_info`: in use and peak, summed over the
-  process' GPUs); on a CPU, the process' resident set (`VmRSS`) and its peak
-  (`VmHWM`) from `/proc/self/status`.
-- Compute: every worker waits for the slowest at each all-reduce, so their step
-  times are equal and cannot tell who holds the others back. `ComputeProbe` times
-  this worker's forward and backward pass alone, on its own batch size, without
-  the all-reduce (in inference mode, so no state of the model moves: no batch
-  norm statistics, no random generator).
-- `exchange` all-reduces one row of figures per worker through the strategy, so
-  that every worker holds every worker's figures.
+Design: docs/design.md#training-monitor
 """
 
 import math

@@ -1,28 +1,6 @@
 """A training monitor for mixed hardware: who holds the others back, and how full each is.
 
-In synchronous data parallelism every step waits for the slowest worker, and
-nothing in Keras or `tf.distribute` shows which one that is or how much memory
-each device holds. `TrainingMonitor` measures, on every worker:
-
-- its step time, from the ends of Keras' steps (Keras reads each step's logs before
-  its batch hooks, so noting the time adds no wait);
-- its compute time: its forward and backward pass timed alone at the monitor's
-  interval (`mgpu_tf.callbacks.measure.ComputeProbe`), and the rest of the step,
-  `wait`: waiting for the others, the all-reduce and the update;
-- its examples per second, and its memory in use and peak
-  (`mgpu_tf.callbacks.measure.memory_bytes`).
-
-At each interval (every epoch, or `every_n_steps`) the workers exchange their
-figures through the strategy, and each computes the straggler ratio: the
-slowest worker's compute time over the median. The figures go into Keras' logs
-(the progress bar and `History` show them), into TensorBoard scalars written by
-the chief only (each interval's in a new events file, renamed into place), and
-into one table the chief prints when training ends.
-
-With a data set from `mgpu_tf.shard_dataset(..., weights="adaptive")` the
-monitor also decides, at the end of each epoch, the next epoch's shares from the
-exchanged speeds (`mgpu_tf.data.adaptive`), and tells the data set which epoch
-it is in, as `mgpu_tf.callbacks.DataOrder` does.
+Design: docs/design.md#training-monitor
 """
 
 import glob

@@ -1,14 +1,12 @@
 """`mgpu-tf calibrate`: time a job as each of N local workers, or take measured speeds, and
 propose shard weights.
 
-Run COMMAND as each of N local workers, alone and one after another, several times (each
-run must print 'examples_per_sec=X' and use a local strategy), and print each worker's
-median speed, its spread over the runs and the shard weights that match:
-MGPU_TF_SHARD_WEIGHTS for the workers, SPEED for mgpu-tf k8s --node_pool. A spread above
---max_spread, or a run that reports 'timed_seconds=Y' below --min_seconds, is refused.
-Example: mgpu-tf calibrate --workers 2 -- python -m mgpu_tf.train --strategy=mirrored
---epochs=10. For workers on other machines, run the same command on each and pass the
-figures: mgpu-tf calibrate --speeds 812,410
+Run COMMAND as each of N local workers, alone and one after another, several times (each run
+must print 'examples_per_sec=X' and use a local strategy), and print each worker's median speed,
+its spread over the runs and the shard weights that match: MGPU_TF_SHARD_WEIGHTS for the
+workers, SPEED for mgpu-tf k8s --node_pool. A spread above --max_spread, or a run that reports
+'timed_seconds=Y' below --min_seconds, is refused. For workers on other machines, run the same
+command on each and pass the figures: mgpu-tf calibrate --speeds 812,410
 """
 
 import sys

@@ -1,13 +1,11 @@
 """`mgpu-tf plan`: memory per device for data, model and hybrid parallelism, and which to use.
 
-Build the model a function returns, or load a saved .keras or .h5 model, add up
-each device's parameters, gradients, optimizer slots and the activations a training
-step keeps alive for data, model and hybrid parallelism, predict the data-parallel
-step over 1, 2, 4, ... devices, and recommend one. Devices may be declared: --devices 8
---device_memory 80GiB --device_throughput 400 plans for hardware you do not have (400
-examples/s: one of those devices' speed on the model). Example: mgpu-tf plan --model
-my_models:build --global_batch_size 1024 --devices 8 --device_memory 16GiB --interconnect
-nvlink2 --device_throughput 400
+Build the model a function returns, or load a saved .keras or .h5 model, add up each device's
+parameters, gradients, optimizer slots and the activations a training step keeps alive for data,
+model and hybrid parallelism, predict the data-parallel step over 1, 2, 4, ... devices, and
+recommend one. Devices may be declared: --devices 8 --device_memory 80GiB --device_throughput
+400 plans for hardware you do not have (400 examples/s: one of those devices' speed on the
+model).
 """
 
 import importlib

@@ -1,33 +1,9 @@
 """Shard weights from measured speeds: how much of each batch each worker should get.
 
-Synchronous data parallelism waits for the slowest worker at every step. On a
-heterogeneous cluster (an A100 node next to a T4 node) the fix is to give each
-worker a share of the global batch in proportion to its speed (the `weights=` of
-`mgpu_tf.shard_dataset`, `MGPU_TF_SHARD_WEIGHTS` in a pod). TensorFlow has no
-measure of that speed; this module runs the real job as each worker, reads the
-speed it reports, and proposes the weights.
+Runs the real job as each worker, alone and several times, reads the `examples_per_sec=X` it
+prints, and proposes the weights of `mgpu_tf.shard_dataset`.
 
-Workers started here share this machine, so they run one after another, never
-together (two at once would time each other), and each is run several times: a
-figure that changes from run to run by more than `max_spread` is refused rather
-than turned into weights, and so is one timed over too little work.
-
-The contract with the job: each run prints a line holding `examples_per_sec=X`
-(the last one counts), measured on its own devices without waiting for other
-workers (a local strategy such as `--strategy=mirrored`, which ignores
-TF_CONFIG). `python -m mgpu_tf.train` does, in its `done:` line; another script
-prints, for instance, `calibrate: examples_per_sec=812.5 timed_seconds=4.2`,
-where the optional `timed_seconds=Y` lets calibration refuse a run timed over
-less than `min_seconds`.
-
-Example:
-
-```python
-result = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored",
-                    "--epochs=10"], workers=2)
-propose_weights(result.speeds)  # near [1.0, 1.0] on identical workers
-result.spreads                  # e.g. [0.03, 0.05]: each within max_spread
-```
+Design: docs/design.md#calibration
 """
 
 import dataclasses
@@ -133,10 +109,16 @@ def calibrate(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0, e
               output=None, progress=None, grace_seconds=10.0, timeout_seconds=600.0):
     """Runs `command` as each of `workers` local workers, alone, `repeats` times.
 
-    Workers run one after another (alternating: 0, 1, ..., 0, 1, ...), each with the
-    TF_CONFIG `mgpu_tf.cluster.launcher.launch` would give it, so a script can tell
-    which worker it is; each must measure its speed on its own devices (see the
-    module docstring).
+    Workers run one after another, each with the TF_CONFIG `launch` would give it.
+
+    Example:
+
+    ```python
+    result = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored",
+                        "--epochs=10"], workers=2)
+    propose_weights(result.speeds)  # near [1.0, 1.0] on identical workers
+    result.spreads                  # e.g. [0.03, 0.05]: each within max_spread
+    ```
 
     Args:
         command: the job and its arguments, a list of strings.

@@ -1,34 +1,10 @@
 """The cluster a process belongs to, detected from its environment.
 
-The cluster itself, TF_CONFIG parsed and validated, is `mgpu_tf.cluster.tf_config`,
-whose names this module also exports. TensorFlow's own resolvers for Kubernetes
-and SLURM need the Kubernetes API or SLURM's commands at run time;
-`detect_cluster` builds the same cluster from the variables the pod or `srun`
-task already has, and says where it came from.
-This is the only module of mgpu_tf that reads the environment.
+`detect_cluster` builds the cluster from `TF_CONFIG`, a Kubernetes Indexed Job's or a SLURM
+step's variables, and says where it came from; `shard_weights` reads the workers' speeds. The
+only module of mgpu_tf that reads the environment.
 
-Variables read, in this order (the first system found wins):
-
-- `TF_CONFIG`: the cluster as TensorFlow defines it.
-- Kubernetes Indexed Job: `JOB_COMPLETION_INDEX` (set by Kubernetes) with
-  `MGPU_TF_JOB_NAME` (this pod's Job), `MGPU_TF_JOBS` (`"name:count,..."`, every
-  Job of the cluster in order), `MGPU_TF_SERVICE_NAME` (the headless Service, the
-  pods' subdomain) and `MGPU_TF_PORT` (default 2222), all set by the manifests of
-  `mgpu_tf.cluster.kubernetes`. Worker `i` of Job `name` is `name-i.service:port`.
-- SLURM, a step started by `srun`: `SLURM_PROCID`, `SLURM_STEP_NODELIST`,
-  `SLURM_STEP_NUM_TASKS`, `SLURM_STEP_TASKS_PER_NODE`, `SLURM_NODEID`,
-  `SLURM_LOCALID` and `SLURM_JOB_ID`. Task `l` of node `n` listens on
-  `node:base+l`; the base is `MGPU_TF_PORT`, else derived from the job id. The
-  job-wide variables of a batch script (`SLURM_NTASKS`, `SLURM_JOB_NODELIST`)
-  are not read: the script itself runs once, so it is a single machine.
-
-And, for every source:
-
-- `MGPU_TF_HOST_OVERRIDE`: `"name=host[:port],..."` replaces host names of the
-  detected cluster (for instance the pods' names by `127.0.0.1:port`, to run a
-  manifest's workers on one machine).
-- `MGPU_TF_SHARD_WEIGHTS`: `"w0,w1,..."`, the relative speed of each worker
-  (chief first), read by `shard_weights()` for weighted data shards.
+Design: docs/design.md#cluster-detection
 """
 
 import math
@@ -60,11 +36,8 @@ def environ_value(name, default=None):
 def detect_cluster(environ=None):
     """Finds the cluster this process belongs to, or `None` on a single machine.
 
-    Looks, in this order, at `TF_CONFIG`, a Kubernetes Indexed Job made by
-    `mgpu_tf.cluster.kubernetes` and a SLURM step started by `srun` (see the module
-    docstring for the variables); the result's `source` says which it found.
-    A Kubernetes Job or SLURM step of one task is a single machine (`None`), as
-    is an empty or absent TF_CONFIG. `MGPU_TF_HOST_OVERRIDE` then renames hosts.
+    Looks at `TF_CONFIG`, a Kubernetes Indexed Job and a SLURM step, in that order; the result's
+    `source` says which it found.
 
     Example:
 
@@ -292,11 +265,7 @@ def _override_hosts(config, text):
 def shard_weights(environ=None):
     """Returns the workers' relative speeds from `MGPU_TF_SHARD_WEIGHTS`, or `None`.
 
-    Manifests made for node pools of different GPUs set `MGPU_TF_SHARD_WEIGHTS`
-    to one weight per worker (in the cluster's order, chief first); pass the
-    result as `weights=` to `mgpu_tf.shard_dataset`, which gives each worker a
-    share of every global batch in proportion to its weight. On a single
-    machine the list is checked for numbers only (one per replica there).
+    Pass the result as `weights=` to `mgpu_tf.shard_dataset`.
 
     Example:
 

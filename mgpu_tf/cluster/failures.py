@@ -1,10 +1,9 @@
 """Lost workers: detected within a bounded time, and reported by name.
 
-TensorFlow's multi-worker runtime notices a dead peer through its coordination
-service's heartbeats, then aborts the collectives of every survivor with a long
-gRPC message (tensorflow/tensorflow#35878, #37108 and #58434 describe the hangs
-of older releases). This module sets how long that takes and turns the message
-into a `WorkerLostError` that says which worker was lost and what to do.
+Sets how long TensorFlow takes to notice a dead peer and turns its gRPC error into a
+`WorkerLostError` naming the worker.
+
+Design: docs/design.md#lost-workers
 """
 
 import contextlib
@@ -54,9 +53,8 @@ class WorkerLostError(RuntimeError):
 def configure_failure_detection(config, timeout_seconds):
     """Sets the heartbeat and shutdown timeouts of TensorFlow's coordination service.
 
-    Must run before the multi-worker strategy is made (which otherwise sets up the
-    service with TensorFlow's defaults). A worker that stops sending heartbeats for
-    `timeout_seconds` makes every survivor's collectives fail.
+    Must run before the multi-worker strategy is made (which otherwise sets up the service with
+    TensorFlow's defaults).
 
     Args:
         config: the `mgpu_tf.cluster.detect.ClusterConfig` of this process.

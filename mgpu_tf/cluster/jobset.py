@@ -1,15 +1,8 @@
 """A JobSet (`jobset.x-k8s.io/v1alpha2`) that runs a multi-worker job and restarts it whole.
 
-JobSet (kubernetes-sigs/jobset, the API Kubeflow Trainer v2 is built on) creates
-the Jobs and a headless Service itself. Each node pool is one replicated Job of
-one Indexed Job, so pod `i` of pool `p` is `<jobset>-<p>-0-<i>.<jobset>` and the
-same environment as the plain Indexed Job's tells `mgpu_tf.cluster.detect` the
-cluster. Its failure policy fills the gap a lost worker leaves: when any pod
-fails, JobSet recreates every Job (up to `max_restarts` times), the group starts
-again together and the main job resumes from the chief's backup (`--backup_dir`).
-Each pod sees the restart count as `MGPU_TF_RESTART`, as under `mgpu-tf launch`.
-
 Build one with `mgpu_tf.cluster.kubernetes.make_manifests(..., format="jobset")`.
+
+Design: docs/design.md#kubernetes-manifests
 """
 
 from mgpu_tf.cluster import manifest_parts as parts
@@ -84,8 +77,7 @@ def pod_environment(document, job, index, *, restart=0):
     """The environment pod `index` of Job `job` of the JobSet `document` gets, or `None`.
 
     What the manifest gives the container, plus what Kubernetes and JobSet add
-    (`JOB_COMPLETION_INDEX`, the restart count); `None` when `job` is not one of
-    its Jobs.
+    (`JOB_COMPLETION_INDEX`, the restart count).
 
     Raises:
         ManifestError: when the Job has no pod `index`.

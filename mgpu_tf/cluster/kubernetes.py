@@ -1,30 +1,9 @@
 """Kubernetes manifests for a multi-worker training job, ready for `kubectl apply`.
 
-Three formats:
+Three formats: `"indexed-job"` (the default, plain Kubernetes), `"jobset"` (restarts the whole
+group after a failure) and `"tfjob"` (Kubeflow's training operator).
 
-- `"indexed-job"` (the default): a headless Service and an Indexed Job (plain
-  Kubernetes, no operator). Pod `i` of Job `name` is reachable as
-  `name-i.service`; the container's environment tells `mgpu_tf.cluster.detect` the rest
-  (`MGPU_TF_JOB_NAME`, `MGPU_TF_JOBS`, `MGPU_TF_SERVICE_NAME`, `MGPU_TF_PORT`; see
-  `mgpu_tf.cluster.detect`), and Kubernetes sets `JOB_COMPLETION_INDEX`. Node pools of
-  different GPUs become one Indexed Job each, sharing the Service, and their
-  relative speeds reach the pods as `MGPU_TF_SHARD_WEIGHTS`.
-- `"jobset"`: a JobSet (`jobset.x-k8s.io/v1alpha2`, see `mgpu_tf.cluster.jobset`),
-  the same pods with JobSet's failure policy: a failed pod restarts the whole group,
-  up to `max_restarts` times, and the job resumes from the chief's backup.
-- `"tfjob"`: a Kubeflow TFJob (`kubeflow.org/v1`), for clusters that run the
-  Kubeflow training operator, which writes each pod's TF_CONFIG itself. Kubeflow's
-  newer Trainer has dropped TensorFlow (kubeflow/trainer#2699), hence the default.
-
-Example:
-
-```python
-from mgpu_tf.cluster import kubernetes
-documents = kubernetes.make_manifests(
-    "mnist", ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"],
-    image="registry.example.com/mnist:1", workers=4, gpus_per_worker=2)
-print(kubernetes.to_yaml(documents))
-```
+Design: docs/design.md#kubernetes-manifests
 """
 
 import json
@@ -112,6 +91,16 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                    namespace=None, max_restarts=None):
     """Returns the Kubernetes objects (dictionaries) that run `command` on every worker.
 
+    Example:
+
+    ```python
+    from mgpu_tf.cluster import kubernetes
+    documents = kubernetes.make_manifests(
+        "mnist", ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"],
+        image="registry.example.com/mnist:1", workers=4, gpus_per_worker=2)
+    print(kubernetes.to_yaml(documents))
+    ```
+
     Args:
         name: the job's name, a DNS label; also the Service's name.
         command: the container's command, a list of strings.
@@ -188,9 +177,9 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
 def pod_environment(documents, job, index):
     """Returns the environment variables pod `index` of Job `job` gets from `documents`.
 
-    What the manifest gives its container, plus what Kubernetes adds to the pods of
-    an Indexed Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named
-    `<jobset>-<pool>-0`) the restart count 0. Used to run a manifest's workers locally.
+    What the manifest gives its container, plus what Kubernetes adds to the pods of an Indexed
+    Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named `<jobset>-<pool>-0`) the restart
+    count 0.
 
     Raises:
         ManifestError: when `documents` have no Indexed Job `job` with such a pod.

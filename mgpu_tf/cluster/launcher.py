@@ -1,9 +1,9 @@
 """Local worker groups: N processes of one command, each with its own TF_CONFIG.
 
-Multi-worker TensorFlow needs one process per worker, each told the whole cluster
-and its own index. `launch` starts them on one machine (free ports on 127.0.0.1),
-prefixes their output with the worker index, and treats them as one job: the first
-failure stops the others, Ctrl-C stops all, and no process is left behind.
+`launch` starts the processes on one machine and treats them as one job: the first failure stops
+the others, Ctrl-C stops all, and no process is left behind.
+
+Design: docs/design.md#local-launcher
 """
 
 import json
@@ -228,9 +228,7 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
               timeout_seconds=None, errors=None):
     """Runs worker `index` of a group of `workers` on its own; returns its exit code.
 
-    The worker gets the TF_CONFIG `launch` would give it, so it can tell which worker
-    it is, but no other worker runs: for jobs that measure a worker alone (see
-    `mgpu_tf.cluster.calibrate`).
+    The worker gets the TF_CONFIG `launch` would give it, but no other worker runs.
 
     Args:
         command: the program and its arguments, a list of strings.

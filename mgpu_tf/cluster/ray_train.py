@@ -1,28 +1,10 @@
 """Ray Train: Keras `fit` on the workers of a `TensorflowTrainer`, reported to Ray.
 
-Ray Train's `TensorflowTrainer` starts one process per worker and gives each a
-TF_CONFIG with workers only, no chief task. Keras 3 `fit` under a plain
-`tf.distribute.MultiWorkerMirroredStrategy` fails there (ray-project/ray#47464, the
-PerReplica error of keras-team/keras#20585); `mgpu_tf.make_strategy("auto")` inside
-`train_loop_per_worker` reads Ray's TF_CONFIG, applies the Keras fixes and trains.
-With no chief task, worker 0 (Ray's world rank 0) is the chief: it alone writes
-through `mgpu_tf.callbacks`.
+`make_strategy("auto")` inside `train_loop_per_worker` trains under Ray's chief-less TF_CONFIG
+(ray-project/ray#47464, keras-team/keras#20585); `RayReporter` reports to Ray with the chief
+alone writing the checkpoint.
 
-Ray's own `ray.train.tensorflow.keras.ReportCheckpointCallback` runs under Keras 3,
-but every worker saves the model and reports its copy, so all of them write the same
-files into the one checkpoint directory. `RayReporter` fills that gap: every worker
-reports the epoch's metrics (Ray waits for all of them), the chief alone a checkpoint.
-
-Example:
-
-```python
-def train_loop_per_worker(config):
-    strategy = mgpu_tf.make_strategy("auto")
-    with strategy.scope():
-        model = build_and_compile_model()
-    data = mgpu_tf.shard_dataset(examples, strategy, 64)
-    model.fit(data, epochs=3, callbacks=[RayReporter()])
-```
+Design: docs/design.md#ray-train
 """
 
 import os
@@ -54,13 +36,19 @@ def _strategy_chief(model):
 class RayReporter(keras.callbacks.Callback):
     """Reports each epoch's logs to Ray Train, with the chief's model as a checkpoint.
 
-    At the end of every epoch every worker calls `ray.train.report` with the epoch's
-    logs (Ray waits for all workers' reports); the chief (world rank 0) also saves
-    the model into a new directory and passes it as the report's checkpoint. The
-    other workers save into a temporary directory that is removed at once: reading a
-    distributed model may take part in collectives, so every worker does the work.
-    `ray.train.get_checkpoint()` in a restarted `train_loop_per_worker` finds the
-    file under `filename`.
+    Every worker reports the epoch's logs; the chief also passes its saved model as the
+    checkpoint.
+
+    Example:
+
+    ```python
+    def train_loop_per_worker(config):
+        strategy = mgpu_tf.make_strategy("auto")
+        with strategy.scope():
+            model = build_and_compile_model()
+        data = mgpu_tf.shard_dataset(examples, strategy, 64)
+        model.fit(data, epochs=3, callbacks=[RayReporter()])
+    ```
 
     Args:
         checkpoint: report a checkpoint with the metrics. Defaults to `True`.

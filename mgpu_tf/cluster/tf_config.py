@@ -1,18 +1,9 @@
 """TF_CONFIG as data: the cluster a task belongs to, parsed, validated or built.
 
-TensorFlow reads `TF_CONFIG` late (when a strategy starts its gRPC server) and
-reports a bad one with a stack trace, or by hanging. Here it is checked up front,
-with errors that quote the offending part, and it can be built from a host list.
-Nothing here reads the environment: `mgpu_tf.cluster.detect` finds the variables and
-hands their text to `parse_tf_config`.
+TF_CONFIG is checked up front, with errors that quote the offending part, and can be built from
+a host list.
 
-Example:
-
-```python
-config = parse_tf_config('{"cluster": {"worker": ["a:2222", "b:2222"]}, '
-                         '"task": {"type": "worker", "index": 1}}')
-config.address, config.is_chief  # ('b:2222', False)
-```
+Design: docs/design.md#cluster-detection
 """
 
 import dataclasses

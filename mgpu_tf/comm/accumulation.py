@@ -1,29 +1,6 @@
 """Gradient accumulation across steps: one all-reduce and one update every k steps.
 
-Each replica sums its gradients locally for `steps_per_sync` steps; on the
-k-th step the sum, divided by k, goes through the optimizer's usual all-reduce
-and update. Each step's batch keeps its meaning (the global batch over all
-replicas), and the update equals one unaccumulated update on the k batches
-together, with k times fewer all-reduces.
-
-Keras' own `gradient_accumulation_steps` does not run under
-`tf.distribute.MirroredStrategy`: its update is a `tf.cond` in replica context
-whose branch aggregates gradients, and the strategy refuses a `merge_call` in
-control flow ("`merge_call` called while defining a new graph ..."; checked
-with Keras 3.15.1 and TensorFlow 2.21). Here the condition is evaluated in
-cross-replica context, as Keras' `LossScaleOptimizer` does for the same reason.
-
-Example:
-
-```python
-import keras, mgpu_tf
-mgpu_tf.simulate_devices(2)
-strategy = mgpu_tf.make_strategy("mirrored", steps_per_sync=4)
-with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model = mgpu_tf.prepare_model(model, strategy)
-    model.compile(optimizer="sgd", loss="mse")  # updates every 4th step
-```
+Design: docs/design.md#gradient-accumulation
 """
 
 import weakref

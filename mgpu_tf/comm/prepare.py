@@ -1,31 +1,6 @@
 """How gradients cross the wire: compressed all-reduces and fewer of them.
 
-`make_strategy` returns the real `tf.distribute` object, which has no place for
-options that change the training step. This module keeps them next to the
-strategy (`attach`) and puts them into the Keras optimizer when
-`mgpu_tf.prepare_model` readies the model (`prepare`):
-
-- `compression="float16"` (or `"bfloat16"`): each replica's gradients are cast
-  to 16 bits for the all-reduce and back to float32 for the update, halving the
-  bytes sent, as Horovod's `Compression.fp16` does. Keras 3 all-reduces in
-  `TFOptimizer._all_reduce_sum_gradients` and has no such option.
-- `steps_per_sync=k`: gradients are summed locally for k steps, then
-  all-reduced once and applied once (see `mgpu_tf.comm.accumulation`).
-- `transport="tcp"`: between workers, the gradients' all-reduce runs over the
-  toolkit's own TCP ring instead of TensorFlow's gRPC collectives (see
-  `mgpu_tf.comm.transport`); it combines with both options above.
-
-Example:
-
-```python
-import keras, mgpu_tf
-mgpu_tf.simulate_devices(2)
-strategy = mgpu_tf.make_strategy("mirrored", compression="float16")
-with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model = mgpu_tf.prepare_model(model, strategy)
-    model.compile(optimizer="sgd", loss="mse")
-```
+Design: docs/design.md#gradient-compression
 """
 
 import functools
@@ -76,9 +51,8 @@ def settings(strategy):
 def prepare(model, strategy):
     """Makes `model`'s optimizer use `strategy`'s communication options.
 
-    The model is usually compiled after `prepare_model`, so `model.compile` is
-    wrapped to install them in the optimizer it receives; an already compiled
-    model has them installed at once. Without options the model is untouched.
+    The model is usually compiled after `prepare_model`, so `model.compile` is wrapped to
+    install them in the optimizer it receives.
 
     Returns:
         `model`.

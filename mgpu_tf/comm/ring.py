@@ -1,28 +1,6 @@
 """A ring all-reduce over plain TCP sockets between worker processes.
 
-TensorFlow's CPU collectives move each buffer through a gRPC call and protocol
-buffers; between two processes of one machine that carries about a tenth of
-what a socket does. This module is the transport alone, with no TensorFlow in
-it: `mgpu_tf.comm.transport` wires it into the training step.
-
-Each worker holds one connection to its right neighbour and one from its left;
-a thread reads every message from the left into a mailbox, keyed by the tag the
-sender put on it, so that all-reduces running at once pair up correctly.
-An all-reduce of N workers is the usual ring: N-1 steps of reduce-scatter, in
-which every worker sends one chunk to the right while it receives and adds one
-from the left, then N-1 steps of all-gather, which pass the summed chunks on.
-Each worker sends and receives 2(N-1)/N of the buffer, and every worker ends
-with the same bits (each chunk is summed once, in one order, then copied).
-
-Example (every worker runs this with its own `rank`):
-
-```python
-listener = ring.listen("127.0.0.1")
-ports = ...  # every worker's listener.getsockname()[1], exchanged somehow
-peers = [("127.0.0.1", p) for p in ports]
-with ring.Ring(rank, peers, listener) as r:
-    total = r.all_reduce(gradients)  # a 1-D numpy array; the sum over workers
-```
+Design: docs/design.md#tcp-ring-all-reduce
 """
 
 import socket
@@ -181,10 +159,7 @@ class Ring:
     def exchange(self, send, count, op=0, step=0):
         """Sends array `send` to the right neighbour; returns `count` values from the left.
 
-        The values received have `send`'s dtype. Messages are tagged with `op`,
-        `step` and how many times this worker has exchanged under that tag, so
-        all-reduces that TensorFlow runs concurrently, or in another order on
-        another worker, still pair each message with its counterpart.
+        The values received have `send`'s dtype.
 
         Raises:
             PeerLostError: when the neighbours are gone or silent for longer
@@ -219,9 +194,7 @@ class Ring:
     def schedule(self):
         """The ring all-reduce as `(phase, send, receive)` chunk indices, in order.
 
-        In phase `"reduce"` the chunk received is added to this worker's chunk
-        of that index; in phase `"gather"` it replaces it. After the last step
-        every chunk is the sum over workers, on every worker.
+        In phase `"reduce"` the chunk received is added to this worker's chunk of that index.
         """
         n, r = self.size, self.rank
         return ([("reduce", (r - s) % n, (r - s - 1) % n) for s in range(n - 1)]

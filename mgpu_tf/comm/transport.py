@@ -1,31 +1,6 @@
 """The `transport="tcp"` option: gradients cross between workers over `mgpu_tf.comm.ring`.
 
-Under `MultiWorkerMirroredStrategy` every all-reduce goes through TensorFlow's
-collectives, whose CPU transport is gRPC. This module gives the gradients'
-all-reduce its own wire: a ring of TCP connections between the workers, set up
-once through the strategy (each worker opens a port and the ports are
-all-gathered), then driven from the training step. The ring's schedule is
-built from TensorFlow ops, so the additions run as TensorFlow kernels in the
-wire dtype, and only the transfers leave the graph (`tf.numpy_function`).
-The step's logs (loss and metrics, averaged over workers every step) take the
-same ring; everything else (variables at creation, the metrics read at the end
-of an epoch) still goes through the strategy.
-
-It needs one replica per worker (one CPU, or one GPU per worker), and a train
-step that is not compiled with XLA (Keras compiles none under a strategy unless
-`jit_compile=True` is passed). A worker waits `timeout_seconds` (default 600 s)
-for a neighbour's part before it gives up; a neighbour that dies closes its
-connections, which stops the others at once with `mgpu_tf.comm.ring.PeerLostError`
-(`WorkerLostError` inside `mgpu_tf.cluster.failures.worker_failures()`).
-
-Example (on every worker):
-
-```python
-strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp")
-with strategy.scope():
-    model = mgpu_tf.prepare_model(build_model(), strategy)
-    model.compile(optimizer="adam", loss="mse")
-```
+Design: docs/design.md#tcp-ring-all-reduce
 """
 
 import functools
@@ -128,14 +103,7 @@ def connect(strategy, *, timeout_seconds=None):
 
 
 class Connection:
-    """A worker's ring and the variable that keeps its all-reduces in program order.
-
-    TensorFlow does not order stateful ops that share no resource, so two
-    all-reduces of one step (the gradients' and the logs') could start in one
-    order on one worker and in the other order on another, and wait for each
-    other forever. Each all-reduce reads `token` before its first transfer and
-    increments it after its last: ops on one variable run in program order.
-    """
+    """A worker's ring and the variable that keeps its all-reduces in program order."""
 
     def __init__(self, ring, token):
         self.ring = ring
@@ -164,10 +132,7 @@ def _all_gather(strategy, rows):
 def ring_all_reduce(connection, flat, name="all_reduce"):
     """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
 
-    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`): a worker
-    that runs another all-reduce than its neighbours gets an error, not wrong
-    sums. It does not depend on tracing, so a worker that retraces its step (a
-    last batch of another size) still pairs with one that does not.
+    `name` tags the ring's messages (e.g.
     """
     ring = connection.ring
     sizes = ring.chunk_sizes(int(flat.shape[0]))
@@ -188,13 +153,7 @@ def ring_all_reduce(connection, flat, name="all_reduce"):
 
 
 def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
-    """Sums `(gradient, variable)` pairs over the workers through `connection`.
-
-    Stands in for Keras' `TFOptimizer._all_reduce_sum_gradients`: one ring
-    all-reduce of all gradients, flattened into one buffer in `wire_dtype`
-    (default: each gradient's own dtype, which must then agree). Outside
-    replica context the pairs come back as they are; `None` gradients stay.
-    """
+    """Sums `(gradient, variable)` pairs over the workers through `connection`."""
     def total(grads):
         grads = [tf.convert_to_tensor(g) for g in grads]
         wire = tf.as_dtype(wire_dtype or grads[0].dtype)

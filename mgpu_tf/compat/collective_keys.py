@@ -1,12 +1,9 @@
 """A collective key range of its own for each MirroredStrategy.
 
-TensorFlow's `MirroredStrategy` starts the collective keys of every instance at
-the same number, and the runtime remembers each key's group size for the life of
-the process: a second mirrored strategy over another number of devices fails at
-its first all-reduce ("... is joining a group with size 4, but that group has
-size 2"; tensorflow/tensorflow#61314). `distinct_collective_keys` gives each
-strategy its own key range, as TensorFlow's own tests do
-(tensorflow/python/distribute/strategy_combinations.py).
+Works around tensorflow/tensorflow#61314: a second mirrored strategy over another number of
+devices fails at its first all-reduce.
+
+Design: docs/design.md#collective-keys
 """
 
 import contextlib

@@ -1,24 +1,10 @@
 """Workarounds for upstream bugs, each guarded by the versions it is for.
 
-Keras 3's TensorFlow trainer does not run `fit`, `evaluate` or `predict` under
-`tf.distribute.MultiWorkerMirroredStrategy` with more than one worker
-(keras-team/keras#20585, open; checked up to Keras 3.15.1 with TensorFlow 2.21).
-Two places in `keras/src/backend/tensorflow/trainer.py` fail:
+Keras 3's `fit`, `evaluate` and `predict` under MultiWorkerMirroredStrategy
+(keras-team/keras#20585), and with replicas whose batches differ in size
+(keras-team/keras#19246).
 
-- `TensorFlowTrainer._maybe_symbolic_build` reduces the first distributed batch
-  with an eager `strategy.reduce`, which raises "Attempt to convert a value
-  (PerReplica...) to a Tensor" across workers, and fails on one machine too when
-  the replicas' batches differ in size (keras-team/keras#19246: weighted shards,
-  or a data set smaller than one global batch). The batch only gives the symbolic
-  build its shapes and dtypes, so the first local replica's part serves.
-- `reduce_per_replica` reduces the step's logs across workers with
-  `strategy.reduce("MEAN", v, axis=0)`, which raises "Invalid reduction
-  dimension 0 for input with 0 dimensions" on scalar logs. `axis=None` averages
-  over replicas only, as Keras does for one machine.
-
-Everything else (one machine, other strategies, `predict`'s concatenation)
-goes on to the original Keras code. The trainer's private names are reached
-through `mgpu_tf.compat.private_trainer`.
+Design: docs/design.md#multi-worker-workarounds
 """
 
 import functools

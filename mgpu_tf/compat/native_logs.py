@@ -1,12 +1,9 @@
 """TensorFlow's native start-up lines, kept out of the main job's output unless asked for.
 
-`TF_CPP_MIN_LOG_LEVEL` filters TensorFlow's C++ log once absl's log is set up, but
-not the lines written before `absl::InitializeLog()` (abseil/abseil-cpp#1718): on a
-CPU-only machine `import tensorflow` prints oneDNN and CUDA notices, and starting
-the runtime a `cuInit` error, whatever the level. `quiet_start()` sets the level
-to 2 (errors only) and, until `release()`, drops those known lines from the
-process' standard error; everything else passes at once. When the user has set
-`TF_CPP_MIN_LOG_LEVEL` it does nothing, so `TF_CPP_MIN_LOG_LEVEL=0` shows every line.
+`quiet_start()` drops the C++ lines `TF_CPP_MIN_LOG_LEVEL` does not reach
+(abseil/abseil-cpp#1718).
+
+Design: docs/design.md#native-logs
 """
 
 import atexit

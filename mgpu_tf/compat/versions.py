@@ -1,12 +1,9 @@
 """Which releases each private Keras or TensorFlow name is known for, and what happens outside.
 
-`KNOWN` maps each private name mgpu_tf touches (through `mgpu_tf.compat.private`,
-`private_trainer` and `private_callbacks`) to the releases it is known for: the
-Keras ranges were read from Keras' source at each release tag, the TensorFlow
-ranges run from the oldest TensorFlow mgpu_tf supports to the newest it is tested
-with. Outside its
-range a name is tried after one logged warning (`check`); a name that is gone
-raises `PrivateNameError` (`attribute`, `missing`), which says what to install.
+Outside its range a name is tried after one logged warning; a name that is gone raises
+`PrivateNameError`.
+
+Design: docs/design.md#private-names-and-versions
 """
 
 import dataclasses

@@ -1,25 +1,10 @@
 """Adaptive shard weights: each worker's share of the global batch follows its speed.
 
-`mgpu_tf.shard_dataset(..., weights="adaptive")` keeps an `AdaptiveShares`: the
-share of every worker (or, on one machine, every replica) in force for each
-epoch. It starts even, or from the weights the deployment sets
-(`MGPU_TF_SHARD_WEIGHTS`, which `mgpu-tf calibrate` proposes). Between epochs
-`mgpu_tf.callbacks.TrainingMonitor` measures each worker's compute speed,
-exchanges the figures through the strategy, and calls `decide`; every worker
-computes the same new shares from the same figures (`next_shares` is a pure
-function), so they agree without a further message.
+`shard_dataset(..., weights="adaptive")` keeps an `AdaptiveShares`; between epochs
+`TrainingMonitor` measures each worker's speed and every worker computes the same new shares
+with `next_shares`.
 
-`next_shares` moves each share toward the worker's part of the summed speed by a
-bounded factor per epoch (`max_change`), and leaves the shares alone while every
-one is within `tolerance` of its target, so that noise in the figures cannot
-make them swing back and forth. The global batch and the epoch's example order
-do not change, so each step still holds the same examples as the
-single-device step: only who computes which of them moves.
-
-The pipelines read an epoch's shares when its iterator starts. Keras makes the
-next epoch's iterator right after the last step, before `on_epoch_end`: while a
-monitor drives the shares, a pipeline asking for an epoch not decided yet waits
-for the decision (at most `_WAIT_SECONDS`, then it takes the latest shares).
+Design: docs/design.md#adaptive-shard-weights
 """
 
 import logging
@@ -68,12 +53,6 @@ def _at_least(shares, minimum):
 def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE,
                 minimum=0.0):
     """The shares for the next epoch, from this epoch's shares and measured speeds.
-
-    Each unit's target is its part of the summed speed (examples per second of
-    compute), raised to `minimum` where it falls below. When every share is within
-    `tolerance` (relative) of its target the shares stay; otherwise they move along
-    the straight line toward the targets, as far as keeps every share within a
-    factor of `1 + max_change` of itself. Both ends sum to 1, so the result does.
 
     Example:
 
@@ -227,9 +206,9 @@ class AdaptiveShares:
     def positions(self, epoch, worker, replica):
         """Where one replica's examples sit in each block of `global_batch_size`.
 
-        Blocks go to workers by the weighted round robin of
-        `mgpu_tf.data.split.smooth_pattern`, and a worker's part to its replicas
-        the same way, as `mgpu_tf.data.plan` lays out weighted shards.
+        Blocks go to workers by the weighted round robin of `mgpu_tf.data.split.smooth_pattern`,
+        and a worker's part to its replicas the same way, as `mgpu_tf.data.plan` lays out
+        weighted shards.
         """
         sizes = self.batch_sizes(epoch)
         per = self.replicas_per_worker

@@ -1,27 +1,9 @@
 """Where training is in its data: the epoch and the step the next input pipeline starts at.
 
-`tf.data` reshuffles each time a data set is iterated again
-(`reshuffle_each_iteration=True`), so an epoch's order depends on how many
-iterators the process has made before it. Keras makes more of them under a
-strategy than without one (it reads a first batch to build the model), and a
-restarted process starts counting again, so neither the strategies nor a resumed
-run see the order of an uninterrupted run on the default strategy.
+An epoch's order is a function of the seed and the epoch number only; a callback (`DataOrder` or
+`BackupAndRestore`) sets the position that pipelines read.
 
-Here the order of an epoch is a function of the seed and the epoch number only.
-`mgpu_tf.shard_dataset`'s pipelines read the position when an iterator starts:
-the epoch (which seeds the shuffle) and the steps of it already done (skipped,
-after a mid-epoch resume). A Keras callback (`mgpu_tf.callbacks.DataOrder`, or
-`mgpu_tf.callbacks.BackupAndRestore`, which restores the position too) sets the
-epoch as each one begins; without one, each new iterator of a pipeline starts
-the next epoch, as `tf.data` does.
-
-Keras makes the next epoch's iterator as soon as the last step of an epoch is
-done, before the next `on_epoch_begin`: a pipeline whose previous iterator
-already read the current epoch takes the next one. So the callback needs no
-per-step hook, which would stop Keras from dispatching batch callbacks
-asynchronously.
-
-The position is per process: one `fit` at a time drives it.
+Design: docs/design.md#data-order-across-restarts
 """
 
 import logging

@@ -1,24 +1,9 @@
 """The tf.data pipelines of a sharding layout: who reads what, and each replica's batches.
 
-`mgpu_tf.data.sharding` checks a request and `mgpu_tf.data.plan` computes its
-layout; this module builds the input pipelines that follow it. A replica's
-pipeline reads its worker's examples and keeps its own. On one machine every
-replica runs such a pipeline, so records are parsed only after that choice:
-each is parsed once, not once per replica. Replicas with nothing left get empty
-batches up to the planned number of steps, and uneven steps carry the
-loss-correction weights of `mgpu_tf.data.replica_weights`.
+A replica's pipeline reads its worker's examples and keeps its own, parsing each record once;
+replicas with nothing left get empty batches up to the planned number of steps.
 
-On one machine each replica gets its own input pipeline
-(`InputReplicationMode.PER_REPLICA`): with one pipeline per worker, TensorFlow's
-`DistributedDatasetsFromFunction.cardinality` counts the pipeline's batches, one per
-replica, and Keras would expect that many steps. Several workers with several
-replicas each still use one pipeline per worker, whose cardinality is left unknown.
-
-Keras' `fit` adds up the replicas' first batches to build the model
-(keras-team/keras#19246), which fails when they differ in size: with `weights` on
-one machine, or a data set smaller than one global batch. `mgpu_tf.compat` works
-around it across workers; on one machine `fit` works with such first batches as it is
-(`tests/test_sharding.py` trains with `weights=[2, 1]` through `fit`).
+Design: docs/design.md#input-pipelines
 """
 
 import logging
@@ -203,12 +188,7 @@ def _step_pieces(request, plan, step, block, positions):
 
 
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
-    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas.
-
-    Every replica reads the epoch's blocks of `global_batch_size` examples and keeps
-    the positions its share gives it in this epoch, read when the epoch starts: the
-    blocks, and so the steps, are those of any other split.
-    """
+    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas."""
     shares = request.adaptive
     blocks = _global_examples(request, plan, True, epoch).batch(
         plan.global_batch_size, drop_remainder=request.drop_remainder)

@@ -1,28 +1,10 @@
 """Who reads what: the arithmetic of a sharded epoch, without TensorFlow.
 
-`mgpu_tf.shard_dataset` and `mgpu_tf.describe_sharding` build their input pipelines
-from a `ShardingPlan`: the batch size of every replica, how the examples of each
-step are split between workers and replicas, how many steps an epoch has, and how
-many examples the whole cluster sees in each step (which the loss correction of
-`mgpu_tf.data.replica_weights` needs). Everything here is plain Python, so a plan is
-checked, and a bad request rejected, before any data is read.
+A `ShardingPlan` holds every replica's batch size, the split of each step between workers and
+replicas, and the steps of an epoch, all in plain Python so a bad request fails before any data
+is read.
 
-Layout of one epoch, for `G_w` examples per step on worker `w` (the sum of its
-replicas' batch sizes) and `B` examples per step in all:
-
-- `"data"`: every worker reads the same example sequence and cuts it into blocks of
-  `B`, one per step. Inside a block, examples go to workers in a fixed weighted
-  round robin (`mgpu_tf.data.split.smooth_pattern`); with equal weights that is every n-th example,
-  like TensorFlow's DATA policy. The last block may be short: it is then shared out
-  in the same order, so every worker still takes part in every step.
-- `"file"` and `"off"`: each worker reads its own stream (its files, or what the
-  input function gave it) in batches of `G_w`. Streams of unequal length end in
-  empty batches, so that every worker runs the same number of steps.
-
-Inside a worker, the examples of each batch go to its replicas by the same weighted
-round robin, so a short batch is shared out fairly too. With equal batch sizes
-replica `l` of worker `w` therefore reads every `R`-th example (offset `w + W * l`)
-under `"data"`, and every `L`-th example of its worker's stream otherwise.
+Design: docs/design.md#the-layout-of-a-sharded-epoch
 """
 
 import dataclasses

@@ -1,32 +1,10 @@
 """Sample weights that make unequal replica batches give the single-device update.
 
-Keras 3's TensorFlow trainer averages each replica's loss over its own batch
-(`"sum_over_batch_size"`), multiplies it by `1 / num_replicas_in_sync`
-(`keras.src.losses.loss.scale_loss_for_distribution`) and sums the replicas'
-gradients. That equals the mean over the global batch only when every replica
-has the same number of examples. When replica `i` has `b_i` of the `B` examples
-of a step (weighted shards, or the short last step of an epoch), weighting its
-examples by `R * b_i / B` restores the exact global mean:
-`sum_i (1/R) (1/b_i) sum_j (R b_i / B) l_ij = (1/B) sum_ij l_ij`.
-An empty batch has loss 0 (Keras divides with `divide_no_nan`), so it adds nothing.
-Nothing in `tf.distribute` does this: its mean of replicas assumes equal batches.
+Replica `i` with `b_i` of a step's `B` examples weighs them by `R * b_i / B`, which restores the
+global mean that Keras' per-replica averaging loses. The `loss` Keras shows for such a step is
+not the update's loss.
 
-What Keras shows is not the update's loss in steps whose replica batches are
-unequal (full steps with equal batches get weight 1 and show the true mean). Its
-loss tracker weighs each replica's loss, already scaled by `R * b_i / B`, by the
-replica's batch size `b_i`, so the `loss` shown for such a step is
-`sum_i (R * b_i / B) * (b_i / B) * m_i`, `m_i` being replica `i`'s mean loss:
-with equal per-example losses, `R * sum_i b_i**2 / B**2` times the true mean. With
-`weights=[2, 1]` on two replicas that is 10/9 of it (11% high); the update is
-still exact. Compiled metrics (accuracy, ...) get the weights as sample weights,
-so each shows the mean of its replicas' means weighted by `b_i**2` instead of
-`b_i`. This holds for `evaluate` too, so a data set only evaluated is made with
-`shard_dataset(..., training=False)`: it carries no correction weights, and Keras'
-weighing by `b_i` then gives the true means, even in a short last step. Keras'
-tracker would need to weigh each replica's loss equally to show the true mean in
-training (mgpu_tf leaves Keras' train step as it is).
-The correction assumes the default loss reduction, `"sum_over_batch_size"`; a loss
-reduced with `"sum"` or `"mean_with_sample_weight"` is scaled differently.
+Design: docs/design.md#loss-correction-weights
 """
 
 import tensorflow as tf

@@ -1,27 +1,9 @@
 """Dataset sharding: even, exactly once, and weighted for mixed hardware.
 
-`shard_dataset` turns a data set of single examples into what `model.fit` takes
-under a strategy, so that over one epoch all workers and replicas together see
-every example exactly once, in the same number of steps. What it adds over
-`tf.distribute`:
+`shard_dataset` turns a data set of single examples into what `model.fit` takes under a
+strategy, each example seen once per epoch; `describe_sharding` prints the layout.
 
-- No autoshard guessing: the policy across workers (`"file"`, `"data"`, or
-  `"auto"`, which says which it chose) is applied here and TensorFlow's autoshard
-  is switched off, so its "AUTO sharding policy will apply DATA sharding policy"
-  warning never appears (tensorflow/tensorflow#49048, #45157, #66851).
-- An uneven last step neither hangs nor drops examples: replicas with nothing
-  left get empty batches, and the loss is still the mean over the real examples
-  of the step (`mgpu_tf.data.replica_weights`).
-- Weighted shards: `weights=[2, 1]` gives the first worker (or replica) twice the
-  examples per step, and the update still equals the single-device update on the
-  same global batch. Nothing in `tf.distribute` offers this. The `loss` Keras
-  shows is then not the mean over the step's examples: with `weights=[2, 1]` on
-  two replicas it is about 10/9 of it (`mgpu_tf.data.replica_weights` says exactly
-  what is shown).
-
-The layout itself is computed in `mgpu_tf.data.plan`, sources are checked and counted in
-`mgpu_tf.data.source`, and `mgpu_tf.data.pipeline` builds the input pipelines;
-`describe_sharding` prints the layout.
+Design: docs/design.md#data-sharding
 """
 
 import logging
@@ -290,9 +272,7 @@ def describe_sharding(source, strategy, global_batch_size, *, policy="auto", wei
                       drop_remainder=False, shuffle_seed=None, parse=None, print_table=True):
     """Prints and returns what each worker and replica gets per epoch.
 
-    Takes the arguments of `shard_dataset` and builds no pipeline; it counts the
-    examples, reading them only when their number is not known (files are read
-    once per process and their counts kept).
+    Takes the arguments of `shard_dataset` and builds no pipeline.
 
     Example:
 
@@ -326,14 +306,8 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
                   drop_remainder=False, shuffle_seed=None, parse=None, training=True):
     """Shards a data set over a strategy's workers and replicas, each example once.
 
-    Returns what `model.fit` takes under `strategy`: a `tf.data.Dataset` of batches
-    for the default and one_device strategies, a `tf.distribute.DistributedDataset`
-    (from `distribute_datasets_from_function`) for mirrored and multi_worker. Every
-    replica gets a batch in every step; when the examples run out unevenly some
-    batches are short or empty, and sample weights keep the loss the mean over the
-    step's real examples (see `mgpu_tf.data.replica_weights`). Everything is checked
-    before any example is read; the examples are counted (read only when their
-    number is unknown) to plan the epoch.
+    Returns a `tf.data.Dataset` of batches (default, one_device) or a
+    `tf.distribute.DistributedDataset` (mirrored, multi_worker).
 
     Example:
 

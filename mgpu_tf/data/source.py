@@ -1,10 +1,6 @@
 """The sources `shard_dataset` reads: checked, called and counted.
 
-A source is a `tf.data.Dataset` of single examples, TFRecord files, or a
-function of `tf.distribute.InputContext` returning such a data set. This module
-rejects what cannot be sharded (batched, empty or endless data sets, examples
-that are not dense tensors) and counts examples, reading a source only when its
-size is unknown; the record counts of files are kept for later calls.
+Design: docs/design.md#data-sharding
 """
 
 import logging

@@ -1,9 +1,6 @@
 """Dividing by weight: batch sizes, the order of a block, and files among workers.
 
-The arithmetic behind `mgpu_tf.data.plan`, in plain Python: a global batch split into
-per-replica batch sizes by weight (largest remainders, so the sizes add up exactly),
-the weighted round robin that orders a block's examples among their owners
-(`smooth_pattern`), and files handed to workers in proportion to their batches.
+Design: docs/design.md#the-layout-of-a-sharded-epoch
 """
 
 import functools
@@ -74,11 +71,6 @@ def _check_weights(weights, num_workers, replicas_per_worker):
 
 def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, weights=None):
     """Returns the batch size of every replica for a global batch size.
-
-    Without `weights` each replica gets `global_batch_size / replicas`. With them,
-    each worker (or, on one machine, each replica) gets a share in proportion to its
-    weight, rounded by largest remainder; a worker's share is split evenly between
-    its replicas.
 
     Example:
 
@@ -154,11 +146,6 @@ def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, wei
 def smooth_pattern(shares):
     """Orders `sum(shares)` slots so each owner's slots are spread evenly.
 
-    Slot `p` goes to the owner furthest behind its share; ties go to the lower
-    index. Equal shares give plain round robin (`0, 1, ..., n-1, 0, 1, ...`), and
-    every prefix is as close to the proportions as whole slots allow, so a short
-    last block is shared fairly too.
-
     Example:
 
     ```python
@@ -189,10 +176,6 @@ def _smooth_pattern(shares):
 
 def assign_files(counts, worker_sizes):
     """Gives whole files to workers so that examples match their batch sizes.
-
-    Largest file first, each to the worker that would then have the fewest steps'
-    worth of examples (ties: lower worker index); a worker with batch size 0 gets
-    none. Deterministic, so every worker computes the same assignment.
 
     Args:
         counts: examples in each file.

@@ -1,12 +1,6 @@
 """Partitioners: how many consecutive layers each stage gets.
 
-A pipeline runs at the pace of its slowest stage, so every partitioner here
-minimises the heaviest stage (not the spread between stages), exactly, by dynamic
-programming over the atoms of the model (the layers between cuts that one tensor
-crosses; see `mgpu_tf.model_parallel.partition`). As in torchgpipe's `balance/`,
-the weight of a layer is its count (`balance_by_uniform`), its parameter bytes
-(`balance_by_params`) or its measured forward and backward time on a sample
-batch (`balance_by_time`).
+Design: docs/design.md#balancing-stages
 """
 
 import time

@@ -1,21 +1,6 @@
 """Deferred batch normalisation: BatchNormalization in a pipeline of micro-batches.
 
-In training, Keras' `BatchNormalization` normalises with the statistics of the batch
-it is called on and updates its moving mean and variance on every call. In a
-pipeline it is called once per micro-batch: each micro-batch is normalised with its
-own statistics (GPipe's semantics), but the moving statistics would be updated
-`microbatches` times per step, from small batches. torchgpipe's
-`deferred_batch_norm=True` defers the update; so does this module: while the
-pipeline runs, each layer's update is held back (its momentum is 1 for the call),
-the mean and variance of each micro-batch are recorded, and once every micro-batch
-has gone through, the moving statistics are updated once, from the whole
-mini-batch's mean and variance, pooled exactly:
-
-    mean = sum_i n_i mean_i / N
-    variance = sum_i n_i (variance_i + (mean_i - mean) ** 2) / N
-
-(`n_i` the values reduced in micro-batch `i`, `N` their sum), the biased variance
-Keras itself uses. So the moving statistics follow those of the unsplit model.
+Design: docs/design.md#deferred-batch-normalisation
 """
 
 import contextlib

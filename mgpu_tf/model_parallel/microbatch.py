@@ -1,10 +1,6 @@
 """Splitting a batch into micro-batches, and joining their outputs back.
 
-The rule for a batch that `microbatches` does not divide is torchgpipe's
-(`torch.chunk`): every micro-batch has `ceil(batch / microbatches)` rows except
-the last ones, which hold the remainder (and may be empty when the batch is
-smaller than `microbatches`). So the last, short batch of an epoch needs no
-special case, and the joined output always has the rows of the unsplit batch.
+Design: docs/design.md#the-pipeline-schedule
 """
 
 import numbers

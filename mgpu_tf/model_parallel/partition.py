@@ -1,10 +1,6 @@
 """Cutting a Keras model into consecutive stages where one tensor crosses each cut.
 
-A unit is one top-level layer of a Sequential or functional model (a nested model
-or block counts as one unit). A cut between two units is *valid* when exactly one
-tensor crosses it: then the stage before the cut hands a single tensor to the
-stage after it. Units between two valid cuts can only move together; they form
-an *atom*, the grain the partitioners in `mgpu_tf.model_parallel.balance` work on.
+Design: docs/design.md#partitioning-a-model
 """
 
 import dataclasses

@@ -1,24 +1,6 @@
 """The GPipe schedule: micro-batches through placed stages, forward then backward.
 
-Under `tf.GradientTape`, TensorFlow 2 does not put a gradient op on the device of
-its forward op (tensorflow/tensorflow#33688): in a traced train step every gradient
-of a `tf.device`-scoped stage gets no device and lands on the default one. So the
-whole pipeline is one `tf.custom_gradient`: its forward runs each (stage,
-micro-batch) under the stage's device with tapes of its own, and its gradient
-runs those tapes' backward passes, and sums each variable's gradients over the
-micro-batches, under the same device.
-
-Each device does one thing at a time, as a GPU stream does: the forward of
-micro-batch `m + 1` on stage `k` waits for that of `m`; stage `k` starts its
-backward passes when its last forward is done (fill, then drain); and within a
-backward pass, atom by atom from the top, the gradient for the atom's input
-(which the stage below waits for) comes first, then its weights' gradients.
-Only data links the stages, so they overlap.
-
-With `recompute` (see `mgpu_tf.model_parallel.recompute`), a recomputed micro-batch
-keeps no tape in the forward pass, only the stage's input and its state; its
-forward runs again under the stage's device, after the stage's previous backward
-work, and its tapes are taken then.
+Design: docs/design.md#the-pipeline-schedule
 """
 
 import contextlib
@@ -124,12 +106,7 @@ def _forward(stages, devices, x, microbatches, training, tapes, recompute="never
 
 
 def _after(value, ops):
-    """`value`, available only once `ops` have run.
-
-    The order is carried by the data a stage's work starts from rather than by a
-    control-dependency scope around that work, since a scope would reach into the
-    bodies of XLA-compiled stages, where outer control inputs cannot go.
-    """
+    """`value`, available only once `ops` have run."""
     if not ops:
         return value
     with tf.control_dependencies(ops):
@@ -166,10 +143,8 @@ def _replayed(replay, previous, training, paused):
 def _collect(pairs, stage, grad):
     """Adds a micro-batch's gradient to a variable's `(stage, gradient)` pairs.
 
-    Dense gradients are summed as they come, so that each micro-batch's is freed once
-    added instead of all `microbatches` of them waiting for one sum at the end; the
-    stage's next backward work waits for the sum (returned), which also keeps
-    Grappler from merging the sums into one `AddN` of every micro-batch's gradient.
+    Dense gradients are summed as they come, so that each micro-batch's is freed once added
+    instead of all `microbatches` of them waiting for one sum at the end.
     """
     if pairs and not isinstance(grad, tf.IndexedSlices) and not isinstance(
             pairs[-1][1], tf.IndexedSlices):

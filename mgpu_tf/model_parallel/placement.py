@@ -1,14 +1,6 @@
 """Putting each stage's variables, and the optimizer's updates of them, on its device.
 
-Keras creates a layer's variables when the layer is built, on whatever device is
-current, and offers no way to move them; a functional model is built as it is
-defined, before any wrapper sees it. `place_variables` re-creates each variable's
-storage on its stage's device. Keras' TensorFlow optimizer runs every variable's
-update with no device of its own (the default strategy's `update` adds none), so
-the update arithmetic would all land on the first device, and its slot variables
-(momenta and the like) are created there too, as its colocation scope has no
-effect eagerly. `place_optimizer` creates each slot variable, and runs each
-variable's `update_step`, on that variable's device.
+Design: docs/design.md#placement-of-stages
 """
 
 import contextlib

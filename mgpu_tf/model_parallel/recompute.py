@@ -1,17 +1,6 @@
 """Re-materialisation: a stage keeps only its input per micro-batch and recomputes the rest.
 
-What fills a device in training is mostly activations, the tensors the forward pass
-keeps for the backward pass. GPipe (and torchgpipe's `checkpoint=`) trades them for
-time: a recomputed micro-batch keeps only the tensor entering the stage, and its
-forward is run again, on the stage's device, just before its backward pass. The
-last micro-batch's backward pass comes right after its forward, so `"except_last"`
-(torchgpipe's default) keeps its activations and recomputes the others.
-
-A recomputed forward must be the forward that ran: random layers (Dropout) draw
-from `keras.random.SeedGenerator` states, and batch normalisation updates moving
-statistics. So the stage's non-trainable state is read before each recomputed
-micro-batch's forward, put back for its recomputation, and restored afterwards:
-the same dropout masks are drawn, and no statistic is updated twice.
+Design: docs/design.md#re-materialisation
 """
 
 import contextlib

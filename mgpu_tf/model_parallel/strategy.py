@@ -1,18 +1,6 @@
 """The `"model_parallel"` strategy: what `make_strategy("model_parallel")` returns.
 
-TensorFlow has no model-parallel `tf.distribute` strategy, so this small class
-stands in for one with the parts a Keras training script touches (`scope()`,
-`num_replicas_in_sync`, distributing a dataset), and `prepare_model` turns the
-model built in its scope into a `ModelParallel`. A script written as
-
-    with strategy.scope():
-        model = build_model()
-    model = mgpu_tf.prepare_model(model, strategy)
-    model.compile(...)
-    model.fit(...)
-
-runs unchanged under every strategy: `mgpu_tf.prepare_model` returns the model
-untouched for the data-parallel ones.
+Design: docs/design.md#the-model-parallel-strategy
 """
 
 import contextlib

@@ -1,12 +1,6 @@
 """`ModelParallel`: a Keras model whose layers are split over devices, GPipe-style.
 
-TensorFlow's `tf.distribute` is data-parallel only (tensorflow/tensorflow#27724),
-and Keras' `keras.distribution.ModelParallel` shards single weights, with a
-TensorFlow backend that is a prototype. This wrapper does what torchgpipe's
-`GPipe` does for PyTorch: consecutive layers form stages, stage `k` lives and
-computes on `devices[k]` (its variables, its forward ops, its gradient ops and
-its optimizer updates), and with `microbatches=M` the batch flows through the
-stages in `M` pieces, so the devices work at the same time.
+Design: docs/design.md#the-model-parallel-wrapper
 """
 
 import dataclasses
@@ -93,15 +87,6 @@ def check_deferred_batch_norm(value):
 
 class ModelParallel(keras.Model):
     """Places consecutive layers of a Keras model on several devices and pipelines them.
-
-    Stage `k` (a run of consecutive layers) lives on `devices[k]`: its variables
-    are created there, and its forward ops, gradient ops and optimizer updates run
-    there. With `microbatches=M`, each batch is split into `M` micro-batches that
-    flow through the stages GPipe-style (all forwards, then all backwards); the
-    gradients are summed and the optimizer steps once per batch, so training gives
-    the same weights as without splitting. Use it as the model itself: `compile`,
-    `fit`, `evaluate`, `predict`, callbacks and `save` work as usual, and a saved
-    model is the original Keras model, loadable without mgpu_tf.
 
     Example:
 
@@ -228,10 +213,8 @@ class ModelParallel(keras.Model):
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Configures training as `keras.Model.compile` does.
 
-        `jit_compile=True` compiles each piece of each stage with XLA on the stage's own
-        device (one XLA cluster cannot span devices); the pipeline between the stages and
-        the optimizer's update stay outside XLA. `"auto"` leaves XLA off, as Keras does
-        under a distribution strategy.
+        `jit_compile=True` compiles each piece of each stage with XLA on the stage's own device
+        (one XLA cluster cannot span devices).
         """
         if jit_compile not in (True, False, "auto"):
             raise ValueError("`jit_compile` must be True, False or 'auto'. "

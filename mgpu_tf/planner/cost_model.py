@@ -1,25 +1,6 @@
 """The ring all-reduce cost model: what a data-parallel step should cost.
 
-In a ring all-reduce over N workers each one sends, and receives, 2(N-1)/N of
-the gradient bytes (a reduce-scatter, then an all-gather), so with a link of
-bandwidth B and a fixed cost L per all-reduce (latency, launch, framing):
-
-    communication = L + 2 (N - 1) / N * gradient_bytes / B
-
-and a step that does not overlap communication with computation takes the
-computation of its share of the batch plus that. These functions are what a
-planner calls to predict a step before running it; `measure_loopback_bandwidth`
-gives B for workers that share one machine.
-
-Example:
-
-```python
-from mgpu_tf.planner import cost_model
-seconds = cost_model.ring_all_reduce_seconds(
-    16e6, workers=4, bandwidth=1.25e9, latency=1e-4)  # 16 MB over 10 Gb/s
-step = cost_model.predict_step_seconds(
-    compute_seconds=0.05, gradient_bytes=16e6, workers=4, bandwidth=1.25e9)
-```
+Design: docs/design.md#the-all-reduce-cost-model
 """
 
 import numbers
@@ -106,10 +87,8 @@ def gradient_bytes(model, wire_dtype="float32"):
 def measure_loopback_bandwidth(nbytes=64 * 2**20, *, chunk=2**20, repeats=3, streams=1):
     """Bytes per second one TCP stream carries over 127.0.0.1 (the best of `repeats`).
 
-    With `streams=2` two streams run at once, as in a ring all-reduce of two
-    workers, where each sends and receives at the same time; the figure is then
-    what each stream gets (the slower one), the one-way bandwidth of a link
-    the ring all-reduce cost model takes.
+    With `streams=2` two streams run at once, as in a ring all-reduce of two workers, where each
+    sends and receives at the same time.
     """
     best = 0.0
     for _ in range(repeats):

@@ -1,13 +1,6 @@
 """An epoch over N devices: its steps, plus what an epoch costs besides its steps.
 
-A plan's steps say how fast N devices train; a user books hardware by the hour,
-so the plan can also say how long an epoch takes. An epoch of `examples` examples
-runs `ceil(examples / (N x per-device batch))` predicted steps, plus `overhead`:
-the seconds each epoch spends outside its training steps (evaluation, checkpoints,
-the input pipeline's start), measured on one device as an epoch's time less its
-steps, and taken as the same on N devices. That part does not shrink with N, so
-an epoch's scaling efficiency, `epoch(1) / (N x epoch(N))`, falls below the step's:
-Amdahl's law with the overhead as the serial part.
+Design: docs/design.md#the-planner
 """
 
 import dataclasses

@@ -1,13 +1,6 @@
 """The links between devices the planner knows by name: one-way bandwidth and latency per hop.
 
-Each names a real link (PCIe 3/4/5 x16, NVLink 1-4, InfiniBand EDR/HDR/NDR,
-Ethernet) with the bandwidth a ring all-reduce sees on it, which is below the
-line rate: NCCL's protocol takes about a fifth of an NVLink's or PCIe link's
-rate, TCP and framing about a tenth of Ethernet's or InfiniBand's.
-These are the defaults `mgpu_tf.plan` and `mgpu-tf plan --interconnect` use, and the
-one place they are written down (docs/planner.md lists them). A ring all-reduce
-over N devices takes 2(N - 1) hops, so its fixed cost is 2(N - 1) times the
-latency; the time per byte comes from `mgpu_tf.planner.cost_model`.
+Design: docs/design.md#interconnects
 """
 
 import dataclasses

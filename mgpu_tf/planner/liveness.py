@@ -1,17 +1,6 @@
 """What a training step keeps alive: the tensors saved for the backward pass, and temporaries.
 
-A segment of a model is traced forward and backward in one `tf.function` (the
-gradient of its output, given an upstream gradient, with respect to its input and
-weights), and its ops are walked in the order TensorFlow's executor can run them:
-first every op that does not wait for the upstream gradient (the forward pass,
-and backward helpers such as `Shape` that run as soon as their inputs exist), then
-the backward pass. A tensor made in the forward pass and read in the backward pass
-is *saved*: it stays alive from the forward pass until the backward pass has used
-it. Every other tensor is a *temporary*, alive from the op that makes it to the
-last op that reads it; the largest set of temporaries alive at once is the
-segment's temporary peak. Views (`Reshape`, `Identity`, ...) share their input's
-buffer; variables, constants and the weight gradients (counted by the planner as
-gradients) are not activations.
+Design: docs/design.md#memory-estimates
 """
 
 import dataclasses

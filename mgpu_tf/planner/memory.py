@@ -1,19 +1,6 @@
 """Memory a training step needs on a device: parameters, gradients, optimizer slots, activations.
 
-Parameters and gradients are counted from the model's weights; optimizer slots
-from the optimizer (Adam keeps two per weight); the update's workspace is the
-temporaries of the largest weight's update (one more than the slots: Adam's
-`m * alpha / (sqrt(v) + epsilon)` holds three weight-sized tensors at once).
-Activations are what training keeps alive: each segment of the model (the atoms
-of `mgpu_tf.model_parallel.partition`) is traced forward and backward, and
-`mgpu_tf.planner.liveness` finds the tensors saved for the backward pass and the
-largest set of temporaries alive at once. Tracing two batch sizes separates what
-grows with the batch from what does not (weights cast to float16 under mixed
-precision). A stage of a pipeline holds the share of its layers, as the
-model-parallel partitioner (`balance_by_params`) cuts them. With `recompute`
-(`ModelParallel(recompute=...)`) and several micro-batches, a stage keeps the
-tensor entering it for the whole batch and the activations of one micro-batch at
-a time: the one whose backward pass runs (recomputed, or the last one kept).
+Design: docs/design.md#memory-estimates
 """
 
 import dataclasses
@@ -132,10 +119,6 @@ class Footprint:
         temporaries: what the largest set of tensors alive at once in the forward and
             backward passes adds to the activations (a layer's temporaries come on top of
             the tensors saved up to it).
-
-    The total is the state (parameters, gradients, slots) plus the larger of the two
-    peaks: the backward pass (activations and temporaries alive) and the update (the
-    activations are freed by then, the update's workspace is alive).
     """
 
     params: int
@@ -244,12 +227,6 @@ def _per_example(tensor):
 
 def measure_model(model, *, sample_batch=2):
     """Measures a model's memory by tracing its training step on small batches.
-
-    Each atom (the layers between two valid cuts) is traced forward and backward on
-    its own, in training mode, on batches of `sample_batch` and `sample_batch + 1`
-    examples (`mgpu_tf.planner.liveness`): the difference is what one more example
-    costs, the rest does not grow with the batch. A tensor crossing a cut counts
-    once, with the atom after the cut, when either side's backward pass reads it.
 
     Example:
 

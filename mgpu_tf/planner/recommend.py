@@ -1,10 +1,6 @@
 """`plan`: which parallelism to use, from memory per device and a predicted step time.
 
-The rules are the seed's: a model too big for one device wants model parallelism;
-large data wants data parallelism; very large models want both at once. So data
-parallelism is recommended whenever the whole model, with its gradients,
-optimizer slots and activations, fits one device; else a pipeline over each
-worker's devices (`"hybrid"` with several workers, `"model_parallel"` with one).
+Design: docs/design.md#the-planner
 """
 
 import dataclasses
@@ -183,17 +179,6 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
          epoch_examples=None, epoch_overhead=0.0):
     """Plans how to train `model`: memory per device for each option, a ranked recommendation.
 
-    For data parallelism (the whole model on each device), model parallelism (each
-    stage's share, cut as `ModelParallel(balance="params")` cuts it) and hybrid (a
-    pipeline per worker) it adds up each device's parameters, gradients, optimizer
-    slots and activations (what a traced training step keeps alive). It recommends by
-    the seed's rules and predicts the data-parallel step over 1, 2, 4, ... devices
-    (`mgpu_tf.planner.step_model`: compute, the wait for the slowest device, and the
-    all-reduce over the interconnect). Devices may be real, simulated, or declared:
-    `devices=8, device_memory="80GiB"` plans for hardware this machine does not have;
-    give their speed as `device_throughput=` (examples per second on one of them) or
-    `compute_seconds=`, else the compute is timed here and the plan says so.
-
     Example:
 
     ```python
@@ -297,10 +282,7 @@ def auto_strategy(model, kind, reason, options, device_memory=None, *,
                   global_batch_size=None):
     """What `make_strategy("auto", model=...)` builds: `(kind, reason, options)`.
 
-    Keeps `auto_choice`'s data-parallel choice when the model fits one device; else
-    returns `"model_parallel"` over this machine's devices, or `"hybrid"` over them in
-    every worker of a cluster, planned for a global batch of `global_batch_size`
-    (`AUTO_GLOBAL_BATCH` when `None`).
+    Keeps `auto_choice`'s data-parallel choice when the model fits one device.
 
     Raises:
         PlanError: when the model does not fit even fully split.

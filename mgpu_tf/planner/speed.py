@@ -1,11 +1,6 @@
 """The speed side of a plan: one device's compute, and the step over 1, 2, 4, ... devices.
 
-The compute of one device's step comes from the caller in the units they have
-(`compute_seconds`, or `device_throughput` in examples per second on the device
-they plan for), or, failing both, is timed here on a copy of the model; the plan
-then says that it was, and on which device, since this machine's step says
-little about a GPU's. `scaling` predicts the data-parallel step
-(`mgpu_tf.planner.step_model`) at each power of two up to the devices declared.
+Design: docs/design.md#step-time-model
 """
 
 import numbers

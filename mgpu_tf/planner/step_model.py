@@ -2,30 +2,7 @@
 
 One step of data parallelism over N devices takes
 
-    step = compute + straggler + cycle + exposed all-reduce
-
-- `compute`: one device's forward pass, backward pass and update on its share of
-  the batch, given as seconds, as a throughput (`per_device_batch / throughput`),
-  or timed on this machine.
-- `straggler`: the all-reduce is a barrier, so every device waits for the slowest.
-  With step times that vary from step to step by a relative standard deviation
-  `jitter`, the slowest of N is about `jitter * sqrt(2 ln N)` of the compute later
-  than the average (the expected maximum of N normal variables).
-- `cycle`: a fixed wait some schedules add before the last all-reduce can start
-  (Horovod's background thread runs every `HOROVOD_CYCLE_TIME`: half of it on average).
-- `all-reduce`: the gradients go in buckets of `bucket_bytes` (one bucket when the
-  schedule fuses them all); each bucket is a ring all-reduce, paying `2 (N - 1)`
-  hops of latency, and all of them carry `2 (N - 1) / N` of the gradient bytes
-  over the link's bandwidth (`mgpu_tf.planner.cost_model`).
-- `exposed`: a schedule that overlaps communication with the backward pass hides
-  the all-reduce behind the backward pass (taken as `backward_fraction` of the
-  compute: a layer's backward pass costs about twice its forward pass) except the
-  last bucket, which can only start when the backward pass ends. Without overlap
-  the whole all-reduce follows the backward pass.
-
-The schedules (`SCHEDULES`) say how a framework runs the all-reduce; `"keras"` is
-what `make_strategy`'s strategies do under Keras `fit`: one all-reduce of every
-gradient after the backward pass.
+Design: docs/design.md#step-time-model
 """
 
 import dataclasses

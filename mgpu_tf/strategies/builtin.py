@@ -1,11 +1,6 @@
 """TensorFlow's own strategies: default, one_device, mirrored, multi_worker and tpu.
 
-Each builder takes options already checked by `mgpu_tf.strategies.options` and
-returns the real `tf.distribute` object; importing this module registers them.
-What the builders add over calling TensorFlow directly: the Keras fixes that
-multi-worker training, `steps_per_execution` and `jit_compile` need
-(`mgpu_tf.compat`), distinct collective keys for each mirrored strategy, and the
-lost-worker detection of `mgpu_tf.cluster.failures`.
+Design: docs/design.md#the-strategy-factory
 """
 
 import tensorflow as tf

@@ -1,10 +1,6 @@
 """Devices: splitting one physical device into logical ones, and naming devices.
 
-TensorFlow can split a physical CPU or GPU into several logical devices, but only
-before its runtime starts, and it then fails with a bare `RuntimeError`. This
-module says what to do instead, and answers device questions (how many GPUs,
-does NCCL exist here, which devices will there be) without starting the runtime,
-so that option checks stay fast.
+Design: docs/design.md#devices
 """
 
 import sys
@@ -30,11 +26,6 @@ class DevicesAlreadyInitializedError(RuntimeError):
 
 def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
     """Splits the first physical device of a type into `count` logical devices.
-
-    Mirrored and model-parallel code then runs on a laptop: `simulate_devices(4)`
-    gives `/device:CPU:0` to `/device:CPU:3`. It must run before anything starts
-    TensorFlow's runtime (creating a tensor, listing logical devices, building a
-    model). Calling it again with the same count is a no-op.
 
     Example:
 

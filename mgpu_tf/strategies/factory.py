@@ -1,17 +1,6 @@
 """The strategy factory: one name in, the real `tf.distribute` object out.
 
-`make_strategy("mirrored", devices=2)` returns a `tf.distribute.MirroredStrategy`,
-not a wrapper. What this adds over calling TensorFlow directly: one registry of
-names (so a flag can choose), options checked before TensorFlow's runtime starts
-(TensorFlow rejects many combinations late, or ignores them silently), an
-`"auto"` choice that says what it chose, and the Keras fixes that multi-worker
-training needs (see `mgpu_tf.compat`).
-
-The names live in `mgpu_tf.strategies.registry` and the options are checked by
-`mgpu_tf.strategies.options`. This module is the top of the strategies layer: it
-imports every module that registers a strategy (TensorFlow's own in `builtin`,
-`model_parallel` and `hybrid` from their packages) and the planner, which
-`"auto"` consults when given a model.
+Design: docs/design.md#the-strategy-factory
 """
 
 import logging
@@ -68,14 +57,9 @@ def auto_choice(**options):
 def make_strategy(kind="auto", **options):
     """Returns the `tf.distribute` strategy named by `kind`.
 
-    All options are checked before TensorFlow's runtime starts; a wrong one fails
-    at once with a message naming it. `"auto"` picks a reachable TPU, else a
-    multi-task cluster from TF_CONFIG, else all GPUs (mirrored; one GPU:
-    one_device), else the default strategy, and logs what it chose and why. Given
-    `model=`, `"auto"` plans its memory first (`mgpu_tf.plan`, for `device_memory` and
-    `global_batch_size` when given, else this machine's memory and 32 examples a step):
-    a model that does not fit one device gets `"model_parallel"` (one machine) or
-    `"hybrid"` (a cluster) instead of an out-of-memory error at the first step.
+    All options are checked before TensorFlow's runtime starts. `"auto"` picks a reachable TPU,
+    else a TF_CONFIG cluster, else all GPUs, else the default strategy, and logs why; given
+    `model=`, it plans the model's memory first.
 
     Example:
 
@@ -163,12 +147,6 @@ register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else 
 
 def prepare_model(model, strategy):
     """Readies a Keras model for a strategy, so one script runs under every strategy.
-
-    Data-parallel strategies need nothing (the model was built in `strategy.scope()`)
-    and get the model back unchanged, unless `make_strategy` was given `compression`,
-    `steps_per_sync` or `transport`: then the optimizer `model.compile` receives is
-    made to all-reduce that way (see `mgpu_tf.comm.prepare`). Strategies that place layers
-    on devices (such as `"model_parallel"`) return the placed model.
 
     Args:
         model: a Keras model, built inside `strategy.scope()`.

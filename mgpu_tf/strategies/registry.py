@@ -1,10 +1,6 @@
 """The names of strategies and of their options, in one registry.
 
-`make_strategy` (in `mgpu_tf.strategies.factory`) looks names up here; flags and
-`--help` read the option descriptions. Every strategy registers itself: TensorFlow's
-own from `mgpu_tf.strategies.builtin`, the others (`model_parallel`, `hybrid`) from
-their packages, which `mgpu_tf.strategies.factory` imports. Nothing here imports
-TensorFlow or another part of the toolkit.
+Design: docs/design.md#the-strategy-factory
 """
 
 import dataclasses

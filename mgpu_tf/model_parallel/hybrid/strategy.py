@@ -1,12 +1,6 @@
 """The `"hybrid"` strategy: a model-parallel pipeline per worker, data parallel across workers.
 
-TensorFlow offers no way to combine the two (tensorflow/tensorflow#27724, #24595);
-DeepSpeed's pipeline plus data parallelism is the design followed here. Each
-worker splits the model over its `devices_per_worker` local devices (as
-`"model_parallel"` does) and feeds its share of every global batch; the stages'
-gradients are averaged across workers by a `MultiWorkerMirroredStrategy` made by
-the `"multi_worker"` builder (so the cluster, compat fixes and failure
-detection are the same), used only as a communicator.
+Design: docs/design.md#hybrid-parallelism
 """
 
 import contextlib
@@ -33,10 +27,6 @@ _COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "timeout_seconds", "cl
 
 class HybridStrategy:
     """Model parallelism in each worker and data parallelism across workers.
-
-    `num_replicas_in_sync` is the number of workers: each worker's pipeline is
-    one replica of the model, fed `global_batch_size / num_workers` examples per
-    step. `communicator` is the real `tf.distribute.MultiWorkerMirroredStrategy`.
 
     Example:
 

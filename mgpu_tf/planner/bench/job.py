@@ -1,11 +1,6 @@
 """What one fresh process of the scaling benchmark does: build, train, time.
 
-`train_and_time` is the function `mgpu_tf.planner.bench.scaling.measure` runs
-in fresh processes (through `mgpu_tf.planner.bench.runner`): it builds the
-setting's strategy and the MLP, trains with Keras `fit` for an untimed epoch
-and a timed one, and on workers also times the collectives alone (the
-gradients' all-reduce, a one-number all-reduce and an all-gather) so that the
-measured communication can be set against `mgpu_tf.planner.cost_model`.
+Design: docs/design.md#the-scaling-benchmark
 """
 
 import functools

@@ -4,16 +4,7 @@
 to the one-process row and the ring all-reduce cost model's predictions
 (`mgpu_tf.planner.cost_model`); the other functions print and save the rows.
 
-Example:
-
-```python
-from mgpu_tf.planner import bench
-
-rows = bench.run_benchmark(bench.default_settings(2)[:2], rounds=1, steps=5)
-print(bench.format_table(rows))
-bench.write_json(rows, "bench.json", rounds=1)
-bench.write_plot(rows, "bench.png")
-```
+Design: docs/design.md#the-scaling-benchmark
 """
 
 import json
@@ -157,10 +148,7 @@ def write_json(rows, path, **meta):
 def plot_points(rows):
     """What the plot draws: `[(setting, measured ratio, predicted ratio or None), ...]`.
 
-    A setting's ratio is its examples/s over the one-process row's (`summarise`);
-    the predicted ratio is what the cost model's step gives in its place, that is
-    the ratio times the measured step over the predicted step. Rows without a
-    ratio (the baselines themselves) are left out.
+    A setting's ratio is its examples/s over the one-process row's (`summarise`).
     """
     points = []
     for row in rows:

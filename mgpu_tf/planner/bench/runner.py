@@ -1,22 +1,6 @@
 """One function call in a fresh Python process, with its result back as JSON.
 
-Timings need processes of their own: TensorFlow fixes its threads and logical
-devices when its runtime starts, and a process that already trained carries
-its traced functions and allocations into the next figure. `run_in_fresh_process`
-starts `python -m mgpu_tf.planner.bench.runner`, which imports the function,
-calls it with the payload and prints its JSON result on a marked line; with
-`workers=N` the same command runs as N local workers of one TF_CONFIG cluster
-under `mgpu-tf launch`, and worker 0's result is returned.
-
-Example:
-
-```python
-import math
-
-from mgpu_tf.planner.bench import runner
-
-print(runner.run_in_fresh_process(math.sqrt, 2.0, threads=1))  # 1.4142135623730951
-```
+Design: docs/design.md#fresh-process-runner
 """
 
 import importlib

@@ -1,22 +1,6 @@
 """The scaling benchmark behind `mgpu-tf bench`: examples/s against devices and workers.
 
-Each setting (`mgpu_tf.planner.bench.settings`) trains the same MLP with Keras
-`fit` in fresh processes (`mgpu_tf.planner.bench.job`, run by
-`mgpu_tf.planner.bench.runner`): one process with 1 or N threads, N simulated
-devices (mirrored), N local workers of one thread each (multi_worker, with each
-communication option on and off) and N pipeline stages (model_parallel).
-Settings alternate round by round so that all see the same machine load; the
-figure of a setting is its median (`mgpu_tf.planner.bench.report`).
-
-Example:
-
-```python
-from mgpu_tf.planner import bench
-
-settings = bench.default_settings(2, global_batch=256)
-rows = bench.run_benchmark(settings[:2], rounds=1, steps=5)
-print(bench.format_table(rows))
-```
+Design: docs/design.md#the-scaling-benchmark
 """
 
 import dataclasses

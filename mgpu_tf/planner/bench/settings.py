@@ -1,12 +1,6 @@
 """What the scaling benchmark runs: the model, and the settings it is trained under.
 
-Example:
-
-```python
-from mgpu_tf.planner import bench
-for setting in bench.default_settings(2, global_batch=256):
-    print(setting.key, setting.name)
-```
+Design: docs/design.md#the-scaling-benchmark
 """
 
 import dataclasses
@@ -103,11 +97,6 @@ def switched(settings, *, jit_compile=True, steps_per_execution=8):
 
 def default_settings(n=2, *, global_batch=256, model_parallel=True):
     """The settings `mgpu-tf bench` runs for N devices or workers.
-
-    A 1-thread process on `global_batch // n` examples gives the computation
-    one worker does per step, and one worker alone under multi_worker on as
-    many examples gives its whole step without communication: the compute
-    term of the cost model's predicted step.
 
     Args:
         n: devices, workers and stages to compare with one. Defaults to `2`.
