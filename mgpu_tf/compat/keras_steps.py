@@ -1,35 +1,12 @@
 """Keras' speed switches under `tf.distribute`: `steps_per_execution` and `jit_compile`.
 
-Keras 3's TensorFlow trainer (`keras/src/backend/tensorflow/trainer.py`, the same
-code from Keras 3.12 to 3.15.1, checked with TensorFlow 2.21) builds the train and
-test functions in `TensorFlowTrainer._make_function`, which fails under every
-`tf.distribute` strategy with either switch on:
+Keras' TensorFlow trainer fails under every strategy with either switch on
+(keras-team/keras#19005, tensorflow/tensorflow#53140): here a multi-step execution
+traces its step inline, and XLA compiles each replica's step, with the update and its
+all-reduce outside XLA. Outside a strategy, under `TPUStrategy` and for `predict`,
+Keras' code runs unchanged.
 
-- `steps_per_execution > 1`: the distributed step (`strategy.run` and the logs'
-  reduction) is its own nested `tf.function`, called from a `tf.cond` branch of the
-  loop that runs the steps of an execution. The all-reduce in the optimizer gets its
-  collective instance key as a call-time capture, which `tf.cond` does not feed, so
-  the step fails with "You must feed a value for placeholder tensor
-  '.../while/cond/Placeholder'". Here the step is traced inline in the loop instead;
-  TensorFlow then places the capture on the outer function, which is fed.
-- `jit_compile=True`: XLA is put on the function around `strategy.run`, so one XLA
-  cluster spans every replica ("Trying to access resource .../replica_1/... located
-  in device CPU:1 from device CPU:0", keras-team/keras#19005,
-  tensorflow/tensorflow#53140), and across workers the all-reduce lands inside XLA,
-  which has no CPU collectives. Here XLA compiles each replica's step: the forward
-  pass, the loss and the gradients; the optimizer's update with its all-reduce (and
-  the toolkit's compression, accumulation and tcp transport) runs outside XLA, since
-  `apply_gradients` needs `merge_call`, which a nested function cannot make
-  (keras-team/keras#17187). A test step is compiled whole, per replica.
-
-With a strategy spanning several workers, the logs of an execution are averaged over
-the workers once, after its last step, instead of after every step. The trainer's
-private names are reached through `mgpu_tf.compat.private_trainer` and `private`.
-
-Outside a strategy, under `TPUStrategy` (whose XLA compilation is Keras' own) and
-for `predict` (which already compiles per replica and unrolls its steps without
-`tf.cond`), Keras' code runs unchanged. `jit_compile="auto"` keeps Keras' meaning:
-off under any strategy and on CPU-only machines.
+Design: docs/design.md#keras-speed-switches
 """
 
 import ast
@@ -133,12 +110,9 @@ def use_inline_steps(model):
 def apply_step_fixes(*, keras_version=None):
     """Makes `steps_per_execution` and `jit_compile` work under `tf.distribute` strategies.
 
-    Replaces `make_train_function` and `make_test_function` of Keras' TensorFlow
-    trainer with versions that keep Keras' own outside a strategy, under
-    `TPUStrategy`, and for models not marked by `use_inline_steps` (see the module
-    docstring). `make_strategy` calls it; calling it again changes nothing. Outside
-    `KERAS_STEP_VERSIONS`, with another backend, or when the installed trainer is
-    not the code it was written for, it logs why and does nothing.
+    `make_strategy` calls it; calling it again changes nothing. Outside
+    `KERAS_STEP_VERSIONS`, or on a trainer it was not written for, it logs why and
+    does nothing.
 
     Example:
 

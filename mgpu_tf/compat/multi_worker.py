@@ -52,13 +52,8 @@ def apply_multi_worker_fixes(*, keras_version=None):
     """Makes Keras `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy,
     and with replicas whose batches differ in size (keras-team/keras#19246).
 
-    Patches two functions of Keras' TensorFlow trainer for keras-team/keras#20585
-    (see the module docstring). `make_strategy("multi_worker")` calls it; calling
-    it again changes nothing. The patched functions behave as before except under
-    a MultiWorkerMirroredStrategy spanning several workers. Outside
-    `KERAS_20585_VERSIONS`, with another Keras backend, or with a Keras whose
-    trainer lacks a function it wraps (`_maybe_symbolic_build` is there from
-    Keras 3.5 on), it logs why it is skipping and does nothing.
+    `make_strategy("multi_worker")` calls it; calling it again changes nothing.
+    Outside `KERAS_20585_VERSIONS` it logs why it is skipping and does nothing.
 
     Example:
 

@@ -1,15 +1,11 @@
 """Every private Keras or TensorFlow name mgpu_tf touches, each behind one accessor.
 
-Keras keeps its private TensorFlow use inside `keras/src/backend/tensorflow/`;
-mgpu_tf keeps its private Keras and TensorFlow use here. Each accessor names the
-private name it touches and the releases it is known for (`versions.KNOWN`).
-Outside them it logs once and tries; when the name is gone it raises
-`PrivateNameError`, saying what to install, never an `AttributeError`. Modules
-that use an accessor inside a training step call `require` when they set up, so
-a missing name stops the setup, not the step; callers that can do without a name
-(collective keys, heartbeat timeouts, the batching check) catch the error and log.
-The private names of Keras' TensorFlow trainer have their accessors in
-`private_trainer`, those of Keras' callbacks in `private_callbacks`.
+Each accessor names the private name and the releases it is known for
+(`versions.KNOWN`); a name that is gone raises `PrivateNameError`, saying what to
+install. Keras' trainer has its accessors in `private_trainer`, its callbacks in
+`private_callbacks`.
+
+Design: docs/design.md#private-names-and-versions
 """
 
 from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe, method, missing

@@ -61,16 +61,6 @@ def _trainer_owner(name):
 def trainer_function(name):
     """Returns a function of Keras' TensorFlow trainer, as it is now (patched or not).
 
-    Touches `TensorFlowTrainer._maybe_symbolic_build(self, iterator=None,
-    data_batch=None)` (Keras 3.5-3.15), `reduce_per_replica(values, strategy,
-    reduction)` and `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15)
-    of `keras.src.backend.tensorflow.trainer`; and, for the fix of
-    `steps_per_execution` and `jit_compile` under a strategy, the class's
-    `_make_function(self, step_function)` (Keras 3.7-3.15), which builds the train
-    and test functions, and the methods it stands in for or reads the source of:
-    `make_train_function`, `make_test_function`, `train_step` and `test_step`
-    (public methods, of a class Keras does not export; Keras 3.0-3.15).
-
     Args:
         name: `"TensorFlowTrainer._maybe_symbolic_build"`, `"reduce_per_replica"`,
             `"_collective_all_reduce_multi_worker"`, or `"TensorFlowTrainer."`

@@ -23,12 +23,7 @@ class HybridParallel(wrapper.ModelParallel):
 
     Made by `mgpu_tf.prepare_model(model, strategy)` under `make_strategy("hybrid")`.
     Each worker feeds its share of the global batch (`mgpu_tf.shard_dataset` gives
-    it); the update equals the single-device update on the global batch. In
-    training the logged `loss` is the mean over the workers and other metrics are
-    this worker's; in evaluation (`evaluate`, and `fit`'s `val_` metrics) the loss
-    and every metric are those of the whole global batch, equal on every worker, so
-    callbacks that watch them (`EarlyStopping`, `ModelCheckpoint(monitor="val_loss")`)
-    decide the same everywhere.
+    it); the update equals the single-device update on the global batch.
 
     Example:
 
