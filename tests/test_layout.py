@@ -85,13 +85,13 @@ def test_the_cycle_finder_sees_a_cycle():
 def test_the_graph_sees_function_level_and_package_imports():
     graph = import_graph()
     # factory imports the planner inside the package's lazy layout, and options' import
-    # of mgpu_tf.strategies.devices runs mgpu_tf.strategies' __init__ on the way.
+    # of mgpu_tf.base.devices runs mgpu_tf.base's __init__ on the way.
     assert "mgpu_tf.planner.recommend" in graph["mgpu_tf.strategies.factory"]
-    assert "mgpu_tf.strategies" in graph["mgpu_tf.strategies.options"]
+    assert "mgpu_tf.base" in graph["mgpu_tf.base.options"]
 
 
 @pytest.mark.parametrize("lower, higher", [
-    ("mgpu_tf.strategies.registry", "mgpu_tf"),
+    ("mgpu_tf.base.registry", "mgpu_tf"),
     ("mgpu_tf.cluster", "mgpu_tf.strategies"),
     ("mgpu_tf.cluster", "mgpu_tf.comm"),
     ("mgpu_tf.comm", "mgpu_tf.strategies"),
@@ -108,11 +108,12 @@ def test_lower_layers_do_not_import_higher_ones(lower, higher):
     assert not offenders, offenders
 
 
-def test_the_top_level_has_at_most_twelve_entries():
+def test_the_top_level_has_at_most_thirteen_entries():
     # __init__.pyi lists the names of __init__.py; it adds no entry a reader must learn.
+    # The thirteenth is base/, the layer strategies, model_parallel and planner share.
     entries = sorted(p.name for p in PACKAGE.iterdir()
                      if p.name not in ("__pycache__", "__init__.pyi"))
-    assert len(entries) <= 12, entries
+    assert len(entries) <= 13, entries
 
 
 def test_no_module_is_over_400_lines():

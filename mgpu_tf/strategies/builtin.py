@@ -1,6 +1,6 @@
 """TensorFlow's own strategies: default, one_device, mirrored, multi_worker and tpu.
 
-Each builder takes options already checked by `mgpu_tf.strategies.options` and
+Each builder takes options already checked by `mgpu_tf.base.options` and
 returns the real `tf.distribute` object; importing this module registers them.
 What the builders add over calling TensorFlow directly: the Keras fixes that
 multi-worker training, `steps_per_execution` and `jit_compile` need
@@ -11,11 +11,11 @@ lost-worker detection of `mgpu_tf.cluster.failures`.
 import tensorflow as tf
 
 from mgpu_tf import compat
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
 from mgpu_tf.compat import keras_steps
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies.registry import register_strategy
 
 __all__ = ["build_multi_worker"]
 

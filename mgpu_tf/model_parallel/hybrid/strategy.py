@@ -14,14 +14,14 @@ import numbers
 
 import tensorflow as tf
 
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import options as options_lib
+from mgpu_tf.base import registry
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 from mgpu_tf.model_parallel import wrapper
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import options as options_lib
-from mgpu_tf.strategies import registry
 
 __all__ = ["HybridStrategy", "check_layout"]
 

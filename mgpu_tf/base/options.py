@@ -9,12 +9,12 @@ import numbers
 
 import tensorflow as tf
 
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import precision as precision_lib
+from mgpu_tf.base import registry
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import transport
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import precision as precision_lib
-from mgpu_tf.strategies import registry
 
 __all__ = ["AUTO_ONLY", "check_devices", "check_global_batch_size", "validate_options"]
 
