@@ -2,7 +2,8 @@
 
 `builtin` builds TensorFlow's own strategies, `factory` is `make_strategy` (which
 also loads the model-parallel plugins). Both stand on `mgpu_tf.base` (the names,
-the option checks, devices, precision), which plugins register through.
+the option checks, devices, precision), which plugins register through;
+`registry`, `options` and `devices` here are its modules under their public paths.
 """
 
 import lazy_loader as lazy

@@ -1,7 +1,11 @@
 # For type checkers and IDEs; at run time lazy-loader loads each import below on first use.
 # Type checkers take a stub's imports as exported only where `__all__` names them.
 
-__all__ = ["auto_choice", "available_strategies", "make_strategy", "prepare_model",
-           "strategy_kind"]
+__all__ = ["OPTIONS", "StrategyKind", "auto_choice", "available_strategies", "make_strategy",
+           "prepare_model", "register_option", "register_strategy", "simulate_devices",
+           "strategy_kind", "validate_options"]
 
+from .devices import simulate_devices
 from .factory import auto_choice, available_strategies, make_strategy, prepare_model, strategy_kind
+from .options import validate_options
+from .registry import OPTIONS, StrategyKind, register_option, register_strategy
