@@ -10,15 +10,15 @@ __all__ = ["ClusterConfig", "ClusterConfigError", "DevicesAlreadyInitializedErro
            "make_strategy", "parse_tf_config", "plan", "prepare_model", "shard_dataset",
            "simulate_devices", "strategy_kind"]
 
-from . import (callbacks, cli, cluster, comm, compat, data, flags, model_parallel, planner,
-               strategies, train)
+from . import (base, callbacks, cli, cluster, comm, compat, data, flags, model_parallel,
+               planner, strategies, train)
+from .base.devices import DevicesAlreadyInitializedError, simulate_devices
+from .base.registry import StrategyKind
 from .cluster.tf_config import ClusterConfig, ClusterConfigError, parse_tf_config
 from .data.sharding import describe_sharding, shard_dataset
 from .model_parallel.wrapper import ModelParallel
 from .planner.recommend import plan
-from .strategies.devices import DevicesAlreadyInitializedError, simulate_devices
 from .strategies.factory import available_strategies, make_strategy, prepare_model, strategy_kind
-from .strategies.registry import StrategyKind
 
 __version__: str
 

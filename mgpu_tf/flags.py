@@ -8,11 +8,11 @@ import re
 from absl import flags
 
 import mgpu_tf
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import options as options_lib
+from mgpu_tf.base import registry
 from mgpu_tf.compat import keras_steps
-from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import factory
-from mgpu_tf.strategies import options as options_lib
-from mgpu_tf.strategies import registry
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.strategies import devices
+from mgpu_tf.base import devices
 from support import compare
 from support import workers
 

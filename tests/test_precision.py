@@ -7,7 +7,7 @@ from absl import flags
 
 import mgpu_tf
 from mgpu_tf import flags as mgpu_flags
-from mgpu_tf.strategies import precision
+from mgpu_tf.base import precision
 from support import main_job
 from support import workers
 

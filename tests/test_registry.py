@@ -6,7 +6,7 @@ import keras
 import pytest
 
 import mgpu_tf
-from mgpu_tf.strategies import registry
+from mgpu_tf.base import registry
 
 
 @pytest.fixture

@@ -1,11 +1,7 @@
 """The private name of Keras' trainer that `mgpu_tf.callbacks.BackupAndRestore` touches.
 
-Keras' `fit` starts at `initial_epoch`, which a callback cannot change once `fit`
-runs; Keras' own BackupAndRestore resumes by setting the model's private
-`_initial_epoch`, which `fit` reads after `on_train_begin`. Like those of
-`mgpu_tf.compat.private`, the accessor names the private name it touches and the
-releases it is known for (`versions.KNOWN`): outside them it logs once and tries;
-when the name is gone it raises `PrivateNameError`, saying what to install.
+Keras' own BackupAndRestore resumes by setting the model's private `_initial_epoch`,
+which `fit` reads after `on_train_begin`; the accessor works as `compat.private`'s do.
 """
 
 from mgpu_tf.compat.versions import PrivateNameError, attribute, describe

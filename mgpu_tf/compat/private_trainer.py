@@ -1,11 +1,7 @@
 """The private names of Keras' TensorFlow trainer that mgpu_tf touches, each behind one accessor.
 
-Keras' TensorFlow trainer (`keras/src/backend/tensorflow/trainer.py`) is where the
-fixes for Keras under `tf.distribute` wrap or replace Keras' code, and where the
-train step mgpu_tf runs in place of Keras' own finds the model's loss. Like those
-of `mgpu_tf.compat.private`, each accessor names the private name it touches and
-the releases it is known for (`versions.KNOWN`): outside them it logs once and
-tries; when the name is gone it raises `PrivateNameError`, saying what to install.
+The fixes for Keras under `tf.distribute` wrap or replace the trainer's code, and the
+shared train step finds the model's loss there; each accessor works as `compat.private`'s do.
 """
 
 import importlib
@@ -60,6 +56,10 @@ def _trainer_owner(name):
 
 def trainer_function(name):
     """Returns a function of Keras' TensorFlow trainer, as it is now (patched or not).
+
+    Touches `TensorFlowTrainer._maybe_symbolic_build` (Keras 3.5-3.15),
+    `_make_function` (Keras 3.7-3.15), `reduce_per_replica`,
+    `_collective_all_reduce_multi_worker` and the public step methods (Keras 3.0-3.15).
 
     Args:
         name: `"TensorFlowTrainer._maybe_symbolic_build"`, `"reduce_per_replica"`,

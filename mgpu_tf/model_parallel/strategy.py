@@ -7,11 +7,11 @@ import contextlib
 
 import tensorflow as tf
 
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import registry
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import wrapper
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import registry
 
 __all__ = ["ModelParallelStrategy"]
 

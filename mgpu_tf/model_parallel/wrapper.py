@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.base import options as options_lib
 from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import batchnorm
@@ -18,7 +19,6 @@ from mgpu_tf.model_parallel import partition
 from mgpu_tf.model_parallel import pipeline
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import recompute as recompute_lib
-from mgpu_tf.strategies import options as options_lib
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
 

@@ -7,6 +7,7 @@ import dataclasses
 import math
 import numbers
 
+from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.model_parallel import batchnorm
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import cost_model
@@ -16,7 +17,6 @@ from mgpu_tf.planner import memory as memory_lib
 from mgpu_tf.planner import speed as speed_lib
 from mgpu_tf.planner import step_model
 from mgpu_tf.planner.result import Option, Plan
-from mgpu_tf.strategies import devices as devices_lib
 
 __all__ = ["Option", "Plan", "PlanError", "plan", "auto_strategy", "local_device_memory"]
 

@@ -1,11 +1,9 @@
 """Strategies: one name in, the real `tf.distribute` object out.
 
-`registry` holds the strategy and option names (no TensorFlow), `options` checks
-options before TensorFlow's runtime starts, `builtin` builds TensorFlow's own
-strategies, `factory` is `make_strategy` (which also loads the model-parallel
-plugins), `devices` lists and simulates devices, `precision` the dtype policy.
-Lower layers (`registry`, `options`, `devices`) never import `factory`; plugins
-register through `registry`.
+`builtin` builds TensorFlow's own strategies, `factory` is `make_strategy` (which
+also loads the model-parallel plugins). Both stand on `mgpu_tf.base` (the names,
+the option checks, devices, precision), which plugins register through;
+`registry`, `options` and `devices` here are its modules under their public paths.
 """
 
 import lazy_loader as lazy

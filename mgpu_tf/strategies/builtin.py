@@ -6,11 +6,11 @@ Design: docs/design.md#the-strategy-factory
 import tensorflow as tf
 
 from mgpu_tf import compat
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
 from mgpu_tf.compat import keras_steps
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies.registry import register_strategy
 
 __all__ = ["build_multi_worker"]
 

@@ -7,6 +7,11 @@ import logging
 
 import tensorflow as tf
 
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import precision as precision_lib
+from mgpu_tf.base import registry
+from mgpu_tf.base.options import check_global_batch_size, validate_options
+from mgpu_tf.base.registry import OPTIONS, entries, entry, register_strategy, resolve_kind
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import private
@@ -14,11 +19,6 @@ from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - r
 from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
 from mgpu_tf.planner import recommend
 from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's strategies
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import precision as precision_lib
-from mgpu_tf.strategies import registry
-from mgpu_tf.strategies.options import check_global_batch_size, validate_options
-from mgpu_tf.strategies.registry import OPTIONS, entries, entry, register_strategy, resolve_kind
 
 __all__ = ["auto_choice", "available_strategies", "make_strategy", "strategy_kind",
            "prepare_model"]
@@ -74,9 +74,9 @@ def make_strategy(kind="auto", **options):
 
     Args:
         kind: a name from `available_strategies()`. Defaults to `"auto"`.
-        **options: see `mgpu_tf.strategies.registry.OPTIONS`; each strategy accepts a
+        **options: see `mgpu_tf.base.registry.OPTIONS`; each strategy accepts a
             subset. `precision` sets Keras' global dtype policy, which stays in force
-            for the rest of the process (see `mgpu_tf.strategies.precision`).
+            for the rest of the process (see `mgpu_tf.base.precision`).
 
     Returns:
         The strategy object (`tf.distribute.MirroredStrategy` and so on).

@@ -1,12 +1,8 @@
 """`HybridParallel`: a pipeline over this worker's devices, gradients averaged across workers.
 
-A `ModelParallel` that, in each training step, averages every stage's gradients
-over the workers before the optimizer applies them: one all-reduce per stage per
-step, run by the `tf.distribute.MultiWorkerMirroredStrategy` that `"hybrid"`
-keeps as its communicator (TensorFlow's collective ops, set up by it). The stage
-variables themselves are created outside that strategy, on the worker's own
-devices, which `tf.distribute` cannot do (tensorflow/tensorflow#27724, #24595).
-Worker 0's initial weights are broadcast to the others when the model is made.
+One all-reduce per stage per step, by the `MultiWorkerMirroredStrategy` that `"hybrid"`
+keeps as its communicator; the stage variables live outside it, on the worker's own
+devices (tensorflow/tensorflow#27724, #24595). Worker 0's initial weights are broadcast.
 """
 
 import tensorflow as tf

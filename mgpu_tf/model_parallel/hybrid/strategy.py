@@ -8,15 +8,14 @@ import numbers
 
 import tensorflow as tf
 
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import options as options_lib
+from mgpu_tf.base import registry
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 from mgpu_tf.model_parallel import wrapper
-from mgpu_tf.strategies import builtin
-from mgpu_tf.strategies import devices as devices_lib
-from mgpu_tf.strategies import options as options_lib
-from mgpu_tf.strategies import registry
 
 __all__ = ["HybridStrategy", "check_layout"]
 
@@ -144,7 +143,7 @@ def _build(options):
     num_workers = config.num_workers if config is not None else 1
     devices = check_layout(options.get("devices_per_worker"), options.get("devices"),
                            num_workers)
-    communicator = builtin.build_multi_worker(options_lib.validate_options(
+    communicator = registry.entry("multi_worker").build(options_lib.validate_options(
         "multi_worker", {k: options[k] for k in _COMMUNICATION_OPTIONS if k in options}))
     return HybridStrategy(devices, communicator, num_workers,
                           communicator.cluster_resolver.task_id,

@@ -1,0 +1,11 @@
+"""What every layer shares: strategy names, option checks, devices and precision.
+
+`registry` holds the strategy and option names (no TensorFlow), `options` checks
+options before TensorFlow's runtime starts, `devices` lists and simulates devices,
+`precision` the dtype policy. `strategies`, `model_parallel` and `planner` import
+this package; it imports none of them. Plugins register through `registry`.
+"""
+
+import lazy_loader as lazy
+
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -1,0 +1,9 @@
+# For type checkers and IDEs; at run time lazy-loader loads each import below on first use.
+# Type checkers take a stub's imports as exported only where `__all__` names them.
+
+__all__ = ["OPTIONS", "StrategyKind", "register_option", "register_strategy", "simulate_devices",
+           "validate_options"]
+
+from .devices import simulate_devices
+from .options import validate_options
+from .registry import OPTIONS, StrategyKind, register_option, register_strategy
