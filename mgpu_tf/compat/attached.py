@@ -1,0 +1,58 @@
+"""What mgpu_tf keeps for a TensorFlow strategy or a Keras optimizer: one record on each.
+
+Every piece of state the toolkit holds while training runs is a field of one of these two
+records, so a reader finds it, and who sets it, here.
+
+Design: docs/design.md#state-on-objects
+"""
+
+import dataclasses
+
+__all__ = ["StrategyRecord", "OptimizerRecord", "of_strategy", "of_optimizer"]
+
+# Set with object.__setattr__: Keras' optimizer would track the record as its own state.
+_ATTRIBUTE = "_mgpu_tf_record"
+
+
+@dataclasses.dataclass(eq=False)
+class StrategyRecord:
+    """What mgpu_tf keeps for one strategy."""
+
+    # The checked options make_strategy built it with; None for a strategy made elsewhere.
+    settings: object = None
+    # The tcp ring of mgpu_tf.comm.transport, made on first use.
+    connection: object = None
+    # Averages a worker's packed step logs over the workers in place of a collective.
+    log_mean: object = None
+    # The data position the callbacks set and the input pipelines read (data.order).
+    position: object = None
+    # Weak references to the adaptive shares of data sets sharded for it, oldest first.
+    adaptive: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(eq=False)
+class OptimizerRecord:
+    """What mgpu_tf keeps for one Keras optimizer."""
+
+    # How its gradients cross the wire, once installed (comm.prepare).
+    communication: object = None
+    # Its gradient sums between syncs (comm.accumulation).
+    accumulation: object = None
+
+
+def _record(owner, make):
+    record = getattr(owner, _ATTRIBUTE, None)
+    if record is None:
+        record = make()
+        object.__setattr__(owner, _ATTRIBUTE, record)
+    return record
+
+
+def of_strategy(strategy):
+    """The `StrategyRecord` of `strategy`, made empty on first use."""
+    return _record(strategy, StrategyRecord)
+
+
+def of_optimizer(optimizer):
+    """The `OptimizerRecord` of `optimizer`, made empty on first use."""
+    return _record(optimizer, OptimizerRecord)
