@@ -24,7 +24,9 @@ class HybridParallel(wrapper.ModelParallel):
         model: a built Keras model, as for `ModelParallel`.
         devices: this worker's devices, one per stage.
         communicator: the `MultiWorkerMirroredStrategy` that averages gradients.
-        balance, microbatches, **kwargs: as for `ModelParallel`.
+        balance: as for `ModelParallel`. Defaults to `"params"`.
+        microbatches: as for `ModelParallel`. Defaults to `1`.
+        **kwargs: `recompute`, `deferred_batch_norm` and the rest, as for `ModelParallel`.
     """
 
     def __init__(self, model, devices, communicator, *, balance="params", microbatches=1,

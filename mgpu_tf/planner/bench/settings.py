@@ -33,8 +33,8 @@ class Setting:
             `"model_parallel"`.
         count: devices, workers or stages; `threads`: TensorFlow threads per process.
         global_batch: examples per step over all replicas.
-        options, compile: extra `make_strategy` and `model.compile` arguments, as
-            `(name, value)` pairs.
+        options: extra `make_strategy` arguments, as `(name, value)` pairs.
+        compile: extra `model.compile` arguments, as `(name, value)` pairs.
         group: the row of the plot the setting belongs to.
         base: for a setting with the speed switches on, the key of its twin without.
     """
