@@ -33,20 +33,14 @@ def check_microbatches(value):
 def split(x, microbatches):
     """Splits `x` along its first axis into `microbatches` pieces.
 
+    All but the last ones have `ceil(batch / microbatches)` rows.
+
     Example:
 
     ```python
     >>> [int(p.shape[0]) for p in split(tf.zeros([10, 3]), 4)]
     [3, 3, 3, 1]
     ```
-
-    Args:
-        x: a tensor with a batch axis first.
-        microbatches: how many pieces.
-
-    Returns:
-        A list of `microbatches` tensors; all but the last ones have
-        `ceil(batch / microbatches)` rows.
     """
     if microbatches == 1:
         return [x]
