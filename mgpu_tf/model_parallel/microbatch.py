@@ -31,16 +31,9 @@ def check_microbatches(value):
 
 
 def split(x, microbatches):
-    """Splits `x` along its first axis into `microbatches` pieces.
+    """Splits `x` along its first axis into `microbatches` pieces, by `torch.chunk`'s rule.
 
-    All but the last ones have `ceil(batch / microbatches)` rows.
-
-    Example:
-
-    ```python
-    >>> [int(p.shape[0]) for p in split(tf.zeros([10, 3]), 4)]
-    [3, 3, 3, 1]
-    ```
+    All but the last ones have `ceil(batch / microbatches)` rows: 10 rows in 4 give 3, 3, 3, 1.
     """
     if microbatches == 1:
         return [x]
