@@ -1,11 +1,9 @@
 """mgpu_tf: multi-device training for TensorFlow and Keras 3, switched on with one flag.
 
-The public names load on first use, so that `mgpu-tf launch`, `mgpu-tf k8s` and a
-bad command-line argument answer without importing TensorFlow. The same holds for
-the capability folders (`mgpu_tf.callbacks`, `mgpu_tf.cluster`, `mgpu_tf.planner`, ...):
-each is reachable as an attribute and loads when first touched. Each package lists
-its names in an `__init__.pyi` stub, which type checkers and IDEs read and
-lazy-loader turns into the loading on first use.
+Public names and the capability folders (`mgpu_tf.callbacks`, `mgpu_tf.cluster`, ...)
+load on first use, listed in each package's `__init__.pyi` stub.
+
+Design: docs/design.md#loading-on-first-use
 """
 
 import enum
@@ -21,8 +19,7 @@ __version__ = "0.1.0"
 class Choice(str, enum.Enum):
     """A mode with a fixed set of values (the base of every such enum in the toolkit).
 
-    It prints as its value, compares equal to it and serialises to JSON as a string;
-    `parse` turns user input into a member or raises the toolkit's usual error.
+    It prints as its value, compares equal to it and serialises to JSON as a string.
     """
 
     def __str__(self):
@@ -30,11 +27,7 @@ class Choice(str, enum.Enum):
 
     @classmethod
     def parse(cls, value, argument):
-        """Returns `value` (a member or its name, any case) as a member.
-
-        Raises:
-            ValueError: naming `argument`, the allowed values and what was received.
-        """
+        """Returns `value` (a member or its name, any case) as a member; `ValueError` if none."""
         try:
             return cls(value.lower() if isinstance(value, str) else value)
         except ValueError:
@@ -44,12 +37,7 @@ class Choice(str, enum.Enum):
 
 
 class _UnlessRootShows(logging.Handler):
-    """Writes a record to stderr when the root logger has no handler to show it.
-
-    With no logging configured (a plain script) Python shows warnings only; once the
-    root logger has a handler (absl's `app.run`, `logging.basicConfig`, pytest), the
-    record propagates to it and this one stays silent, so each line shows once.
-    """
+    """Writes a record to stderr when the root logger has no handler to show it."""
 
     def handle(self, record):
         return False if logging.getLogger().handlers else super().handle(record)
@@ -77,15 +65,7 @@ def _root_has_handlers(record):
 
 
 def _one_line_per_tensorflow_record():
-    """Stops TensorFlow's log lines from printing twice once the root logger has a handler.
-
-    TensorFlow gives its "tensorflow" logger a stderr handler of its own when it is
-    imported before any logging is configured, meaning it only for that case
-    (`tf_logging.get_logger`); the records also propagate to the root logger, so
-    under absl's `app.run`, which configures the root logger later, each line
-    printed twice. Here TensorFlow's own handler steps aside while the root logger
-    has one. Safe to call more than once; does nothing before TensorFlow is imported.
-    """
+    """Stops TensorFlow's log lines from printing twice once the root logger has a handler."""
     for handler in logging.getLogger("tensorflow").handlers:
         if _root_has_handlers not in handler.filters:
             handler.addFilter(_root_has_handlers)

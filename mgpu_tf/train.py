@@ -59,10 +59,8 @@ _BACKUP_DIR = flags.DEFINE_string(
 def load_data(name, *, examples=16384, seed=0):
     """Returns `((x_train, y_train), (x_test, y_test))` as float32 / int32 arrays.
 
-    Args:
-        name: `"digits"` (1,797 real 8x8 images, no download) or `"synthetic"`.
-        examples: size of the synthetic set. Defaults to `16384`.
-        seed: seed of the split and of the synthetic data. Defaults to `0`.
+    `name` is `"digits"` (1,797 real 8x8 images, no download) or `"synthetic"` (`examples`
+    of them); `seed` seeds the split and the synthetic data.
     """
     rng = np.random.default_rng(seed)
     if name == "digits":
@@ -180,12 +178,9 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
           shard_weights="deployment"):
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
-    `jit_compile` and `steps_per_execution` go to `model.compile` as they are;
-    `monitor` and `shard_weights` are the flags of the same names.
-
-    Returns:
-        `{"strategy", "replicas", "examples_per_sec", "loss", "accuracy"}`, loss and
-        accuracy measured on the held-out split.
+    The options are the flags of the same names (`jit_compile` and `steps_per_execution` go to
+    `model.compile`). Returns `{"strategy", "replicas", "examples_per_sec", "loss",
+    "accuracy"}`, loss and accuracy on the held-out split.
     """
     prepared = _prepare(strategy, dataset=dataset, global_batch_size=global_batch_size,
                         width=width, learning_rate=learning_rate,

@@ -1,12 +1,10 @@
 """What every `mgpu-tf` sub-command's parser shares: its name, summary, description and spelling.
 
-A command module's docstring is its help: the first line reads "`mgpu-tf NAME`:
-summary.", and the paragraph after it is what `mgpu-tf NAME --help` says first.
+A command module's docstring is its help ("`mgpu-tf NAME`: summary." then the paragraph
+`--help` shows first). Options are spelt with underscores, as absl flags are, and
+also answer to dashes.
 
-Options are spelt with underscores, as the main job's absl flags are
-(`--global_batch_size`); each also answers to its dashed spelling
-(`--global-batch-size`); usage lines show the first. A wrong option is answered by
-the sub-command's usage, not the top-level one (`report_unknown`).
+Design: docs/design.md#the-command-line
 """
 
 import argparse
@@ -17,8 +15,7 @@ __all__ = ["CommandParser", "add_command", "report_unknown"]
 class CommandParser(argparse.ArgumentParser):
     """A sub-command's parser: `--a_b` also answers to `--a-b`, and no abbreviations.
 
-    Abbreviations are off because a prefix would be ambiguous between the two
-    spellings, and because a prefix that matches silently surprises.
+    A prefix would be ambiguous between the two spellings, and a prefix that matches surprises.
     """
 
     runs_command = False  # whether it takes a command after `--` (a `cmd` positional)
@@ -35,14 +32,9 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def add_command(subparsers, run, doc, *, raw=False):
-    """Adds the sub-command that `run` runs to `subparsers`; returns its parser.
+    """Adds the sub-command that `run` (`NAME_command`) runs to `subparsers`; returns its parser.
 
-    Args:
-        subparsers: what `ArgumentParser.add_subparsers` returned.
-        run: `NAME_command`, the function of the parsed arguments that runs the
-            sub-command `NAME` and returns its exit code.
-        doc: the command module's docstring (see the module docstring).
-        raw: keep the description's line breaks. Defaults to `False`.
+    `doc` is the command module's docstring; `raw` keeps the description's line breaks.
     """
     name = run.__name__.removesuffix("_command")
     first, _, rest = doc.strip().partition("\n\n")
@@ -58,8 +50,7 @@ def add_command(subparsers, run, doc, *, raw=False):
 def report_unknown(parser, unknown, argv):
     """Exits through `parser.error` (the sub-command's usage) for `unknown` arguments.
 
-    A sub-command that runs a command (its `cmd` positional) adds a hint when `argv`
-    holds no `--`: the options were most likely the command's.
+    Without `--` in `argv`, a sub-command that runs a command hints that they were its options.
     """
     message = f"unrecognized arguments: {' '.join(unknown)}."
     if getattr(parser, "runs_command", False) and "--" not in argv:

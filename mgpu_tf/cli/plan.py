@@ -73,12 +73,8 @@ def add_parser(subparsers):
 def load_model(spec):
     """Returns the Keras model that `MODULE:FUNCTION` builds or a saved file holds.
 
-    Says which part failed.
-
-    Raises:
-        ValueError: for a malformed spec, a module that cannot be imported, a missing
-            or non-callable function, a function that fails, or one that returns no
-            Keras model; for a saved model that is missing or that Keras cannot load.
+    Raises `ValueError` saying which part failed: the spec, the import, the function, its
+    result, or the saved file.
     """
     if str(spec).endswith(_SAVED_MODEL_SUFFIXES):
         return _load_saved_model(str(spec))

@@ -30,11 +30,7 @@ class CalibrationError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
-    """What `calibrate` measured.
-
-    Attributes:
-        runs: for each worker, the examples per second of each of its runs.
-    """
+    """What `calibrate` measured: `runs`, for each worker, the examples per second of each run."""
 
     runs: tuple
 
@@ -62,23 +58,10 @@ def parse_seconds(text):
 
 
 def propose_weights(speeds, *, digits=2):
-    """Turns measured speeds into shard weights, the slowest worker's weight being 1.
+    """Turns measured speeds (one per worker, in order) into shard weights, the slowest 1.
 
-    Example:
-
-    ```python
-    propose_weights([800.0, 400.0, 400.0])  # [2.0, 1.0, 1.0]
-    ```
-
-    Args:
-        speeds: examples per second of each worker, in the cluster's order.
-        digits: decimals the weights are rounded to. Defaults to `2`.
-
-    Returns:
-        A list of floats, one per worker.
-
-    Raises:
-        CalibrationError: for an empty list or a speed that is not a positive number.
+    `propose_weights([800.0, 400.0, 400.0])` is `[2.0, 1.0, 1.0]`, rounded to `digits`.
+    Raises `CalibrationError` for an empty list or a speed that is not a positive number.
     """
     if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__") or not speeds:
         raise CalibrationError(
@@ -107,44 +90,26 @@ def _check_number(name, value, *, least, integer=False, above=False):
 
 def calibrate(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0, env=None,
               output=None, progress=None, grace_seconds=10.0, timeout_seconds=600.0):
-    """Runs `command` as each of `workers` local workers, alone, `repeats` times.
+    """Runs `command` as each of `workers` local workers, alone, one after another, `repeats` times.
 
-    Workers run one after another, each with the TF_CONFIG `launch` would give it.
+    Each run gets the TF_CONFIG `launch` would give it. The options are `mgpu-tf calibrate`'s
+    (docs/cli.md); `output` and `progress` are streams for the workers' output and one line
+    per run.
 
     Example:
 
     ```python
-    result = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored",
-                        "--epochs=10"], workers=2)
+    result = calibrate(["python", "-m", "mgpu_tf.train", "--strategy=mirrored"], workers=2)
     propose_weights(result.speeds)  # near [1.0, 1.0] on identical workers
-    result.spreads                  # e.g. [0.03, 0.05]: each within max_spread
     ```
-
-    Args:
-        command: the job and its arguments, a list of strings.
-        workers: number of workers, at least 1.
-        repeats: runs of each worker, at least 2, so that the spread is measured.
-            Defaults to `3`.
-        max_spread: the largest (fastest - slowest run) / median accepted for a
-            worker. Defaults to `0.1` (10%).
-        min_seconds: the least timed work a run may report with `timed_seconds=`.
-            Defaults to `1.0`.
-        env: base environment of the workers. Defaults to this process' environment.
-        output: a text stream that receives the workers' prefixed output.
-            Defaults to none.
-        progress: a text stream that receives one line per run. Defaults to none.
-        grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
-        timeout_seconds: how long a run may take. Defaults to `600`.
 
     Returns:
         A `Calibration`: `.speeds` (each worker's median) and `.spreads`.
 
     Raises:
-        mgpu_tf.cluster.launcher.LaunchError: for a bad command, worker count or
-            setting, before anything runs.
-        CalibrationError: when a run fails, times out or reports no speed (the
-            message holds the end of its output), when a run timed too little work,
-            or when a worker's runs spread more than `max_spread`.
+        mgpu_tf.cluster.launcher.LaunchError: for a bad command or setting, before any run.
+        CalibrationError: when a run fails, times out, reports no speed or too little
+            timed work, or a worker's runs spread more than `max_spread`.
     """
     launcher.worker_tf_configs(workers)  # checks `workers` before anything runs
     _check_number("repeats", repeats, least=2, integer=True)

@@ -34,10 +34,11 @@ def environ_value(name, default=None):
 
 
 def detect_cluster(environ=None):
-    """Finds the cluster this process belongs to, or `None` on a single machine.
+    """Finds the cluster this process belongs to: a `ClusterConfig`, or `None` on a single machine.
 
-    Looks at `TF_CONFIG`, a Kubernetes Indexed Job and a SLURM step, in that order; the result's
-    `source` says which it found.
+    Looks at `TF_CONFIG`, a Kubernetes Indexed Job and a SLURM step, in that order; `source`
+    says which it found. `environ` replaces `os.environ` (for tests). Raises
+    `ClusterConfigError`, naming the variable, when a system's variables do not describe a cluster.
 
     Example:
 
@@ -47,16 +48,6 @@ def detect_cluster(environ=None):
                              "SLURM_LOCALID": "0", "MGPU_TF_PORT": "2222"})
     config.source, config.address  # ('slurm', 'gpu2:2222')
     ```
-
-    Args:
-        environ: a mapping to read instead of `os.environ` (for tests).
-
-    Returns:
-        A `ClusterConfig`, or `None`.
-
-    Raises:
-        ClusterConfigError: when a system's variables are present but do not
-            describe a cluster (the message names the variable).
     """
     environ = os.environ if environ is None else environ
     source = detect_source(environ)
@@ -74,12 +65,7 @@ def detect_cluster(environ=None):
 
 
 def detect_source(environ=None):
-    """Names the system whose variables this process has, without validating them.
-
-    Returns:
-        One of `SOURCES`: `"TF_CONFIG"`, `"kubernetes"`, `"slurm"` or
-        `"single_machine"`.
-    """
+    """Names the system whose variables this process has, unvalidated: one of `SOURCES`."""
     environ = os.environ if environ is None else environ
     if environ.get("TF_CONFIG", "").strip():
         return "TF_CONFIG"
@@ -117,12 +103,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def check_dns_label(name, *, what="name"):
-    """Checks a Kubernetes object name that must be a DNS label (RFC 1123).
-
-    Raises:
-        ClusterConfigError: for anything but 1-63 lowercase letters, digits and
-            '-', starting and ending with a letter or digit.
-    """
+    """Raises `ClusterConfigError` for a Kubernetes name that is not a DNS label (RFC 1123)."""
     if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.match(name):
         raise ClusterConfigError(
             f"{what} must be a DNS label: 1-63 lowercase letters, digits or '-', "
@@ -263,25 +244,12 @@ def _override_hosts(config, text):
 
 
 def shard_weights(environ=None):
-    """Returns the workers' relative speeds from `MGPU_TF_SHARD_WEIGHTS`, or `None`.
+    """Returns the workers' relative speeds from `MGPU_TF_SHARD_WEIGHTS`, or `None` when unset.
 
-    Pass the result as `weights=` to `mgpu_tf.shard_dataset`.
-
-    Example:
-
-    ```python
-    shard_weights({"MGPU_TF_SHARD_WEIGHTS": "2,2,1"})  # [2.0, 2.0, 1.0]
-    ```
-
-    Args:
-        environ: a mapping to read instead of `os.environ` (for tests).
-
-    Returns:
-        A list of floats, or `None` when the variable is unset or empty.
-
-    Raises:
-        ClusterConfigError: for a value that is not a number, a negative or
-            all-zero list, or a length other than the detected cluster's workers.
+    Pass the result as `weights=` to `mgpu_tf.shard_dataset`:
+    `shard_weights({"MGPU_TF_SHARD_WEIGHTS": "2,2,1"})` is `[2.0, 2.0, 1.0]`. Raises
+    `ClusterConfigError` for a value that is not a number, a negative or all-zero list, or a
+    length other than the detected cluster's workers.
     """
     environ = os.environ if environ is None else environ
     text = environ.get("MGPU_TF_SHARD_WEIGHTS", "").strip()

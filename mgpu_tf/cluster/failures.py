@@ -39,9 +39,8 @@ _LOST_MARKERS = ("ring: lost", "stopped sending heartbeats", "unhealthy",
 class WorkerLostError(RuntimeError):
     """A worker of a multi-worker job stopped; the survivors cannot go on.
 
-    Attributes:
-        task_type: the lost task's role (`"worker"` or `"chief"`), or `None`.
-        task_index: its index, or `None` when TensorFlow did not say.
+    `task_type` (`"worker"` or `"chief"`) and `task_index` name it, or are `None` when
+    TensorFlow did not say.
     """
 
     def __init__(self, message, task_type=None, task_index=None):
@@ -53,16 +52,8 @@ class WorkerLostError(RuntimeError):
 def configure_failure_detection(config, timeout_seconds):
     """Sets the heartbeat and shutdown timeouts of TensorFlow's coordination service.
 
-    Must run before the multi-worker strategy is made (which otherwise sets up the service with
-    TensorFlow's defaults).
-
-    Args:
-        config: the `mgpu_tf.cluster.detect.ClusterConfig` of this process.
-        timeout_seconds: seconds without a heartbeat before a worker counts as lost.
-
-    Returns:
-        True when the settings were applied; False when this TensorFlow has no such
-        setting (the strategy then keeps TensorFlow's defaults).
+    Must run before the multi-worker strategy is made. `timeout_seconds` without a heartbeat
+    make a worker lost. Returns False when this TensorFlow has no such setting.
     """
     jobs = {role: len(config.cluster[role]) for role in ("chief", "worker")
             if role in config.cluster}
@@ -77,11 +68,7 @@ def configure_failure_detection(config, timeout_seconds):
 
 
 def lost_task(error):
-    """Returns `(task_type, task_index)` of the worker an error says was lost, or None.
-
-    Args:
-        error: an exception raised by a collective operation.
-    """
+    """Returns `(task_type, task_index)` of the worker an error says was lost, or None."""
     if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
                               tf.errors.DeadlineExceededError, tf.errors.InternalError,
                               tf.errors.CancelledError, tf.errors.UnknownError)):
@@ -104,8 +91,7 @@ def lost_task(error):
 def unreachable_tasks(config, *, timeout=1.0):
     """Returns `[(task_type, index), ...]` of the other tasks that refuse connections.
 
-    A collective that timed out does not say which peer it waited for; a dead
-    worker's port no longer accepts connections, a live one's does.
+    A timed-out collective does not name its peer; a dead worker's port refuses connections.
     """
     from mgpu_tf.cluster import tf_config
 
@@ -127,19 +113,15 @@ def unreachable_tasks(config, *, timeout=1.0):
 def worker_failures(config=None):
     """Turns TensorFlow's lost-peer errors inside the block into `WorkerLostError`.
 
+    `config` (this process' `ClusterConfig`, by default the detected one) names the lost
+    worker's address; the original error is chained.
+
     Example:
 
     ```python
     with mgpu_tf.cluster.failures.worker_failures():
         model.fit(dataset, epochs=10)
     ```
-
-    Args:
-        config: this process' `ClusterConfig`, used to name the lost worker's
-            address. Defaults to the detected one.
-
-    Raises:
-        WorkerLostError: naming the lost worker, with the original error chained.
     """
     try:
         yield

@@ -1,9 +1,6 @@
-"""SLURM's compressed host lists and task counts, expanded.
+"""SLURM's compressed host lists and task counts, expanded in plain Python.
 
-SLURM hands a job step its nodes as `"node[01-03,07],gpu-a1"` and its tasks per
-node as `"2(x3),1"`. Reading them needs SLURM's own `scontrol show hostnames`,
-which is not on every machine that runs TensorFlow (a container, a test), so the
-two formats are expanded here, in plain Python.
+`scontrol show hostnames` is not on every machine that runs TensorFlow (a container, a test).
 """
 
 import itertools
@@ -59,7 +56,10 @@ def _expand_brackets(body, text):
 
 
 def expand_hostlist(text):
-    """Expands a SLURM host list into host names, in order.
+    """Expands a SLURM host list (as in `SLURM_JOB_NODELIST`) into host names, in order.
+
+    Ranges keep their zero padding; several bracket groups in one name give every
+    combination. Raises `HostlistError` for unbalanced brackets, a bad range or an empty name.
 
     Example:
 
@@ -67,16 +67,6 @@ def expand_hostlist(text):
     expand_hostlist("node[01-03,07],gpu-a1")
     # ['node01', 'node02', 'node03', 'node07', 'gpu-a1']
     ```
-
-    Args:
-        text: the list as in `SLURM_JOB_NODELIST` (ranges keep their zero padding;
-            several bracket groups in one name give every combination).
-
-    Returns:
-        A list of host names.
-
-    Raises:
-        HostlistError: for unbalanced brackets, a bad range or an empty name.
     """
     if not isinstance(text, str) or not text.strip():
         raise HostlistError(f"A SLURM host list must name at least one host. Received: {text!r}")
@@ -92,16 +82,9 @@ def expand_hostlist(text):
 
 
 def expand_tasks_per_node(text):
-    """Expands SLURM's tasks-per-node list (`"2(x3),1"`) into one count per node.
+    """Expands SLURM's tasks per node into one count per node: `"2(x3),1"` is `[2, 2, 2, 1]`.
 
-    Example:
-
-    ```python
-    expand_tasks_per_node("2(x3),1")  # [2, 2, 2, 1]
-    ```
-
-    Raises:
-        HostlistError: for an item that is not `N` or `N(xK)`.
+    Raises `HostlistError` for an item that is not `N` or `N(xK)`.
     """
     counts = []
     for item in str(text).split(","):

@@ -30,9 +30,8 @@ def job_name(jobset, replicated_job, job_index=0):
 def make_jobset(name, command, *, image, pools, gpus, port, namespace, max_restarts):
     """Returns the JobSet object for arguments `kubernetes.make_manifests` has checked.
 
-    Args:
-        pools: the node pools, one replicated Job each (see `worker_pool`).
-        max_restarts: how many times the whole group is recreated after a failure.
+    `pools` are the node pools, one replicated Job each; `max_restarts` is how many times
+    the whole group is recreated after a failure.
     """
     jobs = [(job_name(name, pool.name), pool) for pool in pools]
     for job, pool in jobs:
@@ -76,11 +75,8 @@ def make_jobset(name, command, *, image, pools, gpus, port, namespace, max_resta
 def pod_environment(document, job, index, *, restart=0):
     """The environment pod `index` of Job `job` of the JobSet `document` gets, or `None`.
 
-    What the manifest gives the container, plus what Kubernetes and JobSet add
-    (`JOB_COMPLETION_INDEX`, the restart count).
-
-    Raises:
-        ManifestError: when the Job has no pod `index`.
+    What the manifest gives the container, plus Kubernetes' and JobSet's variables
+    (`JOB_COMPLETION_INDEX`, the restart count); `ManifestError` for no pod `index`.
     """
     name = document["metadata"]["name"]
     for replicated in document["spec"]["replicatedJobs"]:

@@ -91,6 +91,9 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                    namespace=None, max_restarts=None):
     """Returns the Kubernetes objects (dictionaries) that run `command` on every worker.
 
+    The options are `mgpu-tf k8s`'s (docs/cli.md). Raises `ManifestError`, naming the
+    argument that cannot make a valid object.
+
     Example:
 
     ```python
@@ -104,21 +107,13 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
     Args:
         name: the job's name, a DNS label; also the Service's name.
         command: the container's command, a list of strings.
-        image: the container image.
         workers: number of workers. Defaults to the pools' total.
         gpus_per_worker: `nvidia.com/gpu` limit of each pod (0: none). Defaults to `1`.
         format: `"indexed-job"`, `"jobset"` or `"tfjob"`. Defaults to `"indexed-job"`.
         pools: `NodePool`s (not for tfjob). Defaults to one pool of `workers`.
         port: the workers' gRPC port. Defaults to `2222`.
-        namespace: the objects' namespace. Defaults to the current one of `kubectl`.
-        max_restarts: how many times a JobSet recreates the whole group after a
-            failure (jobset only). Defaults to `0`.
-
-    Returns:
-        A list of dictionaries, one per object.
-
-    Raises:
-        ManifestError: naming the argument that cannot make a valid object.
+        namespace: the objects' namespace. Defaults to `kubectl`'s current one.
+        max_restarts: recreations of the whole group after a failure (jobset). Defaults to `0`.
     """
     _label(name, "`name`")
     if namespace is not None:
@@ -177,12 +172,8 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
 def pod_environment(documents, job, index):
     """Returns the environment variables pod `index` of Job `job` gets from `documents`.
 
-    What the manifest gives its container, plus what Kubernetes adds to the pods of an Indexed
-    Job (`JOB_COMPLETION_INDEX`), and for a JobSet's Job (named `<jobset>-<pool>-0`) the restart
-    count 0.
-
-    Raises:
-        ManifestError: when `documents` have no Indexed Job `job` with such a pod.
+    What the manifest gives its container, plus Kubernetes' `JOB_COMPLETION_INDEX` and, for
+    a JobSet's Job, the restart count 0. Raises `ManifestError` for no such pod.
     """
     for doc in documents:
         env = jobset_lib.pod_environment(doc, job, index) if doc.get("kind") == "JobSet" \

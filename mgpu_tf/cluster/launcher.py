@@ -46,12 +46,9 @@ def free_ports(count, host="127.0.0.1"):
 
 
 def worker_tf_configs(workers, *, port=None, host="127.0.0.1"):
-    """Returns one TF_CONFIG dictionary per worker of a local group.
+    """Returns one TF_CONFIG dictionary per worker of a local group of `workers`.
 
-    Args:
-        workers: number of workers, at least 1.
-        port: first port; workers use `port`, `port + 1`, ... Defaults to free ports.
-        host: the address every worker listens on. Defaults to `"127.0.0.1"`.
+    Workers listen on `host` at `port`, `port + 1`, ... (free ports when `port` is None).
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise LaunchError(
@@ -162,8 +159,9 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
            grace_seconds=10.0, max_restarts=0, errors=None):
     """Runs `command` as `workers` local processes that form one TF_CONFIG cluster.
 
-    When a worker fails, the others are stopped and one line on `output` says which
-    worker failed, with what exit code, and which workers were stopped.
+    When a worker fails, the others are stopped and one line on `output` says which worker
+    failed, with what exit code, and which were stopped. The options are `mgpu-tf launch`'s
+    (docs/cli.md).
 
     Example:
 
@@ -175,30 +173,23 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         command: the program and its arguments, a list of strings (never a shell string).
         workers: number of worker processes.
         port: first port to use. Defaults to free ports.
-        host: address the workers use. Defaults to `"127.0.0.1"`; anything else is
-            reachable from the network, and TensorFlow's gRPC workers accept
-            unauthenticated connections, so a warning is printed.
+        host: address the workers use; any but loopback is warned about. Defaults to
+            `"127.0.0.1"`.
         env: base environment for the workers. Defaults to this process' environment.
-        output: text stream for the workers' standard output, each line prefixed
-            `[index] `, and the launcher's own lines. Defaults to `sys.stdout`.
+        output: stream for the workers' stdout, each line prefixed `[index] `, and the
+            launcher's lines. Defaults to `sys.stdout`.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
-        errors: text stream for the workers' standard error, prefixed the same way.
-            Defaults to `sys.stderr` when `output` is not given (so a shell's `2>`
-            separates them), else to `output` (a caller capturing the output gets
-            everything in order).
-        max_restarts: how many times the whole group is started again after a
-            failure. Each start gets `MGPU_TF_RESTART` (0, 1, ...) in its
-            environment; resuming is the script's job (e.g. with
-            `mgpu_tf.callbacks.BackupAndRestore`). Defaults to `0`.
+        errors: stream for the workers' stderr. Defaults to `sys.stderr` when `output`
+            is not given, else to `output`.
+        max_restarts: starts of the whole group after a failure, each with
+            `MGPU_TF_RESTART` (0, 1, ...) set. Defaults to `0`.
 
     Returns:
-        0 when every worker succeeded, else the first non-zero exit code of the
-        last start (128 + signal number for a worker killed by a signal; 130 on
-        Ctrl-C, which is never restarted).
+        0 when every worker succeeded, else the first non-zero exit code of the last
+        start (128 + signal for a killed worker; 130 on Ctrl-C, never restarted).
 
     Raises:
-        LaunchError: for an empty command, a program that is missing or not
-            executable, a bad worker count or a bad port.
+        LaunchError: for an empty or missing command, a bad worker count or a bad port.
     """
     _check_request(command, workers, port, host, env)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
@@ -226,23 +217,11 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
 
 def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=10.0,
               timeout_seconds=None, errors=None):
-    """Runs worker `index` of a group of `workers` on its own; returns its exit code.
+    """Runs worker `index` of a group of `workers` alone, with the TF_CONFIG `launch` gives it.
 
-    The worker gets the TF_CONFIG `launch` would give it, but no other worker runs.
-
-    Args:
-        command: the program and its arguments, a list of strings.
-        index: the worker's index, from 0.
-        workers: the size of the group it belongs to.
-        env: base environment. Defaults to this process' environment.
-        output: text stream for its output, prefixed `[index] `. Defaults to `sys.stdout`.
-        grace_seconds: how long a stopped worker gets before SIGKILL. Defaults to `10`.
-        timeout_seconds: stop the worker after this long and return `TIMED_OUT`.
-            Defaults to no limit.
-        errors: text stream for its standard error, as for `launch`.
-
-    Raises:
-        LaunchError: as `launch` does, and for an index outside the group.
+    Takes `launch`'s options, and `timeout_seconds`, after which the worker is stopped and
+    `TIMED_OUT` returned. Returns the exit code; raises `LaunchError` as `launch` does, and
+    for an index outside the group.
     """
     _check_request(command, workers, None, "127.0.0.1", env)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
@@ -263,11 +242,7 @@ def _streams(output, errors):
 
 def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
                errors=None):
-    """Runs one start of the workers of `configs`; returns its exit code.
-
-    A failure is reported on `output` in one line: which worker failed, its exit
-    code, and which of the others were stopped.
-    """
+    """Runs one start of the workers of `configs`; returns its exit code."""
     lock = threading.Lock()
     processes, pumps = {}, []
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds

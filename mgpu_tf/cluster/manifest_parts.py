@@ -1,8 +1,7 @@
 """What every Kubernetes manifest of `mgpu-tf k8s` is made of: node pools, containers, metadata.
 
-`kubernetes` (Indexed Job, TFJob) and `jobset` (JobSet) build their objects from
-these pieces and check their arguments with them, so that a bad value gives the
-same `ManifestError` whichever format is asked for.
+`kubernetes` and `jobset` share these pieces, so a bad value gives the same
+`ManifestError` whatever the format.
 """
 
 import dataclasses
@@ -38,9 +37,8 @@ class NodePool:
     Attributes:
         name: a DNS label; the pool's Job is `<job>-<name>`.
         workers: how many workers (pods) run on the pool.
-        speed: the pool's relative speed per worker; becomes its shard weight.
-        node_selector: labels a node must have, e.g.
-            `{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}`.
+        speed: the relative speed per worker; becomes its shard weight.
+        node_selector: labels a node must have, e.g. `{"nvidia.com/gpu.product": "..."}`.
     """
 
     name: str
@@ -68,18 +66,8 @@ def positive_int(name, value, lowest=1):
 def parse_node_pool(text):
     """Parses `"NAME:WORKERS[:SPEED[:SELECTOR]]"` as given to `mgpu-tf k8s --node_pool`.
 
-    SELECTOR is `KEY=VALUE`, or a VALUE alone for `nvidia.com/gpu.product=VALUE`.
-
-    Example:
-
-    ```python
-    parse_node_pool("a100:2:2.5:NVIDIA-A100-SXM4-80GB")
-    # NodePool(name='a100', workers=2, speed=2.5,
-    #          node_selector={'nvidia.com/gpu.product': 'NVIDIA-A100-SXM4-80GB'})
-    ```
-
-    Raises:
-        ManifestError: for a missing field, a bad count or speed, or a bad label.
+    SELECTOR is `KEY=VALUE`, or a VALUE alone for `nvidia.com/gpu.product=VALUE`. Raises
+    `ManifestError` for a missing field, a bad count or speed, or a bad label.
     """
     parts = str(text).split(":", 3)
     hint = ("A node pool is NAME:WORKERS[:SPEED[:SELECTOR]], e.g. "
@@ -142,10 +130,8 @@ def metadata(name, namespace, labels=None):
 def cluster_environment(jobs, service, port):
     """What every pod's container needs to find the cluster (see `mgpu_tf.cluster.detect`).
 
-    Args:
-        jobs: `[(Job name, NodePool), ...]` in the workers' order.
-        service: the headless Service, the pods' subdomain.
-        port: the workers' gRPC port.
+    `jobs` is `[(Job name, NodePool), ...]` in the workers' order; `service` is the headless
+    Service, the pods' subdomain.
     """
     env = {"MGPU_TF_JOBS": ",".join(f"{job}:{pool.workers}" for job, pool in jobs),
            "MGPU_TF_SERVICE_NAME": service, "MGPU_TF_PORT": str(port)}

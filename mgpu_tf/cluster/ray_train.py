@@ -34,33 +34,19 @@ def _strategy_chief(model):
 
 
 class RayReporter(keras.callbacks.Callback):
-    """Reports each epoch's logs to Ray Train, with the chief's model as a checkpoint.
+    """Reports each epoch's logs to Ray Train, with the chief's model as the checkpoint.
 
-    Every worker reports the epoch's logs; the chief also passes its saved model as the
-    checkpoint.
-
-    Example:
-
-    ```python
-    def train_loop_per_worker(config):
-        strategy = mgpu_tf.make_strategy("auto")
-        with strategy.scope():
-            model = build_and_compile_model()
-        data = mgpu_tf.shard_dataset(examples, strategy, 64)
-        model.fit(data, epochs=3, callbacks=[RayReporter()])
-    ```
+    docs/deployment.md has a whole Ray Train script.
 
     Args:
         checkpoint: report a checkpoint with the metrics. Defaults to `True`.
-        filename: the file in the checkpoint directory: a `.keras` name saves the
-            whole model (`model.save`), a `.weights.h5` name its weights
-            (`model.save_weights`). Defaults to `"model.keras"`.
+        filename: the file in the checkpoint directory: a `.keras` name saves the whole
+            model, a `.weights.h5` name its weights. Defaults to `"model.keras"`.
 
     Raises:
         TypeError: when `checkpoint` is not a bool.
-        ValueError: for a `filename` that is not a plain `.keras` or `.weights.h5`
-            name, and, when training starts, for a model whose strategy does not
-            span Ray's workers (its chief is not world rank 0).
+        ValueError: for another `filename`, and, when training starts, for a model whose
+            strategy does not span Ray's workers (its chief is not world rank 0).
         ImportError: when Ray Train is not installed.
     """
 

@@ -32,10 +32,9 @@ class ClusterConfig:
 
     Attributes:
         cluster: role name to list of `"host:port"` addresses.
-        task_type: this process' role.
-        task_index: this process' index within its role.
-        source: where it came from: `"TF_CONFIG"`, `"kubernetes"`, `"slurm"`,
-            `"worker_hosts"` or `"cluster"` (given to `make_strategy`).
+        task_type, task_index: this process' role and index within it.
+        source: `"TF_CONFIG"`, `"kubernetes"`, `"slurm"`, `"worker_hosts"` or `"cluster"`
+            (given to `make_strategy`).
     """
 
     cluster: dict
@@ -84,11 +83,7 @@ class ClusterConfig:
 
 
 def parse_address(address, *, where="address"):
-    """Checks a `"host:port"` string and returns `(host, port)`.
-
-    Raises:
-        ClusterConfigError: when it has no host, or a port outside 1..65535.
-    """
+    """Returns `(host, port)` of a `"host:port"`: `ClusterConfigError` without host or port."""
     if not isinstance(address, str) or ":" not in address:
         raise ClusterConfigError(
             f"{where} must be a 'host:port' string. Received: {address!r}"
@@ -156,7 +151,10 @@ def _check_cluster(cluster):
 
 
 def parse_tf_config(value, *, source="TF_CONFIG"):
-    """Parses and validates a TF_CONFIG given as a JSON string or a dictionary.
+    """Parses and validates a TF_CONFIG, JSON text or a dictionary, into a `ClusterConfig`.
+
+    `source` is a label kept in the result. Raises `ClusterConfigError`, naming the part
+    that is wrong.
 
     Example:
 
@@ -166,16 +164,6 @@ def parse_tf_config(value, *, source="TF_CONFIG"):
         ' "task": {"type": "worker", "index": 1}}')
     config.num_workers  # 2
     ```
-
-    Args:
-        value: the TF_CONFIG text or dictionary.
-        source: a label kept in the result. Defaults to `"TF_CONFIG"`.
-
-    Returns:
-        A `ClusterConfig`.
-
-    Raises:
-        ClusterConfigError: naming the part that is wrong.
     """
     if isinstance(value, (str, bytes)):
         try:
@@ -228,14 +216,10 @@ def parse_tf_config(value, *, source="TF_CONFIG"):
 
 
 def cluster_from_hosts(worker_hosts, task_index):
-    """Builds a worker-only cluster from a host list and this task's index.
+    """Builds a worker-only `ClusterConfig` (source `"worker_hosts"`) from a host list.
 
-    Args:
-        worker_hosts: `"host:port"` strings, or one comma-separated string.
-        task_index: this process' index in `worker_hosts`.
-
-    Returns:
-        A `ClusterConfig` whose source is `"worker_hosts"`.
+    `worker_hosts` is `"host:port"` strings, or one comma-separated string; `task_index`
+    is this process' index in it.
     """
     if isinstance(worker_hosts, str):
         worker_hosts = [h.strip() for h in worker_hosts.split(",") if h.strip()]

@@ -25,19 +25,10 @@ _reported = set()
 def distinct_collective_keys():
     """Makes the MirroredStrategy built inside the block use its own collective keys.
 
-    `MirroredStrategy.__init__` reads where its keys start from a private class
-    attribute (`mgpu_tf.compat.private.collective_key_base`); it is moved to a
-    fresh block for the construction and put back after. On a TensorFlow without
-    it, the block logs once and changes nothing.
-
-    Example:
-
-    ```python
-    import tensorflow as tf
-    from mgpu_tf import compat
-    with compat.distinct_collective_keys():
-        strategy = tf.distribute.MirroredStrategy(["CPU:0"])
-    ```
+    Where `MirroredStrategy.__init__` starts its keys
+    (`mgpu_tf.compat.private.collective_key_base`) moves to a fresh block for the
+    construction and back after; on a TensorFlow without it, the block logs once and
+    changes nothing.
     """
     import tensorflow as tf
 

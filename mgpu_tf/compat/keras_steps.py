@@ -1,10 +1,7 @@
 """Keras' speed switches under `tf.distribute`: `steps_per_execution` and `jit_compile`.
 
-Keras' TensorFlow trainer fails under every strategy with either switch on
-(keras-team/keras#19005, tensorflow/tensorflow#53140): here a multi-step execution
-traces its step inline, and XLA compiles each replica's step, with the update and its
-all-reduce outside XLA. Outside a strategy, under `TPUStrategy` and for `predict`,
-Keras' code runs unchanged.
+Keras' trainer fails under every strategy with either on (keras-team/keras#19005); this
+traces a multi-step execution inline and XLA-compiles each replica's step.
 
 Design: docs/design.md#keras-speed-switches
 """
@@ -46,8 +43,7 @@ _JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 def check_jit_compile(value):
     """Returns `value` (`"auto"`, a bool, or its name in any case) as `model.compile` takes it.
 
-    Raises:
-        ValueError: for anything else.
+    Raises `ValueError` for anything else.
     """
     key = str(value).strip().lower() if isinstance(value, (str, bool)) else None
     if key not in _JIT_COMPILE:
@@ -57,12 +53,7 @@ def check_jit_compile(value):
 
 
 def check_steps_per_execution(value):
-    """Returns `value` as a positive integer.
-
-    Raises:
-        TypeError: when it is not an integer.
-        ValueError: when it is below 1.
-    """
+    """Returns `value` as a positive integer: `TypeError` for no integer, `ValueError` below 1."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError("`steps_per_execution` must be an integer. "
                         f"Received: steps_per_execution={value!r}")
@@ -73,21 +64,12 @@ def check_steps_per_execution(value):
 
 
 def step_fixes_apply(keras_version):
-    """Returns True when `keras_version` (such as `"3.15.1"`) is one the fix is for.
-
-    Raises:
-        TypeError: when `keras_version` is not a string.
-        ValueError: when it does not start with `major.minor`.
-    """
+    """Returns True when `keras_version` (such as `"3.15.1"`) is one the fix is for."""
     return versions.release_in(keras_version, *KERAS_STEP_VERSIONS, argument="keras_version")
 
 
 def source_fingerprints():
-    """`{method: short hash of its source}` for the Keras methods this module replaces.
-
-    Raises:
-        PrivateNameError: when Keras' trainer has no such method.
-    """
+    """`{method: short hash of its source}` for the Keras methods this module replaces."""
     out = {}
     for name in KNOWN_FINGERPRINTS:
         method = private_trainer.trainer_function(f"{_TRAINER}.{name}")
@@ -97,11 +79,10 @@ def source_fingerprints():
 
 
 def use_inline_steps(model):
-    """Makes `model`'s train and test steps run inline, as under a strategy.
+    """Makes `model`'s train and test steps run inline, as under a strategy; returns `model`.
 
-    For models whose own `train_step` all-reduces (the hybrid wrapper) while no
-    `tf.distribute` scope is active, so that `steps_per_execution` works for them too.
-    Returns `model`.
+    For models whose own `train_step` all-reduces (the hybrid wrapper) outside any
+    `tf.distribute` scope, so that `steps_per_execution` works for them too.
     """
     object.__setattr__(model, _MARK, True)
     return model
@@ -111,21 +92,9 @@ def apply_step_fixes(*, keras_version=None):
     """Makes `steps_per_execution` and `jit_compile` work under `tf.distribute` strategies.
 
     `make_strategy` calls it; calling it again changes nothing. Outside
-    `KERAS_STEP_VERSIONS`, or on a trainer it was not written for, it logs why and
-    does nothing.
-
-    Example:
-
-    ```python
-    from mgpu_tf import compat
-    compat.apply_step_fixes()  # what make_strategy does
-    ```
-
-    Args:
-        keras_version: the version to decide for. Defaults to `keras.__version__`.
-
-    Returns:
-        True when the fix is in place, False when it skipped.
+    `KERAS_STEP_VERSIONS` (for `keras_version`, defaulting to `keras.__version__`), or on
+    a trainer it was not written for, it logs why and skips. Returns True when the fix is
+    in place, False when it skipped.
     """
     import keras
 

@@ -1,11 +1,9 @@
 """Keras' TensorFlow train step, for the steps that cannot be Keras' own.
 
-Two train steps change Keras' in one place each: under a strategy with
-`jit_compile`, XLA compiles the forward pass, loss and gradients of each replica
-(see `keras_steps`); `HybridParallel` averages the gradients over the workers
-before the update. Both run this one copy of Keras' `train_step` (Keras 3.12-3.15,
-whose source `keras_steps.KNOWN_FINGERPRINTS` checks), which reaches the model's
-private names through `mgpu_tf.compat.private` and `private_trainer`.
+The XLA-compiled step of `keras_steps` and `HybridParallel`'s step each change Keras'
+`train_step` (Keras 3.12-3.15) in one place; both run this one copy.
+
+Design: docs/design.md#keras-speed-switches
 """
 
 from mgpu_tf.compat import private, private_trainer
@@ -16,20 +14,14 @@ _NAMES = ("Layer._call_has_training_arg", "Trainer._compute_loss", "Trainer._los
 
 
 def require(model):
-    """Checks now that `model` has the private names `train_step` reads.
-
-    Raises:
-        PrivateNameError: for the first name the model lacks.
-    """
+    """Checks now that `model` has the private names `train_step` reads."""
     private.require(model, *_NAMES, argument="model")
 
 
 def forward_backward(model, x, y, sample_weight):
-    """Keras' forward pass, loss and gradients for one batch.
+    """Keras' forward pass, loss and gradients for one batch: `(y_pred, loss, gradients)`.
 
-    Returns:
-        `(y_pred, loss, gradients)`, the gradients of `model.trainable_weights` of
-        the loss as the optimizer scales it.
+    The gradients are of `model.trainable_weights`, of the loss as the optimizer scales it.
     """
     import tensorflow as tf
 
@@ -43,31 +35,15 @@ def forward_backward(model, x, y, sample_weight):
 def train_step(model, data, *, forward=None, reduce=None):
     """Runs Keras' TensorFlow `train_step` of `model` on one batch.
 
-    Example:
-
-    ```python
-    import keras, numpy as np
-    from mgpu_tf.compat import keras_train_step
-
-    class Halved(keras.Sequential):
-        def train_step(self, data):  # Keras' step, on half the gradients
-            return keras_train_step.train_step(
-                self, data, reduce=lambda gradients, loss: ([g / 2 for g in gradients], loss))
-
-    model = Halved([keras.Input((3,)), keras.layers.Dense(1)])
-    keras_train_step.require(model)
-    model.compile(optimizer="sgd", loss="mse")
-    model.fit(np.ones((8, 3)), np.ones((8, 1)), verbose=0)
-    ```
+    docs/api/compat.md has an example.
 
     Args:
         model: a compiled Keras model, checked by `require` when it was set up.
         data: the batch, as Keras' `train_step` takes it.
-        forward: called as `forward(x, y, sample_weight)` in place of
-            `forward_backward(model, x, y, sample_weight)`, returning the same (an
-            XLA-compiled one, say). Defaults to `forward_backward`.
-        reduce: called as `reduce(gradients, loss)` before the update and the loss's
-            log, returning both (averaged over workers, say). Defaults to none.
+        forward: replaces `forward_backward(model, x, y, sample_weight)`, returning the
+            same (an XLA-compiled one, say). Defaults to `forward_backward`.
+        reduce: called as `reduce(gradients, loss)` before the update and the loss's log,
+            returning both (averaged over workers, say). Defaults to none.
 
     Returns:
         The metrics' results, as Keras' `train_step` returns them.

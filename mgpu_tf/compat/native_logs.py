@@ -65,12 +65,10 @@ class _Nothing:
 
 
 def quiet_start(environ=os.environ):
-    """Quiets TensorFlow's start-up, unless `TF_CPP_MIN_LOG_LEVEL` is set; call before
-    TensorFlow is imported.
+    """Quiets TensorFlow's start-up unless `TF_CPP_MIN_LOG_LEVEL` is set; call before importing it.
 
-    Returns:
-        An object whose `release()` ends the filtering of standard error (call it
-        once the strategy is built, when the runtime has started); it also ends at exit.
+    Returns an object whose `release()` ends the filtering of standard error (call it once
+    the strategy is built); the filtering also ends at exit.
     """
     if LEVEL_VARIABLE in environ:
         return _Nothing()

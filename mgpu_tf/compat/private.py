@@ -1,6 +1,6 @@
 """Every private Keras or TensorFlow name mgpu_tf touches, each behind one accessor.
 
-Each accessor names the private name and the releases it is known for
+Each accessor's docstring names the private name and the releases it is known for
 (`versions.KNOWN`); a name that is gone raises `PrivateNameError`, saying what to
 install. Keras' trainer has its accessors in `private_trainer`, its callbacks in
 `private_callbacks`.
@@ -35,15 +35,9 @@ _OPTIMIZER_METHODS = ("build", "apply", "update_step", "add_variable_from_refere
 
 
 def require(obj, *names, argument="obj"):
-    """Checks now that `obj` has the private `names`, so that a step never finds one missing.
+    """Checks now that `obj` has the private `names` (keys of `KNOWN`): no step finds one missing.
 
-    Args:
-        obj: the object the names belong to.
-        *names: keys of `KNOWN` of the form `"Owner.attribute"`.
-        argument: what to call `obj` in the error. Defaults to `"obj"`.
-
-    Raises:
-        PrivateNameError: for the first name `obj` lacks.
+    `argument` is what the error calls `obj`.
     """
     for name in names:
         attribute(obj, name, f"{argument}={describe(obj)}")
@@ -55,11 +49,7 @@ def require(obj, *names, argument="obj"):
 def sequential_graph(model):
     """Returns the functional model a Sequential runs, or None while it has none.
 
-    Touches `Sequential._functional` (Keras 3.0-3.15), which a Sequential sets
-    when it is built from a `keras.Input` or with an input shape.
-
-    Raises:
-        PrivateNameError: when the Sequential has no such attribute.
+    `Sequential._functional` (Keras 3.0-3.15).
     """
     return attribute(model, "Sequential._functional", f"model={describe(model)}")
 
@@ -67,11 +57,7 @@ def sequential_graph(model):
 def is_functional(model):
     """Returns True when `model` is a functional Keras model (`keras.Model(inputs, outputs)`).
 
-    Touches `keras.src.models.functional.Functional` (Keras 3.0-3.15), the class
-    Keras gives such models, which it does not export.
-
-    Raises:
-        PrivateNameError: when Keras has no such class.
+    `keras.src.models.functional.Functional` (Keras 3.0-3.15), not exported.
     """
     name = "keras.src.models.functional.Functional"
     check(name)
@@ -83,13 +69,9 @@ def is_functional(model):
 
 
 def functional_nodes(model):
-    """Returns the operation nodes of a functional model in topological order, inputs left out.
+    """Returns a functional model's operation nodes in topological order, inputs left out.
 
-    Touches `Functional._nodes_by_depth` (Keras 3.0-3.15): `{depth: nodes}`, the
-    model's inputs at the greatest depth and its outputs at depth 0.
-
-    Raises:
-        PrivateNameError: when the model has no such attribute.
+    `Functional._nodes_by_depth` (Keras 3.0-3.15): `{depth: nodes}`, outputs at depth 0.
     """
     by_depth = attribute(model, "Functional._nodes_by_depth", f"model={describe(model)}")
     nodes = []
@@ -101,10 +83,7 @@ def functional_nodes(model):
 def nested_layers(layer):
     """Returns every layer inside `layer`, nested ones included, `layer` itself left out.
 
-    Touches `Layer._flatten_layers(include_self, recursive)` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when the layer has no such method.
+    `Layer._flatten_layers(include_self, recursive)` (Keras 3.0-3.15).
     """
     flatten = method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
     return list(flatten(include_self=False))
@@ -113,11 +92,7 @@ def nested_layers(layer):
 def call_has_training_arg(layer):
     """Returns True when the layer's `call` takes a `training` argument.
 
-    Touches `Layer._call_has_training_arg` (Keras 3.0-3.15), which Keras' train and
-    test steps read before passing `training` to the model.
-
-    Raises:
-        PrivateNameError: when the layer has no such attribute.
+    `Layer._call_has_training_arg` (Keras 3.0-3.15), read by Keras' train and test steps.
     """
     return bool(attribute(layer, "Layer._call_has_training_arg", f"layer={describe(layer)}"))
 
@@ -125,11 +100,7 @@ def call_has_training_arg(layer):
 def reinitialize_variable(variable, value):
     """Gives a Keras variable new storage holding `value`, made under the current device scope.
 
-    Touches `Variable._initialize(value)` (Keras 3.0-3.15), which creates the
-    backend variable; Keras offers no public way to move a variable.
-
-    Raises:
-        PrivateNameError: when the variable has no such method.
+    `Variable._initialize(value)` (Keras 3.0-3.15); Keras has no public way to move a variable.
     """
     method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
 
@@ -140,10 +111,7 @@ def reinitialize_variable(variable, value):
 def optimizer_variables(optimizer):
     """Returns the model variables a built optimizer updates, in its own order.
 
-    Touches `BaseOptimizer._trainable_variables` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when the optimizer has no such attribute.
+    `BaseOptimizer._trainable_variables` (Keras 3.0-3.15).
     """
     return list(attribute(optimizer, "BaseOptimizer._trainable_variables",
                           f"optimizer={describe(optimizer)}"))
@@ -152,10 +120,7 @@ def optimizer_variables(optimizer):
 def variable_index(optimizer, variable):
     """Returns the position of `variable` in `optimizer_variables(optimizer)`.
 
-    Touches `BaseOptimizer._get_variable_index(variable)` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when the optimizer has no such method.
+    `BaseOptimizer._get_variable_index(variable)` (Keras 3.0-3.15).
     """
     index = method(optimizer, "BaseOptimizer._get_variable_index",
                    f"optimizer={describe(optimizer)}")
@@ -201,10 +166,7 @@ def wrap_optimizer_method(optimizer, name, wrap):
 def dataset_inputs(dataset):
     """Returns the data sets `dataset` reads from (none for a source such as `range`).
 
-    Touches `DatasetV2._inputs()` (TensorFlow 2.16-2.21).
-
-    Raises:
-        PrivateNameError: when the data set has no such method.
+    `DatasetV2._inputs()` (TensorFlow 2.16-2.21).
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
@@ -213,12 +175,8 @@ def dataset_inputs(dataset):
 def set_optional_spec(optional, spec):
     """Gives a `tf.experimental.Optional` the element spec it is to have.
 
-    Touches `Optional._element_spec` (TensorFlow 2.16-2.21). An empty optional made
-    before a `tf.while_loop` learns the spec of the values it will hold only when
-    they are traced, as in Keras' own train function.
-
-    Raises:
-        PrivateNameError: when the optional has no such attribute.
+    `Optional._element_spec` (TensorFlow 2.16-2.21): an empty optional made before a
+    `tf.while_loop` learns its spec only when the values are traced.
     """
     attribute(optional, "Optional._element_spec", f"optional={describe(optional)}")
     optional._element_spec = spec
@@ -227,11 +185,7 @@ def set_optional_spec(optional, spec):
 def collective_key_base(strategy_class):
     """Returns the number a MirroredStrategy class starts its collective keys at.
 
-    Touches the class attribute `MirroredStrategy._collective_key_base`
-    (TensorFlow 2.16-2.21), read by `MirroredStrategy.__init__`.
-
-    Raises:
-        PrivateNameError: when the class has none, or it is not an int.
+    `MirroredStrategy._collective_key_base` (TensorFlow 2.16-2.21), read by its `__init__`.
     """
     name = "MirroredStrategy._collective_key_base"
     received = f"strategy_class={strategy_class.__name__}"
@@ -242,11 +196,7 @@ def collective_key_base(strategy_class):
 
 
 def set_collective_key_base(strategy_class, base):
-    """Sets where the MirroredStrategy objects built from now on start their collective keys.
-
-    Raises:
-        PrivateNameError: as `collective_key_base` does.
-    """
+    """Sets where the MirroredStrategy objects built from now on start their collective keys."""
     collective_key_base(strategy_class)
     setattr(strategy_class, "_collective_key_base", int(base))
 
@@ -254,10 +204,7 @@ def set_collective_key_base(strategy_class, base):
 def configure_coordination_service(service_leader, jobs, timeout_ms):
     """Sets TensorFlow's coordination service for this process, unless it already has one.
 
-    Touches `tensorflow.python.eager.context` (TensorFlow 2.16-2.21): its
-    `context().coordination_service`, `context().configure_coordination_service`
-    and the `coordination_config_pb2` module it imports. Must run before the
-    runtime starts.
+    `tensorflow.python.eager.context` (TensorFlow 2.16-2.21). Must run before the runtime starts.
 
     Args:
         service_leader: the leader task, such as `"/job:chief/replica:0/task:0"`.
@@ -266,9 +213,6 @@ def configure_coordination_service(service_leader, jobs, timeout_ms):
 
     Returns:
         True when it set the service; False when the process already had one.
-
-    Raises:
-        PrivateNameError: when TensorFlow has no such module or function.
     """
     name = "tensorflow.python.eager.context"
     check(name)
@@ -297,12 +241,8 @@ def configure_coordination_service(service_leader, jobs, timeout_ms):
 def default_strategy():
     """Returns TensorFlow's default strategy, the one outside every `strategy.scope()`.
 
-    Outside any scope it is `tf.distribute.get_strategy()`. Inside one it relies
-    on the strategy scope stack of each graph (TensorFlow 2.16-2.21): a fresh
-    `tf.Graph` has an empty stack, so `get_strategy()` there gives the default.
-
-    Raises:
-        PrivateNameError: when a fresh graph has a strategy in scope.
+    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.16-2.21):
+    `get_strategy()` in a fresh `tf.Graph` gives the default.
     """
     import tensorflow as tf
 

@@ -10,19 +10,11 @@ __all__ = ["PrivateNameError", "require_initial_epoch", "set_initial_epoch"]
 
 
 def require_initial_epoch(model):
-    """Checks that Keras' `fit` of `model` reads `Trainer._initial_epoch` (Keras 3.0-3.15).
-
-    Raises:
-        PrivateNameError: when the model has no such attribute.
-    """
+    """Checks that Keras' `fit` of `model` reads `Trainer._initial_epoch` (Keras 3.0-3.15)."""
     attribute(model, "Trainer._initial_epoch", f"model={describe(model)}")
 
 
 def set_initial_epoch(model, epoch):
-    """Has the running `fit` of `model` start at `epoch` (call it from `on_train_begin`).
-
-    Raises:
-        PrivateNameError: when the model has no `Trainer._initial_epoch`.
-    """
+    """Has the running `fit` of `model` start at `epoch` (call it from `on_train_begin`)."""
     require_initial_epoch(model)
     model._initial_epoch = int(epoch)

@@ -22,13 +22,9 @@ class PrivateNameError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Known:
-    """The releases a private name is known for, and what mgpu_tf uses it for.
+    """The releases `first` to `last` of `library` that a private name is known for.
 
-    Attributes:
-        library: `"keras"` or `"tensorflow"`.
-        first: the first `(major, minor)` release known to have it.
-        last: the last `(major, minor)` release known to have it.
-        purpose: what mgpu_tf does with it, as the start of a sentence.
+    `purpose` is what mgpu_tf does with it, as the start of a sentence.
     """
 
     library: str
@@ -131,16 +127,9 @@ def _version(library):
 
 
 def known_for(name, version=None):
-    """Returns True when the installed release (or `version`) is one `name` is known for.
+    """Returns True when `name` (a key of `KNOWN`) is known for the installed release or `version`.
 
-    Args:
-        name: a key of `KNOWN`.
-        version: a version string such as `"3.15.1"`. Defaults to the installed
-            release of the library that has `name`.
-
-    Raises:
-        ValueError: for a name that is not in `KNOWN`, or a version that does not
-            start with `major.minor`.
+    Raises `ValueError` for a name not in `KNOWN`, or a version not starting with `major.minor`.
     """
     if name not in KNOWN:
         raise ValueError(f"`name` must be one of {', '.join(sorted(KNOWN))}. "
@@ -158,13 +147,7 @@ def log_once(message):
 
 
 def keras_mismatch(keras_version, first, last):
-    """Why a fix for Keras `first` to `last` does not apply here, or None when it does.
-
-    Args:
-        keras_version: the Keras version to decide for, such as `"3.15.1"`.
-        first: the first `(major, minor)` release the fix is for.
-        last: the last `(major, minor)` release the fix is for.
-    """
+    """Why a fix for Keras releases `first` to `last` does not apply to `keras_version`, or None."""
     import keras
 
     if not release_in(keras_version, first, last, argument="keras_version"):
@@ -176,17 +159,10 @@ def keras_mismatch(keras_version, first, last):
 
 
 def release_in(version, first, last, *, argument="version"):
-    """Returns True when `version` (`"3.15.1"`) is a release from `first` to `last`.
+    """Returns True when `version` (`"3.15.1"`) is a release from `first` to `last` (`(3, 0)`).
 
-    Args:
-        version: a version string.
-        first: the first `(major, minor)` release of the range.
-        last: the last `(major, minor)` release of the range.
-        argument: the name the errors give the version. Defaults to `"version"`.
-
-    Raises:
-        TypeError: when `version` is not a string.
-        ValueError: when it does not start with `major.minor`.
+    Raises `TypeError` for a version not a string, `ValueError` for one not starting with
+    `major.minor`; `argument` is what the errors call it.
     """
     if not isinstance(version, str):
         raise TypeError(f"`{argument}` must be a string. Received: {argument}={version!r}")
@@ -222,15 +198,9 @@ def missing(name, received):
 def attribute(owner, name, received):
     """Returns `owner`'s attribute for the private `name` (`"Owner.attribute"`).
 
-    Logs once outside the releases `name` is known for (see `check`).
-
-    Args:
-        owner: the object, class or module that has it.
-        name: a key of `KNOWN`; the part after the last dot is the attribute.
-        received: what the error says was received, such as `"model=<Sequential 'm'>"`.
-
-    Raises:
-        PrivateNameError: when `owner` has no such attribute.
+    Logs once outside the releases `name` is known for (see `check`); `received` is what the
+    error says was received, such as `"model=<Sequential 'm'>"`. Raises `PrivateNameError`
+    when `owner` has none.
     """
     check(name)
     try:

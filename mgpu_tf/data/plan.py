@@ -35,10 +35,8 @@ class ReplicaShare:
     """What one replica gets in one epoch.
 
     Attributes:
-        worker: the worker index.
-        replica: the replica index within the worker.
-        batch_size: examples per full step.
-        examples: examples per epoch.
+        worker, replica: the worker, and the replica within it.
+        batch_size: examples per full step; `examples`: per epoch.
         batches: steps in which it gets at least one example.
         last_batch: size of its last non-empty batch (0 if it gets none).
         empty_steps: steps in which it gets an empty batch.
@@ -55,16 +53,11 @@ class ReplicaShare:
 
 @dataclasses.dataclass(frozen=True)
 class ShardingPlan:
-    """One epoch of a sharded data set: see the module docstring for the layout.
+    """One epoch of a sharded data set (layout: docs/design.md#the-layout-of-a-sharded-epoch).
 
     Attributes:
-        policy: `"data"`, `"file"` or `"off"` (never `"auto"`).
-        reason: why that policy (the choice of `"auto"`, or `"requested"`).
-        num_workers: workers in the cluster.
-        replicas_per_worker: replicas on each worker.
-        global_batch_size: examples per full step, summed over all replicas.
+        policy: `"data"`, `"file"` or `"off"` (never `"auto"`); `reason`: why.
         batch_sizes: per-replica batch sizes, in global replica order.
-        num_examples: examples in the source.
         steps: steps per epoch; every replica gets a batch (maybe empty) in each.
         full_steps: steps, from the first, in which every replica's batch is full.
         tail_totals: examples in all of each step after `full_steps`.
@@ -185,16 +178,8 @@ def plan_data(num_examples, batch_sizes, num_workers, replicas_per_worker, *,
               drop_remainder=False, reason="requested"):
     """Plans `"data"` sharding: every worker reads all examples and keeps its own.
 
-    Args:
-        num_examples: examples in the source.
-        batch_sizes: per-replica batch sizes (`mgpu_tf.data.split.replica_batch_sizes`).
-        num_workers: workers in the cluster.
-        replicas_per_worker: replicas on each worker.
-        drop_remainder: leave out the last, short global batch. Defaults to `False`.
-        reason: why this policy, for the table. Defaults to `"requested"`.
-
-    Returns:
-        A `ShardingPlan`.
+    `batch_sizes` are per replica (`mgpu_tf.data.split.replica_batch_sizes`); `reason` is
+    shown in the table. Returns a `ShardingPlan`.
     """
     batch = sum(batch_sizes)
     worker_sizes = worker_batch_sizes(batch_sizes, replicas_per_worker)
@@ -219,25 +204,11 @@ def plan_data(num_examples, batch_sizes, num_workers, replicas_per_worker, *,
 
 def plan_streams(worker_examples, batch_sizes, num_workers, replicas_per_worker, *,
                  policy, drop_remainder=False, worker_files=None, reason="requested"):
-    """Plans `"file"` or `"off"` sharding: each worker reads its own stream.
+    """Plans `"file"` or `"off"` sharding: each worker reads its own stream of `worker_examples`.
 
-    Args:
-        worker_examples: examples in each worker's stream.
-        batch_sizes: per-replica batch sizes (`mgpu_tf.data.split.replica_batch_sizes`).
-        num_workers: workers in the cluster.
-        replicas_per_worker: replicas on each worker.
-        policy: `"file"` or `"off"`.
-        drop_remainder: stop when the first worker cannot fill a batch, so every
-            step is full. Defaults to `False`.
-        worker_files: the files of each worker, kept in the plan.
-        reason: why this policy, for the table. Defaults to `"requested"`.
-
-    Returns:
-        A `ShardingPlan`.
-
-    Raises:
-        ValueError: when a worker with batch size 0 has examples (nobody would
-            read them), or `drop_remainder=True` leaves no step.
+    With `drop_remainder`, it stops when the first worker cannot fill a batch. Returns a
+    `ShardingPlan`; raises `ValueError` when a worker of batch size 0 has examples, or no
+    step is left.
     """
     worker_sizes = worker_batch_sizes(batch_sizes, replicas_per_worker)
     for w, (count, wsize) in enumerate(zip(worker_examples, worker_sizes)):

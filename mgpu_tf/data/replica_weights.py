@@ -18,21 +18,10 @@ def can_weigh(element_spec):
 
 
 def correction_weights(batch, step_total, num_replicas):
-    """Returns the weight `R * b / B` for every example of a replica's batch.
+    """Returns the weight `R * b / B` for every example of a replica's batch, as float32.
 
-    Example:
-
-    ```python
-    correction_weights((x, y), step_total=12, num_replicas=2)  # x has 8 rows: 4/3 each
-    ```
-
-    Args:
-        batch: the replica's batch (any structure; its first tensor gives the size).
-        step_total: examples in the whole step, over all replicas (a scalar tensor).
-        num_replicas: `num_replicas_in_sync`.
-
-    Returns:
-        A float32 vector with one weight per example.
+    `step_total` is the examples in the whole step (a scalar tensor); `num_replicas` is
+    `num_replicas_in_sync`. `correction_weights((x, y), 12, 2)` with 8 rows in `x` gives 4/3 each.
     """
     size = tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
     weight = tf.cast(num_replicas * size, tf.float64) / tf.cast(

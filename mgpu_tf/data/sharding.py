@@ -88,11 +88,7 @@ class _Request:
                                           num_replicas_in_sync=self.num_replicas)
 
     def function_dataset(self, worker=0, workers=1):
-        """What a function source returns for one of `workers` pipelines, called once.
-
-        The first call comes from here, outside any graph, so the function and its
-        checks run eagerly; each epoch's pipeline reuses the data set.
-        """
+        """What a function source returns for one of `workers` pipelines, called once, eagerly."""
         if (worker, workers) not in self._function_calls:
             self._function_calls[worker, workers] = shard_source.call_function(
                 self.source, self.context(worker, workers))
@@ -231,10 +227,7 @@ def _empty_source(request):
 
 
 def _make_plan(request):
-    """Counts the examples (reading them only when their number is unknown) and plans.
-
-    Records are counted before `parse`, which maps one record to one example.
-    """
+    """Counts the examples (records before `parse`; reading only when unknown) and plans."""
     common = dict(batch_sizes=request.batch_sizes, num_workers=request.num_workers,
                   replicas_per_worker=request.replicas_per_worker,
                   drop_remainder=request.drop_remainder, reason=request.reason)
@@ -272,27 +265,20 @@ def describe_sharding(source, strategy, global_batch_size, *, policy="auto", wei
                       drop_remainder=False, shuffle_seed=None, parse=None, print_table=True):
     """Prints and returns what each worker and replica gets per epoch.
 
-    Takes the arguments of `shard_dataset` and builds no pipeline.
+    Takes the arguments of `shard_dataset` (and `print_table`, defaulting to `True`) and
+    builds no pipeline.
 
     Example:
 
     ```python
     plan = mgpu_tf.describe_sharding(dataset, strategy, 12)
-    # policy=data (auto: ...); 1 worker(s) x 4 replica(s); global batch 12; ...
     # worker  replica  batch  examples  batches  last batch  empty steps
     #      0        0      3       249       83           3            1
     plan.steps  # 84
     ```
 
-    Args:
-        print_table: print the table. Defaults to `True`.
-
     Returns:
-        A `mgpu_tf.data.plan.ShardingPlan`: per-replica `shares` (examples,
-        batches, last-batch size, empty steps), `steps`, `policy` and more.
-
-    Raises:
-        TypeError, ValueError: as `shard_dataset`.
+        A `mgpu_tf.data.plan.ShardingPlan`: per-replica `shares`, `steps`, `policy` and more.
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse)
@@ -307,66 +293,38 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     """Shards a data set over a strategy's workers and replicas, each example once.
 
     Returns a `tf.data.Dataset` of batches (default, one_device) or a
-    `tf.distribute.DistributedDataset` (mirrored, multi_worker).
+    `tf.distribute.DistributedDataset` (mirrored, multi_worker). The options are
+    described at length in docs/api/sharding.md.
 
     Example:
 
     ```python
-    import mgpu_tf
     mgpu_tf.simulate_devices(2)
     strategy = mgpu_tf.make_strategy("mirrored")
-    examples = tf.data.Dataset.from_tensor_slices((x, y))
     with strategy.scope():
         model = build_and_compile_model()
     model.fit(mgpu_tf.shard_dataset(examples, strategy, 64, weights=[2, 1]), epochs=3)
     ```
 
     Args:
-        source: a `tf.data.Dataset` of single (unbatched) examples; a list of
-            TFRecord file patterns (one string is one pattern); or a function of a
-            `tf.distribute.InputContext` returning such a data set (for its worker,
-            under `"off"`; for all workers, called with a one-pipeline context,
-            under `"data"`).
+        source: a `tf.data.Dataset` of single examples, TFRecord file patterns, or a
+            function of a `tf.distribute.InputContext` returning such a data set.
         strategy: the strategy `model` was built under.
         global_batch_size: examples per step over all replicas.
-        policy: how to divide examples between workers: `"file"` (whole files per
-            worker), `"data"` (every worker reads all and keeps every n-th
-            example), `"off"` (no division: one worker, or a function source that
-            divides by itself) or `"auto"` (`"off"` for a function; `"file"` when
-            there are at least as many files as workers; else `"data"`; logged).
-            Defaults to `"auto"`.
-        weights: relative speeds, one per worker, or one per replica when there is
-            one worker; a replica's batch is its share of `global_batch_size`
-            (largest-remainder rounding). Examples must be `(x, y)` or
-            `(x, y, sample_weight)`. `"adaptive"`: shares that follow each
-            worker's measured speed from epoch to epoch, under
-            `mgpu_tf.callbacks.TrainingMonitor` (`mgpu_tf.data.adaptive`).
-            Defaults to `None` (equal batches).
-        drop_remainder: leave out the examples that do not fill a whole step,
-            so every batch is full. Defaults to `False`.
-        shuffle_seed: shuffle every epoch, in an order drawn from this seed and
-            the epoch number only: the same on every worker, under every strategy
-            and after a restart, when `fit` has `mgpu_tf.callbacks.DataOrder` or
-            `mgpu_tf.callbacks.BackupAndRestore` (without either, each new iterator
-            takes the next epoch's order). File sources shuffle the file order and
-            a buffer of 10,000 examples. Defaults to `None` (source order).
-        parse: a function applied to each example before batching, such as one
-            decoding a TFRecord record into `(x, y)`. Defaults to `None`.
-        training: `False` for a data set that is only evaluated (`evaluate`, or
-            `fit`'s `validation_data`): no loss-correction weights, which keep the
-            update exact but make Keras weigh each replica's loss and metrics by
-            its batch size squared, so `evaluate` shows the means over the
-            examples whatever the replicas' batches. Defaults to `True`.
-
-    Returns:
-        A `tf.data.Dataset` or a `tf.distribute.DistributedDataset`.
+        policy: `"file"`, `"data"`, `"off"` or `"auto"`. Defaults to `"auto"`.
+        weights: relative speeds, one per worker (or per replica on one worker), or
+            `"adaptive"`. Defaults to `None` (equal batches).
+        drop_remainder: leave out examples that do not fill a whole step. Defaults to `False`.
+        shuffle_seed: shuffle each epoch in an order drawn from the seed and the epoch.
+            Defaults to `None` (source order).
+        parse: a function applied to each example before batching. Defaults to `None`.
+        training: `False` for a data set that is only evaluated. Defaults to `True`.
 
     Raises:
-        TypeError: for arguments of the wrong type, a source that is already
-            distributed, or examples that are not dense tensors.
-        ValueError: for bad weights or policy, a global batch the replicas cannot
-            share, fewer files than workers with `policy="file"`, a batched,
-            infinite or empty source, or a file pattern that matches nothing.
+        TypeError: for wrong types, a distributed source, or examples not dense tensors.
+        ValueError: for bad weights or policy, a global batch the replicas cannot share,
+            too few files for `"file"`, a batched, infinite or empty source, or a file
+            pattern that matches nothing.
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse, training)

@@ -29,7 +29,6 @@ def piece_size(size, local_sizes, replica):
 
 
 def _largest_remainder(total, weights):
-    """Splits the integer `total` in proportion to `weights`, rounding fairly."""
     weights = [Fraction(w) for w in weights]
     quotas = [total * w / sum(weights) for w in weights]
     shares = [math.floor(q) for q in quotas]
@@ -70,28 +69,17 @@ def _check_weights(weights, num_workers, replicas_per_worker):
 
 
 def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, weights=None):
-    """Returns the batch size of every replica for a global batch size.
+    """Returns the batch size of every replica, in global replica order, for a global batch size.
+
+    `weights` are relative speeds, one per worker (one per replica on one worker), or `None`
+    for equal shares. Raises `TypeError` for a batch size or weights not numbers, and
+    `ValueError` for a batch size the replicas cannot share, or bad weights.
 
     Example:
 
     ```python
     replica_batch_sizes(12, 1, 2, weights=[2, 1])  # (8, 4)
     ```
-
-    Args:
-        global_batch_size: examples per step over all replicas.
-        num_workers: workers in the cluster.
-        replicas_per_worker: replicas on each worker.
-        weights: relative speeds, one per worker (one per replica when there is one
-            worker), or `None` for equal shares. Defaults to `None`.
-
-    Returns:
-        A tuple of per-replica batch sizes in global replica order.
-
-    Raises:
-        TypeError: for a batch size that is not an integer, or weights that are
-            not numbers.
-        ValueError: for a batch size the replicas cannot share, or bad weights.
     """
     replicas = num_workers * replicas_per_worker
     batch = global_batch_size
@@ -144,19 +132,13 @@ def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, wei
 
 
 def smooth_pattern(shares):
-    """Orders `sum(shares)` slots so each owner's slots are spread evenly.
+    """Returns the owner of each of `sum(shares)` slots, each owner's slots spread evenly.
 
     Example:
 
     ```python
     smooth_pattern([2, 1])  # (0, 1, 0)
     ```
-
-    Args:
-        shares: slot counts, one per owner.
-
-    Returns:
-        A tuple: the owner of each slot.
     """
     return _smooth_pattern(tuple(shares))
 
@@ -177,12 +159,7 @@ def _smooth_pattern(shares):
 def assign_files(counts, worker_sizes):
     """Gives whole files to workers so that examples match their batch sizes.
 
-    Args:
-        counts: examples in each file.
-        worker_sizes: examples per step on each worker.
-
-    Returns:
-        A tuple, per worker, of the file indices it reads, in file order.
+    Returns, per worker, the indices into `counts` (examples per file) it reads, in order.
     """
     loads = [0] * len(worker_sizes)
     owned = [[] for _ in worker_sizes]

@@ -31,19 +31,7 @@ class Balance(Choice):
 def partition(weights, stages):
     """Splits `weights` into `stages` consecutive non-empty groups, minimising the largest sum.
 
-    Example:
-
-    ```python
-    >>> partition([4, 1, 1, 1, 1], 2)
-    [1, 4]
-    ```
-
-    Args:
-        weights: non-negative weight of each item, in order.
-        stages: how many groups; at most `len(weights)`.
-
-    Returns:
-        The number of items in each group.
+    Returns the number of items in each group: `partition([4, 1, 1, 1, 1], 2)` is `[1, 4]`.
     """
     n = len(weights)
     prefix = np.concatenate([[0.0], np.cumsum(np.asarray(weights, dtype=np.float64))])
@@ -85,20 +73,8 @@ def _by_atoms(graph, stages, unit_weights):
 def balance_by_uniform(graph, stages):
     """Gives each stage as equal a number of layers as the cuts allow.
 
-    Example:
-
-    ```python
-    graph = partition.analyse(model)  # mgpu_tf.model_parallel.partition
-    counts = balance_by_uniform(graph, 2)  # e.g. [3, 3]
-    mgpu_tf.ModelParallel(model, ["GPU:0", "GPU:1"], balance=counts)
-    ```
-
-    Args:
-        graph: a `partition.Graph` (from `partition.analyse(model)`).
-        stages: the number of stages.
-
-    Returns:
-        The number of layers in each stage.
+    `graph` comes from `partition.analyse(model)`. Returns the number of layers in each
+    stage, which `ModelParallel(balance=...)` takes.
     """
     return _by_atoms(graph, stages, [1] * len(graph.units))
 
@@ -106,18 +82,7 @@ def balance_by_uniform(graph, stages):
 def balance_by_params(graph, stages):
     """Gives each stage as equal a share of parameter bytes as the cuts allow.
 
-    Example:
-
-    ```python
-    counts = balance_by_params(partition.analyse(model), 2)
-    ```
-
-    Args:
-        graph: a `partition.Graph`.
-        stages: the number of stages.
-
-    Returns:
-        The number of layers in each stage.
+    Returns the number of layers in each stage.
     """
     return _by_atoms(graph, stages, [unit.param_bytes for unit in graph.units])
 
@@ -125,35 +90,18 @@ def balance_by_params(graph, stages):
 def balance_by_time(graph, stages, sample, *, repeats=5):
     """Gives each stage as equal a share of forward and backward time as the cuts allow.
 
-    Each atom is timed on its own, on `sample` propagated through the atoms before it
-    (torchgpipe's `balance_by_time`).
-
-    Example:
-
-    ```python
-    counts, seconds = balance_by_time(partition.analyse(model), 2, x_train[:32])
-    ```
-
-    Args:
-        graph: a `partition.Graph`.
-        stages: the number of stages.
-        sample: a batch of model inputs.
-        repeats: timed runs per atom; the fastest counts. Defaults to `5`.
-
-    Returns:
-        `(counts, unit_seconds)`: the number of layers in each stage, and the measured
-        seconds of each layer (an atom's time is given to its first layer).
+    Each atom is timed on its own, `repeats` times, on `sample` propagated through the atoms
+    before it (torchgpipe's `balance_by_time`). Returns `(counts, unit_seconds)`: the layers
+    of each stage, and `measure_times`'s seconds of each layer.
     """
     seconds = measure_times(graph, sample, repeats=repeats)
     return _by_atoms(graph, stages, seconds), seconds
 
 
 def measure_times(graph, sample, *, repeats=5):
-    """Measures the forward plus backward seconds of each atom on `sample`.
+    """Measures the forward plus backward seconds of each atom on `sample`, best of `repeats`.
 
-    Returns:
-        One figure per unit; the time of an atom is given to its first unit, the others
-        of the atom get 0.
+    Returns one figure per unit: an atom's time goes to its first unit, 0 to the others.
     """
     from mgpu_tf.model_parallel import partition as partition_lib
 

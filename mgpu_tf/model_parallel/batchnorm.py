@@ -21,7 +21,9 @@ def batch_norm_layers(model):
 
 
 class DeferredBatchNorm:
-    """Holds back the moving-statistics updates of BatchNormalization layers for one step.
+    """Holds back the moving-statistics updates of BatchNormalization `layers` for one step.
+
+    Raises `ValueError` for a layer with `renorm=True`, whose corrections depend on every update.
 
     Example:
 
@@ -31,13 +33,6 @@ class DeferredBatchNorm:
         y = pipelined_forward(x)  # each micro-batch normalised with its own statistics
     deferred.update()  # the moving statistics, once, from the whole batch
     ```
-
-    Args:
-        layers: the `BatchNormalization` layers.
-
-    Raises:
-        ValueError: for a layer with `renorm=True`, whose corrections depend on every
-            update.
     """
 
     def __init__(self, layers):
@@ -123,11 +118,7 @@ def _channel_axes(layer, rank):
 
 
 def pool(statistics):
-    """The mean and biased variance of the union of batches from their own.
-
-    Args:
-        statistics: `(mean, variance, count)` of each batch; a batch of count 0 adds nothing.
-    """
+    """The mean and biased variance of the union of batches, each `(mean, variance, count)`."""
     total = tf.add_n([count for _, _, count in statistics])
     weights = [count / total for _, _, count in statistics]
     mean = tf.add_n([tf.math.multiply_no_nan(m, w) for (m, _, _), w in zip(statistics, weights)])

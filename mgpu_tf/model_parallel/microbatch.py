@@ -31,22 +31,9 @@ def check_microbatches(value):
 
 
 def split(x, microbatches):
-    """Splits `x` along its first axis into `microbatches` pieces.
+    """Splits `x` along its first axis into `microbatches` pieces, by `torch.chunk`'s rule.
 
-    Example:
-
-    ```python
-    >>> [int(p.shape[0]) for p in split(tf.zeros([10, 3]), 4)]
-    [3, 3, 3, 1]
-    ```
-
-    Args:
-        x: a tensor with a batch axis first.
-        microbatches: how many pieces.
-
-    Returns:
-        A list of `microbatches` tensors; all but the last ones have
-        `ceil(batch / microbatches)` rows.
+    All but the last ones have `ceil(batch / microbatches)` rows: 10 rows in 4 give 3, 3, 3, 1.
     """
     if microbatches == 1:
         return [x]

@@ -28,12 +28,10 @@ class Graph:
 
     Attributes:
         units: the units in topological order.
-        crossing: for each gap `i` (between unit `i` and unit `i + 1`), the names of
-            the layers whose outputs cross it.
-        tensors: for each valid gap, the one Keras tensor crossing it; `None` for
-            gaps crossed by several tensors.
-        input: the model's input tensor.
-        output: the model's output tensor.
+        crossing: for each gap `i` (after unit `i`), the names of the layers whose outputs cross it.
+        tensors: for each valid gap, the one Keras tensor crossing it; `None` for gaps
+            crossed by several.
+        input, output: the model's input and output tensors.
     """
 
     units: tuple
@@ -73,17 +71,10 @@ def _functional(model):
 
 
 def analyse(model):
-    """Finds the units of a built model and the tensors crossing each gap.
+    """Finds the units of a built Sequential or functional model and the tensors crossing each gap.
 
-    Args:
-        model: a built Sequential or functional Keras model.
-
-    Returns:
-        A `Graph`.
-
-    Raises:
-        TypeError: when the model is neither Sequential nor functional.
-        ValueError: when it has several inputs or outputs, or reuses a layer.
+    Returns a `Graph`. Raises `TypeError` for another model, `ValueError` for several inputs
+    or outputs, or a reused layer.
     """
     graph = _functional(model)
     if graph is None:
@@ -153,15 +144,9 @@ def check_cuts(graph, counts):
 
 
 def segment_models(graph, counts):
-    """Builds one Keras model per run of units; they share the model's layers and weights.
+    """Builds one functional model per run of `counts` units, sharing the model's weights.
 
-    Args:
-        graph: what `analyse` returned.
-        counts: number of units in each run; the cuts between runs must be valid.
-
-    Returns:
-        A list of functional models, model `i` mapping the tensor entering run `i` to
-        the tensor leaving it.
+    Model `i` maps the tensor entering run `i` to the tensor leaving it; the cuts must be valid.
     """
     check_cuts(graph, counts)
     models, start, entering = [], 0, graph.input
@@ -176,11 +161,8 @@ def segment_models(graph, counts):
 def stage_atoms(graph, counts):
     """Returns, for each stage of `counts` units, the models of its atoms in order.
 
-    A stage runs atom by atom so that its backward pass can be ordered atom by atom
-    (see `mgpu_tf.model_parallel.pipeline`).
-
-    Raises:
-        ValueError: when a cut of `counts` is crossed by more than one tensor.
+    A stage runs atom by atom so that its backward pass can be ordered the same way
+    (`mgpu_tf.model_parallel.pipeline`). Raises `ValueError` for a cut crossed by several tensors.
     """
     check_cuts(graph, counts)
     sizes = graph.atoms()

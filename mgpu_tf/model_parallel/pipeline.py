@@ -27,21 +27,11 @@ class _Replay:
 
 def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
                  paused=contextlib.nullcontext):
-    """Runs `x` through `stages`, stage `k` on `devices[k]`, in micro-batches.
+    """Runs `x` through `stages` (their atoms' models), stage `k` on `devices[k]`, in micro-batches.
 
-    Args:
-        stages: for each stage, the callables (Keras models) of its atoms, in order.
-        devices: one device name per stage.
-        x: the batch.
-        microbatches: how many micro-batches to split it into.
-        training: passed to each atom; with `True` the gradient is placed too.
-        recompute: a `Recompute` mode: which micro-batches are recomputed in the
-            backward pass instead of kept. Defaults to `"never"`.
-        paused: a context manager entered around every recomputed forward (deferred
-            batch normalisation records no statistics there).
-
-    Returns:
-        The output of the last stage for the whole batch.
+    `training` goes to each atom; with `True` the gradient is placed too. `recompute` says
+    which micro-batches are recomputed in the backward pass; `paused` is entered around
+    every recomputed forward. Returns the last stage's output for the whole batch.
     """
     if not training:
         return _forward(stages, devices, x, microbatches, training, tapes=None)
@@ -143,8 +133,7 @@ def _replayed(replay, previous, training, paused):
 def _collect(pairs, stage, grad):
     """Adds a micro-batch's gradient to a variable's `(stage, gradient)` pairs.
 
-    Dense gradients are summed as they come, so that each micro-batch's is freed once added
-    instead of all `microbatches` of them waiting for one sum at the end.
+    Dense ones are summed as they come, so that each is freed once added.
     """
     if pairs and not isinstance(grad, tf.IndexedSlices) and not isinstance(
             pairs[-1][1], tf.IndexedSlices):

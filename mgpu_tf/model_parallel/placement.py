@@ -22,12 +22,7 @@ def device_of(variable):
 
 
 def place_variables(layers, device):
-    """Re-creates the variables of `layers` on `device`, keeping their values.
-
-    Args:
-        layers: the layers (or models) of one stage.
-        device: where their variables must live.
-    """
+    """Re-creates the variables of one stage's `layers` on `device`, keeping their values."""
     for layer in layers:
         for variable in getattr(layer, "weights", []):
             if device_of(variable) == device:
@@ -38,11 +33,9 @@ def place_variables(layers, device):
 
 
 def place_optimizer(optimizer, devices_by_variable):
-    """Makes `optimizer` keep and update each variable's state on that variable's device.
+    """Makes an unbuilt `optimizer` keep and update each variable's state on its device.
 
-    Args:
-        optimizer: an unbuilt Keras optimizer.
-        devices_by_variable: `{id(tf.Variable): device}` for the model's variables.
+    `devices_by_variable` is `{id(tf.Variable): device}` for the model's variables.
     """
     if getattr(optimizer, "_mgpu_tf_placed", False):
         return

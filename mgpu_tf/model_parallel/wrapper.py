@@ -30,12 +30,9 @@ class StagePlan:
     """What one stage holds and where it runs.
 
     Attributes:
-        index: the stage number, from 0.
-        device: the device it runs on.
-        layers: names of its layers, in order.
+        index, device, layers: the stage number from 0, its device, its layers' names.
         param_bytes: bytes of its variables.
-        seconds: measured forward plus backward seconds on the sample batch, when
-            `balance="time"` measured it; else `None`.
+        seconds: forward plus backward seconds measured by `balance="time"`, else `None`.
     """
 
     index: int
@@ -88,52 +85,37 @@ def check_deferred_batch_norm(value):
 class ModelParallel(keras.Model):
     """Places consecutive layers of a Keras model on several devices and pipelines them.
 
+    Balance, micro-batches, recomputation and BatchNormalization are explained in
+    docs/concepts.md.
+
     Example:
 
     ```python
-    import keras, numpy as np, mgpu_tf
     mgpu_tf.simulate_devices(2)
-    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
     model = mgpu_tf.ModelParallel(model, ["CPU:0", "CPU:1"], microbatches=4)
     model.compile(optimizer="adam", loss="mse")
-    model.fit(np.ones((64, 16)), np.ones((64, 1)), batch_size=16, verbose=0)
-    print(*model.plan, sep="\\n")
+    print(*model.plan, sep="\n")
     ```
 
     Args:
-        model: a built Sequential or functional Keras model with one input and one
-            output, whose layers can be cut where a single tensor crosses (a nested
-            model or block is one layer), or an unbuilt Sequential with `input_shape`.
+        model: a built Sequential or functional model with one input and one output, cut
+            where a single tensor crosses, or an unbuilt Sequential with `input_shape`.
         devices: device names, one per stage, or a number of local devices.
-        balance: `"uniform"` (layer counts), `"params"` (parameter bytes), `"time"`
-            (measured forward and backward time per layer) or a list of layer counts
-            per stage. Defaults to `"params"`.
-        microbatches: how many micro-batches each batch is split into. A batch it does
-            not divide gives micro-batches of `ceil(batch / microbatches)` rows and a
-            shorter last one. Defaults to `1` (no pipelining).
-        sample: a batch of inputs for `balance="time"`. Defaults to 32 rows of zeros
-            of the model's input shape.
-        input_shape: the input shape, batch axis included, used to build an unbuilt
-            model. Defaults to `None`.
-        recompute: `"never"` (keep every activation), `"except_last"` (every
-            micro-batch but the last keeps only its input to each stage and is
-            recomputed in the backward pass, as in GPipe and torchgpipe) or
-            `"always"`. The weights trained are the same; recomputing trades about
-            one more forward pass for the activations. Defaults to `"never"`.
-        deferred_batch_norm: with `microbatches > 1`, let BatchNormalization layers
-            normalise each micro-batch with its own statistics and update their
-            moving statistics once per step from the whole batch's (see
-            `mgpu_tf.model_parallel.batchnorm`). Defaults to `False`, which refuses
-            BatchNormalization with micro-batches.
+        balance: `"uniform"`, `"params"`, `"time"` or a list of layer counts per stage.
+            Defaults to `"params"`.
+        microbatches: micro-batches per batch (the last may be shorter). Defaults to `1`.
+        sample: inputs for `balance="time"`. Defaults to 32 rows of zeros.
+        input_shape: the input shape, batch axis included, to build an unbuilt model.
+        recompute: `"never"`, `"except_last"` or `"always"`: which micro-batches keep
+            only each stage's input and recompute the rest backward. Defaults to `"never"`.
+        deferred_batch_norm: with micro-batches, update BatchNormalization's moving
+            statistics once per step from the whole batch. Defaults to `False`.
 
     Raises:
-        TypeError: for a model with no layer graph (subclassed) or options of the
-            wrong type.
-        ValueError: for more stages than layers, a device that does not exist, a
-            balance that does not add up to the number of layers, a cut crossed by
-            more than one tensor, a batch-coupled layer with `microbatches > 1` and
-            no `deferred_batch_norm=True`, or a model that cannot be built.
+        TypeError: for a subclassed model or options of the wrong type.
+        ValueError: for more stages than layers, a missing device, a bad balance, a cut
+            crossed by several tensors, BatchNormalization with micro-batches and no
+            `deferred_batch_norm`, or a model that cannot be built.
     """
 
     def __init__(self, model, devices, *, balance="params", microbatches=1, sample=None,
@@ -213,8 +195,8 @@ class ModelParallel(keras.Model):
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Configures training as `keras.Model.compile` does.
 
-        `jit_compile=True` compiles each piece of each stage with XLA on the stage's own device
-        (one XLA cluster cannot span devices).
+        `jit_compile=True` compiles each piece of each stage on its own device (an XLA cluster
+        cannot span devices).
         """
         if jit_compile not in (True, False, "auto"):
             raise ValueError("`jit_compile` must be True, False or 'auto'. "

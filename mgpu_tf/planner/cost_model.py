@@ -41,13 +41,10 @@ def ring_all_reduce_bytes(gradient_bytes, workers):
 
 
 def ring_all_reduce_seconds(gradient_bytes, workers, bandwidth, latency=0.0):
-    """Seconds one ring all-reduce of `gradient_bytes` takes; 0 for one worker.
+    """Seconds one ring all-reduce of `gradient_bytes` over `workers` takes; 0 for one worker.
 
-    Args:
-        gradient_bytes: bytes all-reduced (after any compression).
-        workers: number of workers in the ring.
-        bandwidth: bytes per second each link carries one way.
-        latency: fixed seconds per all-reduce. Defaults to `0`.
+    `bandwidth` is bytes per second each link carries one way; `latency` is fixed seconds
+    per all-reduce.
     """
     if _workers(workers) == 1:
         return 0.0
@@ -59,13 +56,8 @@ def predict_step_seconds(compute_seconds, gradient_bytes, workers, bandwidth, la
                          *, steps_per_sync=1):
     """Predicted seconds of one data-parallel step without overlap.
 
-    Args:
-        compute_seconds: one worker's forward and backward pass on its share.
-        gradient_bytes: bytes all-reduced per synchronisation.
-        workers: number of workers.
-        bandwidth: bytes per second each link carries one way.
-        latency: fixed seconds per all-reduce. Defaults to `0`.
-        steps_per_sync: steps per all-reduce. Defaults to `1`.
+    `compute_seconds` is one worker's forward and backward pass on its share; the all-reduce
+    of `gradient_bytes` (as for `ring_all_reduce_seconds`) runs every `steps_per_sync` steps.
     """
     if isinstance(steps_per_sync, bool) or not isinstance(steps_per_sync, int) \
             or steps_per_sync < 1:
@@ -87,8 +79,7 @@ def gradient_bytes(model, wire_dtype="float32"):
 def measure_loopback_bandwidth(nbytes=64 * 2**20, *, chunk=2**20, repeats=3, streams=1):
     """Bytes per second one TCP stream carries over 127.0.0.1 (the best of `repeats`).
 
-    With `streams=2` two streams run at once, as in a ring all-reduce of two workers, where each
-    sends and receives at the same time.
+    With `streams=2` two run at once, as each worker of a two-worker ring sends and receives.
     """
     best = 0.0
     for _ in range(repeats):

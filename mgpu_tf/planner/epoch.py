@@ -15,9 +15,7 @@ class EpochPrediction:
     """One predicted epoch over `devices` devices (seconds).
 
     Attributes:
-        devices: devices training at once.
-        steps: training steps in the epoch.
-        step: one step (`step_model.StepPrediction.step`).
+        steps: training steps in the epoch; `step`: one of them (`StepPrediction.step`).
         overhead: the epoch's time outside its steps.
         one_device: the epoch on one device, the reference of `efficiency`.
     """

@@ -13,8 +13,8 @@ __all__ = ["Interconnect", "INTERCONNECTS", "resolve_interconnect"]
 class Interconnect:
     """A link: `bandwidth` in bytes per second one way, `latency` in seconds per hop.
 
-    `bandwidth` is what a ring all-reduce sees per device (NCCL's "bus bandwidth"),
-    below the line rate; `source` says where the line rate comes from.
+    `bandwidth` is what a ring all-reduce sees per device (NCCL's "bus bandwidth"), below
+    the line rate; `source` says where the line rate comes from.
     """
 
     name: str
@@ -76,7 +76,10 @@ INTERCONNECTS = {
 
 
 def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
-    """Returns the `Interconnect` named, with `bandwidth` or `latency` overriding its figures.
+    """Returns the `Interconnect` named in `INTERCONNECTS`, `bandwidth` or `latency` overridden.
+
+    Raises `ValueError`, listing the known names, for an unknown one, and for a bandwidth
+    not positive or a negative latency.
 
     Example:
 
@@ -84,15 +87,6 @@ def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
     link = resolve_interconnect("ethernet-25g")
     link.bandwidth  # 2.8125e9 bytes/s
     ```
-
-    Args:
-        interconnect: a name from `INTERCONNECTS`. Defaults to `"pcie"`.
-        bandwidth: bytes per second one way, instead of the named link's.
-        latency: seconds per hop, instead of the named link's.
-
-    Raises:
-        ValueError: for an unknown name; the message lists the known ones.
-        ValueError: for a bandwidth that is not positive or a negative latency.
     """
     name = str(interconnect).strip().lower()
     if name not in INTERCONNECTS:

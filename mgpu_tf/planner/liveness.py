@@ -23,11 +23,9 @@ class SegmentMemory:
     """Bytes one traced segment keeps alive, for the traced batch.
 
     Attributes:
-        saved: tensors made inside the segment and read by its backward pass (its
-            output excluded).
+        saved: tensors made inside it and read by its backward pass (its output excluded).
         temporaries: the largest set of other tensors alive at once.
-        input_saved: whether the backward pass reads the segment's input.
-        output_saved: whether the backward pass reads the segment's output.
+        input_saved, output_saved: whether the backward pass reads its input, its output.
     """
 
     saved: int
@@ -71,12 +69,9 @@ def _root(tensor, roots):
 
 
 def segment_memory(segment, spec, out_spec):
-    """Traces `segment` forward and backward on `spec` and returns its `SegmentMemory`.
+    """Traces `segment` (one input, one output) forward and backward: its `SegmentMemory`.
 
-    Args:
-        segment: a Keras model of one input and one output.
-        spec: the `tf.TensorSpec` of its input batch.
-        out_spec: the `tf.TensorSpec` of its output batch (the upstream gradient's).
+    `spec` and `out_spec` are the `tf.TensorSpec`s of its input and output batches.
     """
     graph, x, y, dy = _trace(segment, spec, out_spec)
     ops = graph.get_operations()

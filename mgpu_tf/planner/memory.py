@@ -38,16 +38,8 @@ _SLOTS = {"sgd": 0, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2
 def parse_size(value, name="device_memory"):
     """Returns a memory size in bytes: an int, or text such as `"80GiB"`, `"80 GB"`, `"512MiB"`.
 
-    Example:
-
-    ```python
-    >>> parse_size("1.5 GiB")
-    1610612736
-    ```
-
-    Raises:
-        TypeError: for a value that is neither a number nor text.
-        ValueError: for text that is not a size, or a size that is not positive.
+    `parse_size("1.5 GiB")` is 1610612736. Raises `TypeError` for neither number nor text, and
+    `ValueError` for text that is not a size, or a size that is not positive.
     """
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
         raise TypeError(f"`{name}` must be a size such as '80GiB' or a number of bytes. "
@@ -75,13 +67,9 @@ def format_size(nbytes):
 
 
 def optimizer_slots(optimizer):
-    """Slot variables the optimizer keeps per weight (Adam: 2; SGD with momentum: 1).
+    """Slot variables the optimizer (or its name) keeps per weight (Adam: 2; SGD with momentum: 1).
 
-    Args:
-        optimizer: a Keras optimizer or its name.
-
-    Raises:
-        ValueError: for an optimizer name this does not know.
+    Raises `ValueError` for an optimizer name it does not know.
     """
     if isinstance(optimizer, str):
         name = optimizer.strip().lower()
@@ -110,15 +98,10 @@ class Footprint:
     """Bytes one device holds for one training step.
 
     Attributes:
-        params: the weights.
-        gradients: one gradient per trainable weight.
-        optimizer: the optimizer's slot variables.
-        activations: the tensors the forward pass keeps for the backward pass, and the
-            input batch.
+        params, gradients, optimizer: the weights, their gradients, the optimizer's slots.
+        activations: what the forward pass keeps for the backward pass, and the input batch.
         workspace: the temporaries of updating the largest weight.
-        temporaries: what the largest set of tensors alive at once in the forward and
-            backward passes adds to the activations (a layer's temporaries come on top of
-            the tensors saved up to it).
+        temporaries: the most that tensors alive at once add to the activations.
     """
 
     params: int
@@ -174,14 +157,9 @@ class ModelMemory:
         return _per_example(self.graph.tensors[start - 1])
 
     def footprints(self, batch, stages=1, slots=2, recompute="never", microbatches=1):
-        """Returns one `Footprint` per stage for a batch of `batch` examples per pipeline.
+        """Returns one `Footprint` per stage for `batch` examples per pipeline per step.
 
-        Args:
-            batch: examples per pipeline per step.
-            stages: stages the model is cut into. Defaults to `1`.
-            slots: optimizer slots per weight. Defaults to `2`.
-            recompute: the `ModelParallel` recompute mode. Defaults to `"never"`.
-            microbatches: micro-batches per batch. Defaults to `1`.
+        `slots` is optimizer slots per weight; `recompute` and `microbatches` are `ModelParallel`'s.
         """
         mode = recompute_lib.check_recompute(recompute)
         replay = microbatches > 1 and mode != recompute_lib.Recompute.NEVER
@@ -226,7 +204,10 @@ def _per_example(tensor):
 
 
 def measure_model(model, *, sample_batch=2):
-    """Measures a model's memory by tracing its training step on small batches.
+    """Measures a model's memory by tracing its training step; returns a `ModelMemory`.
+
+    The model must be one `ModelParallel` can cut, with a known input shape besides the batch
+    (else `TypeError` or `ValueError`). `sample_batch` is the smaller traced batch.
 
     Example:
 
@@ -234,18 +215,6 @@ def measure_model(model, *, sample_batch=2):
     memory = measure_model(model)
     memory.footprints(batch=64, stages=2, slots=2)  # [Footprint(...), Footprint(...)]
     ```
-
-    Args:
-        model: a built Sequential or functional Keras model with one input and one output.
-        sample_batch: examples in the smaller traced batch. Defaults to `2`.
-
-    Returns:
-        A `ModelMemory`.
-
-    Raises:
-        TypeError, ValueError: for a model `ModelParallel` could not cut (see
-            `mgpu_tf.model_parallel.partition.analyse`), or an input shape with unknown
-            dimensions besides the batch.
     """
     graph = partition.analyse(model)
     shape = tuple(graph.input.shape[1:])

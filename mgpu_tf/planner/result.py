@@ -1,8 +1,7 @@
 """What `mgpu_tf.plan` returns: the options (`Option`) and the ranked plan (`Plan`).
 
-A `Plan` prints as the recommendation, the options' memory per device, where the
-step's compute came from, and the predicted data-parallel step over 1, 2, 4, ...
-devices; `as_dict` gives the same as plain data for `mgpu-tf plan --json`.
+A `Plan` prints as the recommendation, each option's memory per device and the predicted
+step over 1, 2, 4, ... devices; `as_dict` gives it as plain data for `mgpu-tf plan --json`.
 """
 
 import dataclasses
@@ -18,16 +17,13 @@ class Option:
 
     Attributes:
         name: `"one_device"`, `"data"`, `"model"` or `"hybrid"`.
-        strategy: the `make_strategy` name that builds it.
-        options: the `make_strategy` options it needs.
-        pipelines: model copies training at once (data-parallel replicas).
-        stages: devices each copy is split over.
+        strategy, options: the `make_strategy` name and options that build it.
+        pipelines: model copies training at once; `stages`: devices each is split over.
         batch: examples per copy per step.
         footprints: one `memory.Footprint` per stage (per device).
         device_memory: bytes each device has.
-        step_seconds: predicted seconds per step (data parallelism only), or `None`.
-        compute_seconds: one device's compute part of it, or `None`.
-        efficiency: compute / predicted step, or `None`.
+        step_seconds, compute_seconds, efficiency: the predicted step, its compute part
+            and their ratio (data parallelism only), or `None`.
     """
 
     name: str
@@ -67,21 +63,14 @@ class Plan:
     """What `plan` found: the options ranked, the recommendation and its reason.
 
     Attributes:
-        options: every `Option`, best first.
-        recommended: the first of them.
-        reason: the recommendation in one line.
-        devices: devices per worker.
-        workers: workers.
-        device_memory: bytes per device.
-        interconnect: the `Interconnect` the step time assumes.
+        options: every `Option`, best first; `recommended`: the first; `reason`: why.
+        devices, workers, device_memory: devices per worker, workers, bytes per device.
+        interconnect, schedule: the `Interconnect` and `step_model.Schedule` assumed.
         gradient_bytes: bytes one all-reduce carries.
-        compute: where the compute of a step came from (`speed.Compute`), or `None`.
-        scaling: the data-parallel step (`step_model.StepPrediction`) over 1, 2, 4, ...
-            devices up to all of them, each with the recommended per-device batch; empty
-            without a compute figure or when the whole model does not fit one device.
-        schedule: the `step_model.Schedule` the step assumes.
-        epochs: an epoch (`epoch.EpochPrediction`) at each row of `scaling`, when
-            `plan` got `epoch_examples`; else empty.
+        compute: where a step's compute came from (`speed.Compute`), or `None`.
+        scaling: the data-parallel step (`StepPrediction`) over 1, 2, 4, ... devices at the
+            recommended batch; empty without a compute figure or a model fitting one device.
+        epochs: an `epoch.EpochPrediction` per row of `scaling`, given `epoch_examples`.
     """
 
     options: tuple

@@ -65,14 +65,9 @@ def resolve_compute(model, batch, optimizer, *, compute_seconds=None, device_thr
                     measure=True):
     """Returns the `Compute` of one device's step on `batch` examples, or `None`.
 
-    Args:
-        model: the Keras model, timed on a copy when nothing else is given.
-        batch: examples per device per step.
-        optimizer: a Keras optimizer or its name, for the timed step.
-        compute_seconds: seconds of the step on the device planned for.
-        device_throughput: examples per second one device trains on the device
-            planned for; the step is `batch / device_throughput`.
-        measure: time the step here when neither is given. Defaults to `True`.
+    `compute_seconds` (the step) or `device_throughput` (examples per second, the step being
+    `batch / device_throughput`) are for the device planned for; without either, and with
+    `measure`, the step is timed here on a copy of `model` with `optimizer`.
     """
     check_compute(compute_seconds, device_throughput)
     if compute_seconds is not None:
@@ -103,8 +98,7 @@ def scaling(compute, gradient_bytes, total, link, batch, *, schedule="keras",
             jitter=step_model.DEFAULT_JITTER):
     """The predicted step (`step_model.StepPrediction`) at each of `device_counts(total)`.
 
-    Every count keeps `batch` examples per device (weak scaling, as published scaling
-    tables measure it), so the global batch grows with the devices.
+    Every count keeps `batch` examples per device (weak scaling, as published tables measure).
     """
     return tuple(step_model.predict_step(compute, gradient_bytes, count, link, batch=batch,
                                          schedule=schedule, jitter=jitter)

@@ -1,7 +1,5 @@
 """The data-parallel step on N devices: compute, the wait for the slowest, and the all-reduce.
 
-One step of data parallelism over N devices takes
-
 Design: docs/design.md#step-time-model
 """
 
@@ -73,13 +71,10 @@ def resolve_schedule(schedule):
 
 @dataclasses.dataclass(frozen=True)
 class StepPrediction:
-    """One predicted data-parallel step, term by term (seconds).
+    """One predicted data-parallel step of `devices` devices, `batch` examples each, in seconds.
 
     Attributes:
-        devices: devices training at once.
-        batch: examples per device per step.
-        compute: one device's step on its batch.
-        straggler: the wait for the slowest device.
+        compute: one device's step; `straggler`: the wait for the slowest device.
         cycle: the schedule's fixed wait.
         communication: all the all-reduces, as if nothing overlapped them.
         exposed: the part of `communication` the step waits for.
@@ -114,7 +109,7 @@ class StepPrediction:
 
 def predict_step(compute_seconds, gradient_bytes, devices, link, *, batch=1, schedule="keras",
                  jitter=DEFAULT_JITTER):
-    """Predicts one data-parallel step over `devices` devices joined by `link`.
+    """Predicts one data-parallel step over `devices` devices joined by `link`; a `StepPrediction`.
 
     Example:
 
@@ -128,15 +123,10 @@ def predict_step(compute_seconds, gradient_bytes, devices, link, *, batch=1, sch
     Args:
         compute_seconds: one device's step on its batch.
         gradient_bytes: bytes of one all-reduce of every gradient.
-        devices: devices training at once.
         link: an `mgpu_tf.planner.interconnect.Interconnect`.
         batch: examples per device, for the throughput. Defaults to `1`.
         schedule: a name from `SCHEDULES` or a `Schedule`. Defaults to `"keras"`.
-        jitter: relative step-to-step variation of the compute. Defaults to
-            `DEFAULT_JITTER`.
-
-    Returns:
-        A `StepPrediction`.
+        jitter: relative step-to-step variation of the compute. Defaults to `DEFAULT_JITTER`.
     """
     schedule = resolve_schedule(schedule)
     compute = _non_negative("compute_seconds", compute_seconds)

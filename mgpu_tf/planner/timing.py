@@ -1,7 +1,6 @@
 """Measuring the compute of one training step on this machine, for the step-time prediction.
 
-The step is timed on a copy of the model (same layers, fresh weights), so the
-user's model and its optimizer are left untouched.
+The step is timed on a copy of the model, so the user's model and optimizer are untouched.
 """
 
 import time
@@ -19,23 +18,10 @@ def _fresh_optimizer(optimizer):
 
 
 def measure_step_seconds(model, batch, optimizer="adam", *, repeats=5, warmup=2):
-    """Seconds of one forward, backward and optimizer update on `batch` examples.
+    """Median seconds of one forward, backward and optimizer update on `batch` examples.
 
-    Example:
-
-    ```python
-    seconds = measure_step_seconds(model, 64, "adam")
-    ```
-
-    Args:
-        model: a built Keras model with one input and one output.
-        batch: examples in the step.
-        optimizer: a Keras optimizer or its name. Defaults to `"adam"`.
-        repeats: timed steps; the median counts. Defaults to `5`.
-        warmup: untimed steps first (tracing). Defaults to `2`.
-
-    Returns:
-        The median seconds of a step.
+    `model` is a built Keras model of one input and one output; `repeats` steps are timed
+    after `warmup` untimed ones, as in `measure_step_seconds(model, 64, "adam")`.
     """
     copy = keras.models.clone_model(model)
     copy.compile(optimizer=_fresh_optimizer(optimizer), loss="mse")

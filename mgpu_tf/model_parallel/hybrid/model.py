@@ -1,8 +1,6 @@
 """`HybridParallel`: a pipeline over this worker's devices, gradients averaged across workers.
 
-One all-reduce per stage per step, by the `MultiWorkerMirroredStrategy` that `"hybrid"`
-keeps as its communicator; the stage variables live outside it, on the worker's own
-devices (tensorflow/tensorflow#27724, #24595). Worker 0's initial weights are broadcast.
+Design: docs/design.md#hybrid-parallelism
 """
 
 import tensorflow as tf
@@ -17,23 +15,10 @@ __all__ = ["HybridParallel"]
 class HybridParallel(wrapper.ModelParallel):
     """Model parallel inside a worker, data parallel across workers.
 
-    Made by `mgpu_tf.prepare_model(model, strategy)` under `make_strategy("hybrid")`.
-    Each worker feeds its share of the global batch (`mgpu_tf.shard_dataset` gives
-    it); the update equals the single-device update on the global batch.
-
-    Example:
-
-    ```python
-    # run as: mgpu-tf launch --workers 2 -- python train.py
-    import mgpu_tf
-    mgpu_tf.simulate_devices(2)
-    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2)
-    with strategy.scope():
-        model = build_model()
-    model = mgpu_tf.prepare_model(model, strategy)  # a HybridParallel
-    model.compile(optimizer="adam", loss="mse")
-    model.fit(mgpu_tf.shard_dataset(examples, strategy, 64), epochs=2)
-    ```
+    Made by `mgpu_tf.prepare_model(model, strategy)` under `make_strategy("hybrid")`, as in
+    docs/planner.md. Each worker feeds its share of the global batch
+    (`mgpu_tf.shard_dataset` gives it); the update equals the single-device update on the
+    global batch.
 
     Args:
         model: a built Keras model, as for `ModelParallel`.
@@ -130,9 +115,7 @@ def average_over_workers(communicator, gradients, groups, loss):
 def add_other_workers_changes(communicator, variables, before):
     """Adds to each variable what the other workers added to theirs since `before`.
 
-    Metric states are sums (totals, counts), so afterwards every worker holds the
-    state of the examples of all workers. One all-reduce, of the changes packed
-    into a float32 vector.
+    Metric states are sums, so every worker then holds the state of all workers' examples.
     """
     if not variables:
         return

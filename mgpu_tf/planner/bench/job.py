@@ -15,11 +15,7 @@ __all__ = ["train_and_time", "time_collectives"]
 
 
 def _reverse_all_reduce(optimizer):
-    """Makes the optimizer all-reduce the last layers' gradients first.
-
-    Keras' private `TFOptimizer._all_reduce_sum_gradients` is reached through
-    `mgpu_tf.compat.private`, the one home of the private names the toolkit touches.
-    """
+    """Makes the optimizer all-reduce the last layers' gradients first."""
     from mgpu_tf.compat import private
 
     inner = optimizer.inner_optimizer if hasattr(optimizer, "inner_optimizer") else optimizer
@@ -55,21 +51,13 @@ def _dataset(spec, batch):
 def time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
     """Seconds of collectives as the step sends them, for the cost model.
 
-    Args:
-        strategy: the workers' strategy.
-        model: the model whose gradients are all-reduced.
-        wire: the dtype the gradients travel in.
-        transport: `"tensorflow"` or `"tcp"` (the toolkit's ring, as the step's
-            gradients go with `transport="tcp"`; the all-gather then as N-1
-            exchanges of 1/N each). Defaults to `"tensorflow"`.
-        repeats: timed calls of each collective. Defaults to `20`.
+    `wire` is the gradients' dtype; `transport` is `"tensorflow"` or `"tcp"` (the toolkit's
+    ring: the all-gather then runs as N-1 exchanges of 1/N each).
 
     Returns:
-        `(all-reduce of the model's gradients, all-reduce of one number (the
-        fixed cost per all-reduce), all-gather of 1/N of the gradient bytes from
-        each worker)`, each in seconds. The all-gather moves (N-1)/N of the
-        bytes over each link: half of what the ring all-reduce moves, with no
-        arithmetic.
+        `(all-reduce of the gradients, all-reduce of one number, all-gather of 1/N of the
+        gradient bytes from each worker)`, in seconds. The all-gather moves half the ring
+        all-reduce's bytes, with no arithmetic.
     """
     import tensorflow as tf
 
@@ -130,15 +118,9 @@ def _strategy(setting, options):
 def train_and_time(payload):
     """Trains the benchmark's model under one setting, in this fresh process, and times it.
 
-    Args:
-        payload: `{"setting": dataclasses.asdict(Setting), "spec":
-            dataclasses.asdict(ModelSpec), "steps": timed steps}`.
-
-    Returns:
-        `{"examples_per_sec", "step_seconds"}` of the timed epoch; on workers
-        also `all_reduce_seconds`, `latency_seconds` (a one-number all-reduce),
-        `gradient_bytes` and `transport_bandwidth` (bytes per second the
-        all-gather carried over each link, its fixed cost taken off).
+    `payload` is `{"setting": asdict(Setting), "spec": asdict(ModelSpec), "steps": n}`.
+    Returns `{"examples_per_sec", "step_seconds"}` of the timed epoch; on workers also
+    `all_reduce_seconds`, `latency_seconds`, `gradient_bytes` and `transport_bandwidth`.
     """
     import keras
     import tensorflow as tf

@@ -1,9 +1,5 @@
 """The scaling benchmark's figures: summary rows, the table, the JSON file and the plot.
 
-`summarise` turns each setting's runs into one row of medians, with its ratio
-to the one-process row and the ring all-reduce cost model's predictions
-(`mgpu_tf.planner.cost_model`); the other functions print and save the rows.
-
 Design: docs/design.md#the-scaling-benchmark
 """
 
@@ -16,20 +12,14 @@ __all__ = ["summarise", "format_table", "write_json", "plot_points", "write_plot
 def summarise(settings, runs):
     """Median figures per setting, with the ratios and the cost model's predictions.
 
-    A setting's ratio is the median over rounds of its examples/s over the
-    1-process row's (N threads, same precision) in the same round.
-
-    Args:
-        settings: the `Setting`s measured.
-        runs: `{setting name: [the figures of each round]}`, as `scaling.measure`
-            returns them.
+    `runs` is `{setting name: [the figures of each round]}`, as `scaling.measure` returns
+    them. A ratio is the median over rounds of the setting's examples/s over the
+    1-process row's in the same round.
 
     Returns:
-        A list of dictionaries, one per setting: the setting's fields, the
-        median of each figure, `examples_per_sec_by_round`, and where they
-        apply `ratio`, `bandwidth` (plain TCP over loopback), the ring model's
-        all-reduce with that bandwidth and with the link's
-        (`model_all_reduce_seconds`, `link_model_all_reduce_seconds`) and
+        One dictionary per setting: its fields, the median of each figure,
+        `examples_per_sec_by_round`, and where they apply `ratio`, `bandwidth` (TCP over
+        loopback), `model_all_reduce_seconds`, `link_model_all_reduce_seconds` and
         `predicted_step_seconds`.
     """
     from mgpu_tf.planner import cost_model
@@ -146,10 +136,7 @@ def write_json(rows, path, **meta):
 
 
 def plot_points(rows):
-    """What the plot draws: `[(setting, measured ratio, predicted ratio or None), ...]`.
-
-    A setting's ratio is its examples/s over the one-process row's (`summarise`).
-    """
+    """What the plot draws: `[(setting, measured ratio, predicted ratio or None), ...]`."""
     points = []
     for row in rows:
         if "ratio" not in row:

@@ -53,30 +53,21 @@ def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env
     """Calls `function(payload)` in a fresh Python process; returns its JSON result.
 
     Args:
-        function: a module-level function of one argument returning a
-            JSON-serialisable value. Functions of a script run as `__main__` are
-            loaded from the script's file (its `if __name__ == "__main__"` part
-            does not run).
+        function: a module-level function of one argument returning JSON-serialisable
+            data (of a `__main__` script: loaded from its file, its main part not run).
         payload: the JSON-serialisable argument. Defaults to `None`.
-        workers: processes to run. Above 1 they run as local workers of one
-            TF_CONFIG cluster (`mgpu-tf launch`) and worker 0's result counts.
-            Defaults to `1`.
-        threads: TensorFlow (and OpenMP) threads per process, or `None` to leave
-            TensorFlow's default. Defaults to `None`.
-        env: environment variables to set on top of this process' own (without
-            `TF_CONFIG`) and `TF_CPP_MIN_LOG_LEVEL=3`, `CUDA_VISIBLE_DEVICES=""`,
-            `KERAS_BACKEND=tensorflow`. Defaults to `None`.
+        workers: processes, above 1 local workers of one TF_CONFIG cluster; worker 0's
+            result counts. Defaults to `1`.
+        threads: TensorFlow (and OpenMP) threads per process. Defaults to TensorFlow's.
+        env: variables set on top of this process' own (without `TF_CONFIG`), CPU only
+            and quiet. Defaults to `None`.
         timeout: seconds before the processes are stopped. Defaults to `600`.
-        label: what the run is, for error messages. Defaults to the function's name.
-
-    Returns:
-        The value `function` returned, through JSON.
+        label: what the run is, for errors. Defaults to the function's name.
 
     Raises:
         TypeError: for a function a fresh process cannot import.
         ValueError: for fewer than 1 worker.
-        FreshProcessError: when the process fails, prints no result or runs out of time,
-            with the end of its error output.
+        FreshProcessError: when the process fails, prints no result or runs out of time.
     """
     target = _target(function)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

@@ -12,19 +12,10 @@ __all__ = ["measure", "run_benchmark"]
 
 
 def measure(setting, *, spec=ModelSpec(), steps=30, timeout=600):
-    """Runs one setting in fresh processes; returns its figures (worker 0's for workers).
+    """Runs one `Setting` in fresh processes for `steps` timed steps; returns its figures.
 
-    Args:
-        setting: a `Setting`.
-        spec: the model. Defaults to `ModelSpec()`.
-        steps: timed steps. Defaults to `30`.
-        timeout: seconds before the run is stopped. Defaults to `600`.
-
-    Returns:
-        The dictionary `job.train_and_time` returns.
-
-    Raises:
-        FreshProcessError: when the run fails or runs out of time.
+    The figures are `job.train_and_time`'s, worker 0's for workers. Raises
+    `FreshProcessError` when the run fails or outlasts `timeout`.
     """
     payload = {"setting": dataclasses.asdict(setting), "spec": dataclasses.asdict(spec),
                "steps": steps}
@@ -41,17 +32,9 @@ def _progress(done, total, label, stream):
 
 
 def run_benchmark(settings, *, rounds=3, steps=30, spec=ModelSpec(), progress=None):
-    """Measures every setting `rounds` times, alternating; returns the summary rows.
+    """Measures every setting `rounds` times, alternating; returns `report.summarise`'s rows.
 
-    Args:
-        settings: `Setting`s, e.g. from `default_settings`.
-        rounds: runs of each setting. Defaults to `3`.
-        steps: timed steps per run. Defaults to `30`.
-        spec: the model. Defaults to `ModelSpec()`.
-        progress: a stream for a progress bar, or None for none.
-
-    Returns:
-        A list of dictionaries, one per setting (see `report.summarise`).
+    `progress` is a stream for a progress bar, or None.
     """
     runs = {s.name: [] for s in settings}
     total, done = rounds * len(settings), 0

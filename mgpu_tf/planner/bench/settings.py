@@ -28,17 +28,14 @@ class Setting:
     """One way of running the benchmark.
 
     Args:
-        key: short identifier, for `mgpu-tf bench --only`.
-        name: label for the table.
-        mode: `"process"` (default strategy), `"mirrored"`, `"workers"`
-            (multi_worker) or `"model_parallel"`.
-        count: devices, workers or stages.
-        threads: TensorFlow threads per process.
+        key: short identifier, for `mgpu-tf bench --only`; `name`: label for the table.
+        mode: `"process"` (default strategy), `"mirrored"`, `"workers"` (multi_worker) or
+            `"model_parallel"`.
+        count: devices, workers or stages; `threads`: TensorFlow threads per process.
         global_batch: examples per step over all replicas.
-        options: extra `make_strategy` options, as `(name, value)` pairs.
+        options: extra `make_strategy` arguments, as `(name, value)` pairs.
+        compile: extra `model.compile` arguments, as `(name, value)` pairs.
         group: the row of the plot the setting belongs to.
-        compile: `model.compile` arguments (`jit_compile`, `steps_per_execution`),
-            as `(name, value)` pairs.
         base: for a setting with the speed switches on, the key of its twin without.
     """
 
@@ -85,8 +82,7 @@ _WORKER_OPTIONS = [
 def switched(settings, *, jit_compile=True, steps_per_execution=8):
     """Each setting of `SWITCHED` among `settings`, again with Keras' speed switches on.
 
-    A twin's key is its setting's with `+switches`; its ratio is taken against the
-    1-process twin, and its speed-up against its own setting.
+    A twin's key is its setting's with `+switches`; its speed-up is against its own setting.
     """
     label = f"jit_compile={jit_compile}, steps_per_execution={steps_per_execution}"
     return [dataclasses.replace(
@@ -96,15 +92,9 @@ def switched(settings, *, jit_compile=True, steps_per_execution=8):
 
 
 def default_settings(n=2, *, global_batch=256, model_parallel=True):
-    """The settings `mgpu-tf bench` runs for N devices or workers.
+    """The `Setting`s `mgpu-tf bench` runs to compare `n` devices, workers and stages with one.
 
-    Args:
-        n: devices, workers and stages to compare with one. Defaults to `2`.
-        global_batch: examples per step over all replicas. Defaults to `256`.
-        model_parallel: whether to add the `n`-stage pipeline. Defaults to `True`.
-
-    Returns:
-        A list of `Setting`s.
+    `model_parallel` adds the `n`-stage pipeline.
     """
     b = global_batch
     settings = [
