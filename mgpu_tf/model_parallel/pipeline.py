@@ -35,8 +35,8 @@ def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
         x: the batch.
         microbatches: how many micro-batches to split it into.
         training: passed to each atom; with `True` the gradient is placed too.
-        recompute: a `Recompute` mode: which micro-batches are recomputed in the
-            backward pass instead of kept. Defaults to `"never"`.
+        recompute: a `Recompute` mode, as `ModelParallel` parsed it: which micro-batches
+            are recomputed in the backward pass instead of kept. Defaults to `"never"`.
         paused: a context manager entered around every recomputed forward (deferred
             batch normalisation records no statistics there).
 
@@ -45,7 +45,6 @@ def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
     """
     if not training:
         return _forward(stages, devices, x, microbatches, training, tapes=None)
-    recompute = recompute_lib.check_recompute(recompute)
     states = [recompute_lib.stage_state(atoms) for atoms in stages]
 
     @tf.custom_gradient
