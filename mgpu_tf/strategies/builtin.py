@@ -26,12 +26,11 @@ def _build_one_device(settings):
     return tf.distribute.OneDeviceStrategy(device)
 
 
-def _cross_device_ops(settings):
-    algorithm = settings.all_reduce
+def _cross_device_ops(algorithm, num_packs):
     if algorithm == "nccl":
-        return tf.distribute.NcclAllReduce(num_packs=settings.num_packs)
+        return tf.distribute.NcclAllReduce(num_packs=num_packs)
     if algorithm == "hierarchical_copy":
-        return tf.distribute.HierarchicalCopyAllReduce(num_packs=settings.num_packs)
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=num_packs)
     if algorithm == "reduce_to_one":
         return tf.distribute.ReductionToOneDevice()
     return None
@@ -46,7 +45,7 @@ def _build_mirrored(settings):
     keras_steps.apply_step_fixes()
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
-            devices=devices, cross_device_ops=_cross_device_ops(settings)
+            devices=devices, cross_device_ops=_cross_device_ops(settings.all_reduce, settings.num_packs)
         )
 
 

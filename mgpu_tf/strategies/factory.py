@@ -88,22 +88,17 @@ def make_strategy(kind="auto", **options):
     """
     settings = options_lib.parse_options(kind, options)
     if settings.kind == "auto":
-        settings = _chosen_by_auto(settings)
+        options = {k: v for k, v in settings.items() if k not in options_lib.AUTO_ONLY}
+        name, reason = auto_choice(**options)
+        if settings.get("model") is not None:
+            name, reason, options = recommend.auto_strategy(
+                settings.model, name, reason, options, settings.get("device_memory"),
+                global_batch_size=settings.global_batch_size)
+        logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
+        settings = options_lib.choose(name, settings, options)  # parses only the plan's
     if settings.precision is not None:
         precision_lib.set_precision(settings.precision)
     return communication.attach(entry(settings.kind).build(settings), settings)
-
-
-def _chosen_by_auto(settings):
-    """`settings` (made for `"auto"`) for the strategy it chooses, which it logs."""
-    options = {k: v for k, v in settings.items() if k not in options_lib.AUTO_ONLY}
-    name, reason = auto_choice(**options)
-    if settings.get("model") is not None:
-        name, reason, options = recommend.auto_strategy(
-            settings.model, name, reason, options, settings.get("device_memory"),
-            global_batch_size=settings.global_batch_size)
-    logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
-    return options_lib.choose(name, settings, options)
 
 
 def strategy_kind(strategy):
