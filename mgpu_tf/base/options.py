@@ -48,11 +48,7 @@ def check_global_batch_size(value):
 
 
 def check_devices(kind, value):
-    """Returns `devices` (a count or names) as canonical names; `kind` is unused.
-
-    Raises:
-        TypeError, ValueError: for a count or name this process cannot give.
-    """
+    """Returns `devices` (a count or names) as canonical names; `kind` is unused."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         count = _check_int("devices", value, 1)
         present = devices_lib.local_devices()
@@ -285,14 +281,7 @@ def _parse(kind, options, parsed=None):
 
 
 def parse_options(kind, options):
-    """Checks and parses options for a strategy, without starting TensorFlow's runtime.
-
-    Args:
-        kind: a registered strategy name or alias.
-        options: the keyword options given to `make_strategy`.
-
-    Returns:
-        The frozen `Settings` the strategy is built with.
+    """Returns `make_strategy`'s `options` for strategy `kind` as `Settings`, checked.
 
     Raises:
         TypeError: for an unknown option or a value of the wrong type.
@@ -302,11 +291,7 @@ def parse_options(kind, options):
 
 
 def choose(kind, settings, options):
-    """`"auto"`'s `settings` made over for the strategy it chose, `kind`.
-
-    `options` are the options `kind` is built with: values taken from `settings`
-    stay as parsed, the others (the planner's) are parsed here.
-    """
+    """`"auto"`'s `settings` for its pick, `kind`, with `options`: the plan's are parsed."""
     return _parse(registry.resolve_kind(kind), options, parsed=settings)
 
 

@@ -138,21 +138,14 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
 
 
 def register_option(name, description, check=None, **declaration):
-    """Declares an option in the table; strategies registered with it may accept it.
+    """Declares an option in the table; returns its `Option`.
 
     Args:
         name: the option's keyword.
         description: one line saying what it is (its `--help`).
-        check: a function of the value that returns it parsed or raises
-            `TypeError`/`ValueError`, so flags and `make_strategy` reject a bad value
-            before anything is built.
-        **declaration: the other fields of `Option`: `type`, `minimum`, `choices`,
-            `default`, `strategies` (the names it applies to), `flag`, `flag_note`,
-            `from_flag`.
-
-    Returns:
-        The `Option` in the table (the first declaration of a name stays; a later
-        `check` replaces its check).
+        check: a function of the value that returns it parsed or raises `TypeError` or
+            `ValueError`. A name declared again keeps its declaration but this check.
+        **declaration: the other fields of `Option`, such as `strategies`.
     """
     if name in _TABLE:
         if check is not None:

@@ -13,17 +13,8 @@ __all__ = ["Settings"]
 class Settings(collections.abc.Mapping):
     """The parsed options of one strategy: a read-only mapping with attribute access.
 
-    As a mapping it holds the options given (what builders written against the
-    validated options dictionary read with `.get`); an attribute is the option's
-    value, or its table default when it was not given.
-
-    Example:
-
-    ```python
-    >>> settings = Settings("mirrored", {"steps_per_sync": 4})
-    >>> settings.steps_per_sync, "compression" in settings, str(settings.compression)
-    (4, False, 'none')
-    ```
+    The mapping holds the options given, as the validated options dictionary did; an
+    attribute is the option's value, or its declared default when it was not given.
     """
 
     __slots__ = ("_kind", "_values")
@@ -33,8 +24,7 @@ class Settings(collections.abc.Mapping):
         object.__setattr__(self, "_values", dict(values))
 
     @property
-    def kind(self):
-        """The registered name of the strategy these settings are for."""
+    def kind(self):  # the registered name of the strategy they are for
         return self._kind
 
     def __getitem__(self, name):

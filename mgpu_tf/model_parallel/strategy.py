@@ -34,8 +34,11 @@ class ModelParallelStrategy:
 
     Args:
         devices: device names, one per stage.
-        balance, microbatches, recompute, deferred_batch_norm: as for `ModelParallel`,
-            which checks them (`make_strategy` has parsed them already).
+        balance: how layers are shared among stages; see `ModelParallel`, which checks
+            this and the rest (`make_strategy` has parsed them). Defaults to `"params"`.
+        microbatches: micro-batches per batch. Defaults to `1`.
+        recompute: which micro-batches are recomputed. Defaults to `"never"`.
+        deferred_batch_norm: see `ModelParallel`. Defaults to `False`.
     """
 
     num_replicas_in_sync = 1  # one copy of the model: the global batch is the batch

@@ -40,8 +40,12 @@ class HybridStrategy:
         communicator: the `MultiWorkerMirroredStrategy` averaging gradients.
         num_workers: workers in the cluster.
         task_index: this worker's index.
-        balance, microbatches, recompute, deferred_batch_norm: as for `ModelParallel`,
-            which checks them; the moving statistics are each worker's.
+        balance: as for `ModelParallel`, which checks this and the rest. Defaults to
+            `"params"`.
+        microbatches: as for `ModelParallel`. Defaults to `1`.
+        recompute: as for `ModelParallel`. Defaults to `"never"`.
+        deferred_batch_norm: as for `ModelParallel`; the moving statistics are each
+            worker's, from its share of the batch. Defaults to `False`.
     """
 
     def __init__(self, devices, communicator, num_workers, task_index, *, balance="params",
