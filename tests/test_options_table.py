@@ -8,6 +8,7 @@ from absl import flags
 
 import mgpu_tf
 from mgpu_tf import flags as mgpu_flags
+from mgpu_tf.base import options as options_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.settings import Settings
 from mgpu_tf.compat import attached
@@ -165,3 +166,13 @@ def test_the_cli_page_names_every_flag_of_the_table():
     page = (ROOT / "docs" / "cli.md").read_text()
     missing = [o.name for o in registry.options() if o.flag and f"`--{o.name}`" not in page]
     assert not missing, missing
+
+
+def test_hybrid_takes_the_all_reduce_algorithms_across_workers():
+    # hybrid used to be checked with one machine's algorithms, then again as multi_worker.
+    mgpu_tf.available_strategies()
+    assert options_lib.parse_options("hybrid", {"all_reduce": "RING"}).all_reduce == "ring"
+    with pytest.raises(ValueError, match=re.escape(
+            "`all_reduce` for hybrid must be one of auto, ring, nccl ('hierarchical_copy' and "
+            "'reduce_to_one' are for one machine). Received: all_reduce='hierarchical_copy'")):
+        options_lib.parse_options("hybrid", {"all_reduce": "hierarchical_copy"})

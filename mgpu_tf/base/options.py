@@ -126,7 +126,7 @@ def _unchanged(value):  # checked later, with the others: cluster_from_hosts, th
     return value
 
 
-def _lower(value):  # all_reduce's choices depend on the strategy: _check_rules checks them
+def _lower(value):  # its choices depend on the strategy: _check_for_strategy checks them
     return value.lower() if isinstance(value, str) else value
 
 
