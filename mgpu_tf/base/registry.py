@@ -74,7 +74,9 @@ class _Descriptions(collections.abc.Mapping):
         return repr(dict(self))
 
 
-# The table: every option make_strategy knows, declared with register_option.
+# The table: every option make_strategy knows, declared with register_option; the
+# built-in ones by mgpu_tf.base.options, which make_strategy, the flags and
+# mgpu_tf.strategies import (this module imports no other part of the toolkit).
 _TABLE = {}
 OPTIONS = _Descriptions()
 
