@@ -3,8 +3,6 @@
 Design: docs/design.md#flags
 """
 
-import re
-
 from absl import flags
 
 import mgpu_tf
@@ -20,27 +18,6 @@ __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "comp
 # absl's --help lists the main module's key flags only, the rest under --helpfull.
 flags.disclaim_key_flags()
 
-# Each make_strategy option's flag (of the same name): its absl type and what --help adds
-# to the option's description. The flags add no option of their own.
-_OPTION_FLAGS = {
-    "devices": ("list", " (comma-separated names, or one number)."),
-    "num_gpus": ("integer", ""),
-    "all_reduce": ("string", ""),
-    "num_packs": ("integer", ""),
-    "bytes_per_pack": ("integer", ""),
-    "compression": ("string", ""),
-    "steps_per_sync": ("integer", ""),
-    "transport": ("string", ""),
-    "precision": ("string", ""),
-    "tpu": ("string", ""),
-    "worker_hosts": ("list", " (comma-separated)."),
-    "task_index": ("integer", ""),
-    "balance": ("list", " (comma-separated counts)."),
-    "microbatches": ("integer", ""),
-    "recompute": ("string", ""),
-    "deferred_batch_norm": ("boolean", ""),
-    "devices_per_worker": ("integer", ""),
-}
 _DEFINE = {"list": flags.DEFINE_list, "integer": flags.DEFINE_integer,
            "string": flags.DEFINE_string, "boolean": flags.DEFINE_boolean}
 
@@ -67,8 +44,9 @@ def define_flags(flag_values=flags.FLAGS):
                          flag_values=flag_values)
     flags.DEFINE_enum("simulate_device_type", "CPU", ["CPU", "GPU"],
                       "Device type --simulate_devices splits.", flag_values=flag_values)
-    for name, (kind, suffix) in _OPTION_FLAGS.items():
-        _DEFINE[kind](name, None, registry.OPTIONS[name] + suffix, flag_values=flag_values)
+    for option in _flag_options():
+        _DEFINE[option.flag](option.name, None, option.help + option.flag_note,
+                             flag_values=flag_values)
     flags.DEFINE_string(
         "jit_compile", "auto", "XLA for each replica's training step: auto (Keras' choice: "
         "off under a strategy and on CPU-only machines), true or false.",
@@ -85,7 +63,8 @@ def define_flags(flag_values=flags.FLAGS):
                              flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.
-    names = ["strategy", "simulate_devices", "simulate_device_type", *_OPTION_FLAGS]
+    names = ["strategy", "simulate_devices", "simulate_device_type",
+             *(option.name for option in _flag_options())]
     flags.register_validator(
         "strategy", lambda _: _validate({name: flag_values[name].value for name in names}),
         flag_values=flag_values)
@@ -117,21 +96,18 @@ def _check_simulate_devices(count):
             f"the device into. Received: --simulate_devices={count}")
 
 
-def _devices_value(value):
-    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
-    if value and len(value) == 1 and re.fullmatch(r"[0-9]+", value[0].strip()):
-        return int(value[0])
-    return value
+def _flag_options():
+    """The options of the table that have a flag (`Option.flag`)."""
+    return [option for option in registry.options() if option.flag]
 
 
 def _options(values):
-    options = {name: values[name] for name in _OPTION_FLAGS if values.get(name) is not None}
-    if "devices" in options:
-        options["devices"] = _devices_value(options["devices"])
-    if "balance" in options:
-        parts = [part.strip() for part in options["balance"]]
-        digits = all(part.isascii() and part.isdigit() for part in parts)
-        options["balance"] = [int(p) for p in parts] if digits else ",".join(parts)
+    """`make_strategy` options from flag values: those set, each as its option reads it."""
+    options = {}
+    for option in _flag_options():
+        value = values.get(option.name)
+        if value is not None:
+            options[option.name] = option.from_flag(value) if option.from_flag else value
     return options
 
 
@@ -142,7 +118,7 @@ def _validate(values):
             devices_lib.simulate_devices(count, values["simulate_device_type"])
         kind = registry.resolve_kind(values["strategy"])
         if kind != "auto":
-            options_lib.validate_options(kind, _options(values))
+            options_lib.parse_options(kind, _options(values))
     except (TypeError, ValueError, RuntimeError) as error:
         message = str(error)
         raise flags.ValidationError(message) from None
@@ -151,7 +127,7 @@ def _validate(values):
 
 def strategy_options(flag_values=flags.FLAGS):
     """Returns `(kind, options)` for `make_strategy` from parsed flags."""
-    values = {name: flag_values[name].value for name in _OPTION_FLAGS}
+    values = {o.name: flag_values[o.name].value for o in _flag_options() if o.name in flag_values}
     return flag_values.strategy, _options(values)
 
 

@@ -1,9 +1,10 @@
 # For type checkers and IDEs; at run time lazy-loader loads each import below on first use.
 # Type checkers take a stub's imports as exported only where `__all__` names them.
 
-__all__ = ["OPTIONS", "StrategyKind", "register_option", "register_strategy", "simulate_devices",
-           "validate_options"]
+__all__ = ["OPTIONS", "Option", "Settings", "StrategyKind", "parse_options", "register_option",
+           "register_strategy", "simulate_devices", "validate_options"]
 
 from .devices import simulate_devices
-from .options import validate_options
-from .registry import OPTIONS, StrategyKind, register_option, register_strategy
+from .options import parse_options, validate_options
+from .registry import OPTIONS, Option, StrategyKind, register_option, register_strategy
+from .settings import Settings

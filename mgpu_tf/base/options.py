@@ -1,10 +1,12 @@
-"""Checking `make_strategy`'s options before TensorFlow's runtime starts.
+"""The table of `make_strategy`'s options, and parsing them once into `Settings`.
 
 TensorFlow rejects many combinations late (at the first all-reduce, or when a
-server starts) or ignores them silently. `validate_options` rejects each at
-once, with an error that names the argument, what was received and the fix.
+server starts) or ignores them silently; `parse_options` rejects each at once.
+
+Design: docs/design.md#the-options-walk
 """
 
+import functools
 import numbers
 
 import tensorflow as tf
@@ -12,23 +14,26 @@ import tensorflow as tf
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import precision as precision_lib
 from mgpu_tf.base import registry
+from mgpu_tf.base.settings import Settings
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import transport
 
-__all__ = ["AUTO_ONLY", "check_devices", "check_global_batch_size", "validate_options"]
+__all__ = ["AUTO_ONLY", "check_devices", "check_global_batch_size", "parse_options", "choose",
+           "validate_options"]
 
 # The options only `make_strategy("auto", model=...)` takes: they size the plan.
 AUTO_ONLY = ("model", "device_memory", "global_batch_size")
 
 _ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
 _MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
+_ACROSS_WORKERS = ("multi_worker", "hybrid")  # whose all-reduce crosses machines
 
 
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer. Received: {name}={value!r}")
-    if value < minimum:
+    if minimum is not None and value < minimum:
         raise ValueError(f"`{name}` must be at least {minimum}. Received: {name}={value!r}")
     return int(value)
 
@@ -43,11 +48,7 @@ def check_global_batch_size(value):
 
 
 def check_devices(kind, value):
-    """Returns `devices` (a count or names) for strategy `kind` as canonical names.
-
-    Raises:
-        TypeError, ValueError: for a count or name this process cannot give.
-    """
+    """Returns `devices` (a count or names) as canonical names; `kind` is unused."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         count = _check_int("devices", value, 1)
         present = devices_lib.local_devices()
@@ -82,134 +83,218 @@ def check_devices(kind, value):
     return names
 
 
-def _check_all_reduce(kind, value):
-    allowed = _MULTI_WORKER_ALL_REDUCE if kind == "multi_worker" else _ONE_MACHINE_ALL_REDUCE
-    if not isinstance(value, str) or value.lower() not in allowed:
-        other = (
-            " ('ring' is for multi_worker)" if value == "ring" else
-            " ('hierarchical_copy' and 'reduce_to_one' are for one machine)"
-            if value in ("hierarchical_copy", "reduce_to_one") else ""
-        )
+def _check_num_gpus(value):
+    count = _check_int("num_gpus", value, 0)
+    present = devices_lib.local_devices("GPU")
+    if count > len(present):
         raise ValueError(
-            f"`all_reduce` for {kind} must be one of {', '.join(allowed)}{other}. "
-            f"Received: all_reduce={value!r}"
+            f"`num_gpus` asks for {count} GPUs but this machine has {len(present)}. "
+            f"Received: num_gpus={count}. Use num_gpus<={len(present)}, or "
+            "devices=N with mgpu_tf.simulate_devices(N) on a CPU."
         )
-    value = value.lower()
-    if value == "nccl" and not devices_lib.nccl_available():
-        alternative = "ring" if kind == "multi_worker" else "hierarchical_copy"
-        raise ValueError(
-            "`all_reduce='nccl'` needs NCCL, which runs only on Linux with GPUs and a "
-            f"CUDA build of TensorFlow; this machine has none. Received: all_reduce='nccl'. "
-            f"Use all_reduce='{alternative}' (or 'auto')."
-        )
+    return count
+
+
+def _check_timeout(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`timeout_seconds` must be a number. Received: timeout_seconds={value!r}")
+    if not value > 0:
+        raise ValueError(f"`timeout_seconds` must be positive. Received: timeout_seconds={value!r}")
+    return float(value)
+
+
+def _check_cluster(value):
+    if isinstance(value, tf_config.ClusterConfig):
+        return value
+    return tf_config.parse_tf_config(value, source="cluster")
+
+
+def _check_tpu(value):
+    if not isinstance(value, str):
+        raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={value!r}")
     return value
 
 
-def validate_options(kind, options):
-    """Checks options for a strategy without starting TensorFlow's runtime.
+def _devices_from_flag(value):
+    # ASCII digits only: str.isdigit() also accepts '²', which int() refuses.
+    if value and len(value) == 1 and value[0].strip().isascii() and value[0].strip().isdigit():
+        return int(value[0])
+    return value
 
-    Args:
-        kind: a registered strategy name or alias (not `"auto"`).
-        options: the keyword options given to `make_strategy`.
 
-    Returns:
-        A new dictionary of normalised options.
+def _unchanged(value):  # checked later, with the others: cluster_from_hosts, the planner
+    return value
 
-    Raises:
-        TypeError: for an unknown option or a value of the wrong type.
-        ValueError: for a value or combination the strategy cannot use.
-    """
-    kind = registry.resolve_kind(kind)
-    entry = registry.entry(kind)
+
+def _lower(value):  # its choices depend on the strategy: _check_for_strategy checks them
+    return value.lower() if isinstance(value, str) else value
+
+
+_declare = registry.register_option
+_declare("devices", "device names, or how many local devices to use",
+         functools.partial(check_devices, None), type=(list, int),
+         strategies=("one_device", "mirrored"), flag="list",
+         flag_note=" (comma-separated names, or one number).", from_flag=_devices_from_flag)
+_declare("num_gpus", "how many local GPUs to use (mirrored)", _check_num_gpus, type=int,
+         minimum=0, strategies=("mirrored",), flag="integer")
+_declare("all_reduce", "all-reduce algorithm: auto, nccl, hierarchical_copy, reduce_to_one "
+         "(one machine); auto, ring, nccl (several)", _lower, type=str,
+         choices=tuple(dict.fromkeys(_ONE_MACHINE_ALL_REDUCE + _MULTI_WORKER_ALL_REDUCE)),
+         default="auto", strategies=("mirrored", "multi_worker"), flag="string")
+_declare("num_packs", "how many packs gradients are grouped into (nccl, hierarchical_copy)",
+         type=int, minimum=1, default=1, strategies=("mirrored",), flag="integer")
+_declare("bytes_per_pack", "gradient bytes per all-reduce pack across workers (0: automatic)",
+         type=int, minimum=0, default=0, strategies=("multi_worker",), flag="integer")
+_declare("timeout_seconds", "seconds a collective waits for a peer, and a silent worker "
+         "counts as lost, before failing (default: collectives wait, workers lost after 10 s)",
+         _check_timeout, type=float, strategies=("multi_worker",))
+_declare("cluster", "a TF_CONFIG dictionary or JSON string", _check_cluster, type=(dict, str),
+         strategies=("multi_worker",))
+_declare("worker_hosts", "'host:port' of every worker, instead of cluster", _unchanged,
+         type=list, strategies=("multi_worker",), flag="list", flag_note=" (comma-separated).")
+_declare("task_index", "this process' index in worker_hosts", _unchanged, type=int,
+         strategies=("multi_worker",), flag="integer")
+_declare("tpu", "TPU address or name", _check_tpu, type=str, strategies=("tpu",), flag="string")
+_declare("model", "auto only: a built Keras model; one too big for a device gets "
+         "model_parallel (one machine) or hybrid (several workers) instead of data parallelism",
+         strategies=("auto",))
+_declare("device_memory", "auto only, with model: memory of each device, e.g. '16GiB' "
+         "(default: the GPUs' memory, or RAM shared by the CPU devices)", _unchanged,
+         type=(str, int), strategies=("auto",))
+_declare("global_batch_size", "auto only, with model: examples per step over all replicas, "
+         "which the plan sizes activations for (default 32)", type=int, minimum=1, default=32,
+         strategies=("auto",))
+_declare("compression", "gradient dtype during the all-reduce: none, float16, bfloat16 "
+         "(the update stays float32)", compression.check_compression, type=str,
+         choices=tuple(c.value for c in compression.Compression),
+         default=compression.Compression.NONE, strategies=("mirrored", "multi_worker"),
+         flag="string")
+_declare("steps_per_sync", "steps whose gradients are summed locally before one all-reduce "
+         "and one update (1: every step)", type=int, minimum=1, default=1,
+         strategies=("mirrored", "multi_worker"), flag="integer")
+_declare("transport", "how gradients travel between workers: tensorflow (its collectives) or "
+         "tcp (the toolkit's socket ring; one replica per worker)", transport.check_transport,
+         type=str, choices=transport.TRANSPORTS, default="tensorflow",
+         strategies=("multi_worker",), flag="string")
+_declare("precision", "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
+         "mixed_bfloat16", precision_lib.check_precision, type=str,
+         choices=tuple(p.value for p in precision_lib.Precision),
+         strategies=("default", "one_device", "mirrored", "multi_worker", "tpu"), flag="string")
+
+
+def _parse_value(option, value):
+    """The value of `option` parsed: by its check, else by its type, range and choices."""
+    if option.check is not None:
+        return option.check(value)
+    name = option.name
+    if option.type is int:
+        return _check_int(name, value, option.minimum)
+    types = option.type if isinstance(option.type, tuple) else (option.type,)
+    accepted = tuple(numbers.Real if t is float else t for t in types)
+    if option.type is not None and (not isinstance(value, accepted)
+                                    or isinstance(value, bool) and bool not in types):
+        names = " or ".join(t.__name__ for t in types)
+        raise TypeError(f"`{name}` must be of type {names}. Received: {name}={value!r}")
+    if option.choices and value not in option.choices:
+        raise ValueError(f"`{name}` must be one of {', '.join(map(str, option.choices))}. "
+                         f"Received: {name}={value!r}")
+    if option.minimum is not None and value < option.minimum:
+        raise ValueError(f"`{name}` must be at least {option.minimum}. Received: {name}={value!r}")
+    return value
+
+
+def _check_names(kind, options):
+    """Raises for an option the table does not know, or one `kind` does not take."""
     unknown = sorted(set(options) - set(registry.OPTIONS))
     if unknown:
-        raise TypeError(
-            f"make_strategy() got unknown option(s) {unknown}. "
-            f"Options: {', '.join(registry.OPTIONS)}."
-        )
-    options = {k: v for k, v in options.items() if v is not None}
+        raise TypeError(f"make_strategy() got unknown option(s) {unknown}. "
+                        f"Options: {', '.join(registry.OPTIONS)}.")
+    # "auto" takes every option, and passes it on to the strategy it chooses.
+    accepted = registry.OPTIONS if kind == "auto" else registry.entry(kind).options
     for name in options:
-        if name not in entry.options:
+        if name not in accepted:
             takers = sorted(n for n, e in registry.entries().items()
                             if name in e.options and n != "auto")
             if name in AUTO_ONLY:
                 takers = ["'auto' only, with `model`"]
             raise ValueError(
                 f"`{name}` does not apply to strategy {kind!r}; it applies to "
-                f"{', '.join(takers) or 'no strategy'}. Received: {name}={options[name]!r}"
-            )
-    out = dict(options)
+                f"{', '.join(takers) or 'no strategy'}. Received: {name}={options[name]!r}")
+
+
+def _check_exclusive(options):
+    """Raises for two options given together that say the same thing two ways."""
     if "devices" in options and "num_gpus" in options:
-        raise ValueError(
-            "Pass `devices` or `num_gpus`, not both. Received: "
-            f"devices={options['devices']!r}, num_gpus={options['num_gpus']!r}"
-        )
-    if "devices" in options:
-        out["devices"] = check_devices(kind, options["devices"])
-        if kind == "one_device" and len(out["devices"]) != 1:
-            raise ValueError(
-                "`devices` for one_device must name exactly one device. "
-                f"Received: devices={options['devices']!r}. Use 'mirrored' for several."
-            )
-    if "num_gpus" in options:
-        count = _check_int("num_gpus", options["num_gpus"], 0)
-        present = devices_lib.local_devices("GPU")
-        if count > len(present):
-            raise ValueError(
-                f"`num_gpus` asks for {count} GPUs but this machine has {len(present)}. "
-                f"Received: num_gpus={count}. Use num_gpus<={len(present)}, or "
-                "devices=N with mgpu_tf.simulate_devices(N) on a CPU."
-            )
-        out["num_gpus"] = count
-    if "all_reduce" in options:
-        out["all_reduce"] = _check_all_reduce(kind, options["all_reduce"])
-    if "num_packs" in options:
-        out["num_packs"] = _check_int("num_packs", options["num_packs"], 1)
-        if out.get("all_reduce") not in ("nccl", "hierarchical_copy"):
-            raise ValueError(
-                "`num_packs` applies only to all_reduce='nccl' or 'hierarchical_copy'. "
-                f"Received: num_packs={options['num_packs']!r}, "
-                f"all_reduce={out.get('all_reduce', 'auto')!r}. Pass one of those too."
-            )
-    if "bytes_per_pack" in options:
-        out["bytes_per_pack"] = _check_int("bytes_per_pack", options["bytes_per_pack"], 0)
-    if "timeout_seconds" in options:
-        value = options["timeout_seconds"]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(
-                f"`timeout_seconds` must be a number. Received: timeout_seconds={value!r}"
-            )
-        if not value > 0:
-            raise ValueError(
-                f"`timeout_seconds` must be positive. Received: timeout_seconds={value!r}"
-            )
-        out["timeout_seconds"] = float(value)
+        raise ValueError("Pass `devices` or `num_gpus`, not both. Received: "
+                         f"devices={options['devices']!r}, num_gpus={options['num_gpus']!r}")
     if "cluster" in options and ("worker_hosts" in options or "task_index" in options):
         raise ValueError(
             "Pass `cluster` or `worker_hosts` with `task_index`, not both. Received: "
-            f"cluster={options['cluster']!r}, worker_hosts={options.get('worker_hosts')!r}"
-        )
-    if "cluster" in options:
-        value = options["cluster"]
-        if not isinstance(value, tf_config.ClusterConfig):
-            value = tf_config.parse_tf_config(value, source="cluster")
-        out["cluster"] = value
-    elif "worker_hosts" in options or "task_index" in options:
-        out["cluster"] = tf_config.cluster_from_hosts(
-            options.get("worker_hosts"), options.get("task_index"))
-        out.pop("worker_hosts", None)
-        out.pop("task_index", None)
-    if "compression" in options:
-        out["compression"] = compression.check_compression(options["compression"])
-    if "steps_per_sync" in options:
-        out["steps_per_sync"] = _check_int("steps_per_sync", options["steps_per_sync"], 1)
-    if "transport" in options:
-        out["transport"] = transport.check_transport(options["transport"])
-    if "precision" in options:
-        out["precision"] = precision_lib.check_precision(options["precision"])
-    if "tpu" in options and not isinstance(options["tpu"], str):
-        raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={options['tpu']!r}")
-    for name, check in registry.option_checks().items():
-        if name in out:
-            out[name] = check(out[name])
-    return out
+            f"cluster={options['cluster']!r}, worker_hosts={options.get('worker_hosts')!r}")
+    for name in ("device_memory", "global_batch_size"):
+        if name in options and options.get("model") is None:
+            raise ValueError(f"`{name}` is for planning a model: pass `model` too. "
+                             f"Received: {name}={options[name]!r}, model=None")
+
+
+def _check_for_strategy(kind, values, given):
+    """Raises for a value `kind` cannot use; `"auto"` is checked once it has chosen."""
+    if kind == "auto":
+        return
+    if kind == "one_device" and len(values.get("devices", ())) > 1:
+        raise ValueError("`devices` for one_device must name exactly one device. "
+                         f"Received: devices={given['devices']!r}. Use 'mirrored' for several.")
+    if "all_reduce" in values:
+        value = values["all_reduce"]
+        allowed = _MULTI_WORKER_ALL_REDUCE if kind in _ACROSS_WORKERS else _ONE_MACHINE_ALL_REDUCE
+        if value not in allowed:
+            other = (" ('ring' is for multi_worker)" if value == "ring" else
+                     " ('hierarchical_copy' and 'reduce_to_one' are for one machine)"
+                     if value in ("hierarchical_copy", "reduce_to_one") else "")
+            raise ValueError(f"`all_reduce` for {kind} must be one of {', '.join(allowed)}"
+                             f"{other}. Received: all_reduce={given['all_reduce']!r}")
+        if value == "nccl" and not devices_lib.nccl_available():
+            alternative = "ring" if kind in _ACROSS_WORKERS else "hierarchical_copy"
+            raise ValueError(
+                "`all_reduce='nccl'` needs NCCL, which runs only on Linux with GPUs and a "
+                "CUDA build of TensorFlow; this machine has none. Received: all_reduce='nccl'. "
+                f"Use all_reduce='{alternative}' (or 'auto').")
+    if "num_packs" in values and values.get("all_reduce") not in ("nccl", "hierarchical_copy"):
+        raise ValueError(
+            "`num_packs` applies only to all_reduce='nccl' or 'hierarchical_copy'. "
+            f"Received: num_packs={given['num_packs']!r}, "
+            f"all_reduce={values.get('all_reduce', 'auto')!r}. Pass one of those too.")
+
+
+def _parse(kind, options, parsed=None):
+    parsed = parsed or {}
+    options = {k: v for k, v in options.items() if v is not None}
+    _check_names(kind, options)
+    _check_exclusive(options)
+    values = {name: parsed[name] if parsed.get(name) is value else
+              _parse_value(registry.option(name), value) for name, value in options.items()}
+    if "worker_hosts" in values or "task_index" in values:
+        values["cluster"] = tf_config.cluster_from_hosts(values.pop("worker_hosts", None),
+                                                         values.pop("task_index", None))
+    _check_for_strategy(kind, values, options)
+    return Settings(kind, values)
+
+
+def parse_options(kind, options):
+    """Returns `make_strategy`'s `options` for strategy `kind` as `Settings`, checked.
+
+    Raises:
+        TypeError: for an unknown option or a value of the wrong type.
+        ValueError: for a value or combination the strategy cannot use.
+    """
+    return _parse(registry.resolve_kind(kind), options)
+
+
+def choose(kind, settings, options):
+    """`"auto"`'s `settings` for its pick, `kind`, with `options`: the plan's are parsed."""
+    return _parse(registry.resolve_kind(kind), options, parsed=settings)
+
+
+def validate_options(kind, options):
+    """Checks options for a strategy: `parse_options` as a new dictionary."""
+    return dict(parse_options(kind, options))

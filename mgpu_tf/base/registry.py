@@ -3,6 +3,7 @@
 Design: docs/design.md#the-strategy-factory
 """
 
+import collections.abc
 import dataclasses
 import enum
 
@@ -10,6 +11,7 @@ from mgpu_tf import Choice
 
 __all__ = [
     "StrategyKind",
+    "Option",
     "OPTIONS",
     "register_strategy",
     "register_option",
@@ -17,6 +19,8 @@ __all__ = [
     "resolve_kind",
     "entry",
     "entries",
+    "option",
+    "options",
     "option_checks",
 ]
 
@@ -32,35 +36,49 @@ class StrategyKind(Choice):
     TPU = "tpu"
 
 
-# Every option make_strategy knows, with a one-line description (used by --help).
-OPTIONS = {
-    "devices": "device names, or how many local devices to use",
-    "num_gpus": "how many local GPUs to use (mirrored)",
-    "all_reduce": "all-reduce algorithm: auto, nccl, hierarchical_copy, "
-    "reduce_to_one (one machine); auto, ring, nccl (several)",
-    "num_packs": "how many packs gradients are grouped into (nccl, hierarchical_copy)",
-    "bytes_per_pack": "gradient bytes per all-reduce pack across workers (0: automatic)",
-    "timeout_seconds": "seconds a collective waits for a peer, and a silent worker counts "
-    "as lost, before failing (default: collectives wait, workers lost after 10 s)",
-    "cluster": "a TF_CONFIG dictionary or JSON string",
-    "worker_hosts": "'host:port' of every worker, instead of cluster",
-    "task_index": "this process' index in worker_hosts",
-    "tpu": "TPU address or name",
-    "model": "auto only: a built Keras model; one too big for a device gets model_parallel "
-    "(one machine) or hybrid (several workers) instead of data parallelism",
-    "device_memory": "auto only, with model: memory of each device, e.g. '16GiB' "
-    "(default: the GPUs' memory, or RAM shared by the CPU devices)",
-    "global_batch_size": "auto only, with model: examples per step over all replicas, "
-    "which the plan sizes activations for (default 32)",
-    "compression": "gradient dtype during the all-reduce: none, float16, bfloat16 "
-    "(the update stays float32)",
-    "steps_per_sync": "steps whose gradients are summed locally before one all-reduce "
-    "and one update (1: every step)",
-    "transport": "how gradients travel between workers: tensorflow (its collectives) or "
-    "tcp (the toolkit's socket ring; one replica per worker)",
-    "precision": "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
-    "mixed_bfloat16",
-}
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of `make_strategy`, declared once: flags, checks and docs read it.
+
+    `check` turns a given value into the parsed one (raising `TypeError`/`ValueError`);
+    without one, `type`, `minimum` and `choices` check it. `flag` is the absl flag kind
+    (`"string"`, `"integer"`, `"list"`, `"boolean"`), `None` for no flag.
+    """
+
+    name: str
+    help: str
+    type: object = None
+    minimum: object = None
+    choices: tuple = ()
+    default: object = None
+    strategies: tuple = ()
+    check: object = None
+    flag: str = None
+    flag_note: str = ""
+    from_flag: object = None
+
+
+class _Descriptions(collections.abc.Mapping):
+    """`{option: its help}` for every option of the table, in the order declared."""
+
+    def __getitem__(self, name):
+        return _TABLE[name].help
+
+    def __iter__(self):
+        return iter(_TABLE)
+
+    def __len__(self):
+        return len(_TABLE)
+
+    def __repr__(self):
+        return repr(dict(self))
+
+
+# The table: every option make_strategy knows, declared with register_option; the
+# built-in ones by mgpu_tf.base.options, which make_strategy, the flags and
+# mgpu_tf.strategies import (this module imports no other part of the toolkit).
+_TABLE = {}
+OPTIONS = _Descriptions()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,13 +86,17 @@ class _Entry:
     name: str
     description: str
     build: object
-    options: frozenset
+    declared: frozenset
     strategy_types: tuple
+
+    @property
+    def options(self):
+        """The options it accepts: those it registered with and those naming it."""
+        return self.declared | {o.name for o in _TABLE.values() if self.name in o.strategies}
 
 
 _REGISTRY = {}
 _ALIASES = {}
-_OPTION_CHECKS = {}
 
 
 def register_strategy(name, description, build, *, options=(), aliases=(),
@@ -87,7 +109,8 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
     Args:
         name: the short lowercase name.
         description: one line saying what it is.
-        build: a function of the validated options dictionary returning the strategy.
+        build: a function of the strategy's settings (a read-only mapping of the
+            parsed options, `mgpu_tf.base.settings.Settings`) returning the strategy.
         options: option names the strategy accepts.
         aliases: other names for it.
         strategy_types: classes of the objects it returns, for `strategy_kind`.
@@ -116,19 +139,24 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
         _ALIASES[alias] = name
 
 
-def register_option(name, description, check=None):
-    """Adds an option name that strategies registered later may accept.
+def register_option(name, description, check=None, **declaration):
+    """Declares an option in the table; returns its `Option`.
 
     Args:
         name: the option's keyword.
-        description: one line saying what it is.
-        check: a function of the value that returns it normalised or raises
-            `TypeError`/`ValueError`; `validate_options` calls it, so flags and
-            `make_strategy` reject a bad value before anything is built.
+        description: one line saying what it is (its `--help`).
+        check: a function of the value that returns it parsed or raises `TypeError` or
+            `ValueError`. A name declared again keeps its declaration but this check.
+        **declaration: the other fields of `Option`, such as `strategies`.
     """
-    OPTIONS.setdefault(name, description)
-    if check is not None:
-        _OPTION_CHECKS[name] = check
+    if name in _TABLE:
+        if check is not None:
+            _TABLE[name] = dataclasses.replace(_TABLE[name], check=check)
+        return _TABLE[name]
+    declaration.setdefault("strategies", ())
+    _TABLE[name] = Option(name, description, check=check,
+                          **dict(declaration, strategies=tuple(declaration["strategies"])))
+    return _TABLE[name]
 
 
 def available_strategies():
@@ -172,6 +200,16 @@ def entries():
     return dict(_REGISTRY)
 
 
+def option(name):
+    """The `Option` declared under `name` (`KeyError` when there is none)."""
+    return _TABLE[name]
+
+
+def options():
+    """Every `Option` of the table, in the order declared."""
+    return list(_TABLE.values())
+
+
 def option_checks():
-    """`{option: check}` registered with `register_option`."""
-    return dict(_OPTION_CHECKS)
+    """`{option: check}` of the options declared with a check."""
+    return {o.name: o.check for o in _TABLE.values() if o.check is not None}

@@ -4,48 +4,44 @@ Design: docs/design.md#gradient-compression
 """
 
 import functools
-import weakref
 
 import tensorflow as tf
 
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
+from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
 
 __all__ = ["attach", "settings", "prepare", "install"]
 
-
-_SETTINGS = weakref.WeakKeyDictionary()
 _MARK = "_mgpu_tf_communication"
 _ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
 
 
-def attach(strategy, options):
-    """Records the communication options of `options` for `strategy`.
-
-    `make_strategy` calls it with its validated options; options this module
-    does not carry are ignored, and a strategy with none gets no record.
-    """
-    chosen = {}
-    if options.get("compression", Compression.NONE) != Compression.NONE:
-        chosen["compression"] = Compression(options["compression"])
-    if options.get("steps_per_sync", 1) > 1:
-        chosen["steps_per_sync"] = int(options["steps_per_sync"])
-    if options.get("transport", "tensorflow") != "tensorflow":
-        chosen["transport"] = options["transport"]
-        chosen["timeout_seconds"] = options.get("timeout_seconds")
-    if chosen:
-        _SETTINGS[strategy] = chosen
+def attach(strategy, settings):
+    """Keeps `settings`, what `make_strategy` parsed, on `strategy`'s record; returns it."""
+    attached.of_strategy(strategy).settings = settings
     return strategy
 
 
 def settings(strategy):
-    """Returns the options `attach` recorded for `strategy` (`{}` when none)."""
+    """Returns the options of `strategy`'s settings that change the step (`{}` when none)."""
     try:
-        return dict(_SETTINGS.get(strategy, {}))
-    except TypeError:  # not weak-referenceable: nothing was attached
+        chosen = attached.of_strategy(strategy).settings
+    except (AttributeError, TypeError):  # takes no attribute: nothing was attached
         return {}
+    if chosen is None:
+        return {}
+    out = {}
+    if chosen.compression != Compression.NONE:
+        out["compression"] = chosen.compression
+    if chosen.steps_per_sync > 1:
+        out["steps_per_sync"] = chosen.steps_per_sync
+    if chosen.transport != "tensorflow":
+        out["transport"] = chosen.transport
+        out["timeout_seconds"] = chosen.timeout_seconds
+    return out
 
 
 def prepare(model, strategy):

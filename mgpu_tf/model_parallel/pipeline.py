@@ -29,13 +29,12 @@ def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
                  paused=contextlib.nullcontext):
     """Runs `x` through `stages` (their atoms' models), stage `k` on `devices[k]`, in micro-batches.
 
-    `training` goes to each atom; with `True` the gradient is placed too. `recompute` says
-    which micro-batches are recomputed in the backward pass; `paused` is entered around
-    every recomputed forward. Returns the last stage's output for the whole batch.
+    `training` goes to each atom; with `True` the gradient is placed too. `recompute`, a
+    `Recompute` as `ModelParallel` parsed it, says which micro-batches are recomputed in the
+    backward pass; `paused` is entered around every recomputed forward. Returns the last stage's output for the whole batch.
     """
     if not training:
         return _forward(stages, devices, x, microbatches, training, tapes=None)
-    recompute = recompute_lib.check_recompute(recompute)
     states = [recompute_lib.stage_state(atoms) for atoms in stages]
 
     @tf.custom_gradient

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import registry
+from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import wrapper
@@ -33,11 +34,10 @@ class ModelParallelStrategy:
 
     Args:
         devices: device names, one per stage.
-        balance: how layers are shared among stages; see `ModelParallel`.
-            Defaults to `"params"`.
+        balance: how layers are shared among stages; see `ModelParallel`, which checks
+            this and the rest (`make_strategy` has parsed them). Defaults to `"params"`.
         microbatches: micro-batches per batch. Defaults to `1`.
-        recompute: which micro-batches are recomputed; see `ModelParallel`.
-            Defaults to `"never"`.
+        recompute: which micro-batches are recomputed. Defaults to `"never"`.
         deferred_batch_norm: see `ModelParallel`. Defaults to `False`.
     """
 
@@ -47,10 +47,10 @@ class ModelParallelStrategy:
     def __init__(self, devices, *, balance="params", microbatches=1, recompute="never",
                  deferred_batch_norm=False):
         self.devices = tuple(devices)
-        self.balance = wrapper.check_balance(balance)
-        self.microbatches = microbatch.check_microbatches(microbatches)
-        self.recompute = recompute_lib.check_recompute(recompute)
-        self.deferred_batch_norm = wrapper.check_deferred_batch_norm(deferred_batch_norm)
+        self.balance = balance
+        self.microbatches = microbatches
+        self.recompute = recompute
+        self.deferred_batch_norm = deferred_batch_norm
 
     def scope(self):
         """A context for building the model; variables are placed by `prepare_model`."""
@@ -80,25 +80,40 @@ class ModelParallelStrategy:
                 f"deferred_batch_norm={self.deferred_batch_norm})")
 
 
-def _build(options):
-    devices = options.get("devices") or devices_lib.local_devices()
-    return ModelParallelStrategy(devices, balance=options.get("balance", "params"),
-                                 microbatches=options.get("microbatches", 1),
-                                 recompute=options.get("recompute", "never"),
-                                 deferred_batch_norm=options.get("deferred_batch_norm", False))
+def _build(settings):
+    return ModelParallelStrategy(settings.devices or devices_lib.local_devices(),
+                                 balance=settings.balance, microbatches=settings.microbatches,
+                                 recompute=settings.recompute,
+                                 deferred_batch_norm=settings.deferred_batch_norm)
 
 
-registry.register_option("balance", "how layers are shared among model_parallel stages: "
-                         "uniform, params, time, or layer counts", check=wrapper.check_balance)
-registry.register_option("microbatches", "micro-batches per batch in the model_parallel "
-                         "pipeline", check=microbatch.check_microbatches)
-registry.register_option("recompute", "which micro-batches a model_parallel stage "
-                         "recomputes in the backward pass instead of keeping their activations: "
-                         "never, except_last, always", check=recompute_lib.check_recompute)
-registry.register_option("deferred_batch_norm", "model_parallel: BatchNormalization with "
-                         "micro-batches, its moving statistics updated once per step",
-                         check=wrapper.check_deferred_batch_norm)
+def _balance_from_flag(parts):
+    parts = [part.strip() for part in parts]
+    digits = all(part.isascii() and part.isdigit() for part in parts)
+    return [int(p) for p in parts] if digits else ",".join(parts)
+
+
+_PIPELINES = ("model_parallel", "hybrid")
+registry.register_option(
+    "balance", "how layers are shared among model_parallel stages: uniform, params, time, "
+    "or layer counts", wrapper.check_balance, type=(str, list),
+    choices=tuple(b.value for b in balance_lib.Balance), default=balance_lib.Balance.PARAMS,
+    strategies=_PIPELINES, flag="list", flag_note=" (comma-separated counts).",
+    from_flag=_balance_from_flag)
+registry.register_option(
+    "microbatches", "micro-batches per batch in the model_parallel pipeline",
+    microbatch.check_microbatches, type=int, minimum=1, default=1, strategies=_PIPELINES,
+    flag="integer")
+registry.register_option(
+    "recompute", "which micro-batches a model_parallel stage recomputes in the backward pass "
+    "instead of keeping their activations: never, except_last, always",
+    recompute_lib.check_recompute, type=str,
+    choices=tuple(r.value for r in recompute_lib.Recompute),
+    default=recompute_lib.Recompute.NEVER, strategies=_PIPELINES, flag="string")
+registry.register_option(
+    "deferred_batch_norm", "model_parallel: BatchNormalization with micro-batches, its moving "
+    "statistics updated once per step", wrapper.check_deferred_batch_norm, type=bool,
+    default=False, strategies=_PIPELINES, flag="boolean")
 registry.register_strategy(
     "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
-    options=("devices", "balance", "microbatches", "recompute", "deferred_batch_norm"),
-    strategy_types=(ModelParallelStrategy,))
+    options=("devices",), strategy_types=(ModelParallelStrategy,))

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from mgpu_tf import compat
 from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
@@ -15,57 +16,56 @@ from mgpu_tf.compat import keras_steps
 __all__ = ["build_multi_worker"]
 
 
-def _build_default(options):
+def _build_default(settings):
     return tf.distribute.get_strategy()
 
 
-def _build_one_device(options):
-    device = options.get("devices", devices_lib.local_devices()[:1])[0]
+def _build_one_device(settings):
+    device = (settings.devices or devices_lib.local_devices())[0]
     keras_steps.apply_step_fixes()
     return tf.distribute.OneDeviceStrategy(device)
 
 
-def _cross_device_ops(options):
-    algorithm = options.get("all_reduce", "auto")
+def _cross_device_ops(algorithm, num_packs):
     if algorithm == "nccl":
-        return tf.distribute.NcclAllReduce(num_packs=options.get("num_packs", 1))
+        return tf.distribute.NcclAllReduce(num_packs=num_packs)
     if algorithm == "hierarchical_copy":
-        return tf.distribute.HierarchicalCopyAllReduce(num_packs=options.get("num_packs", 1))
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=num_packs)
     if algorithm == "reduce_to_one":
         return tf.distribute.ReductionToOneDevice()
     return None
 
 
-def _build_mirrored(options):
-    if "num_gpus" in options:
-        devices = devices_lib.local_devices("GPU")[: options["num_gpus"]] or None
+def _build_mirrored(settings):
+    if settings.num_gpus is not None:
+        devices = devices_lib.local_devices("GPU")[: settings.num_gpus] or None
     else:
-        devices = options.get("devices", devices_lib.local_devices())
+        devices = settings.devices or devices_lib.local_devices()
     compat.apply_multi_worker_fixes()  # also keras-team/keras#19246 on one machine
     keras_steps.apply_step_fixes()
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
-            devices=devices, cross_device_ops=_cross_device_ops(options)
+            devices=devices, cross_device_ops=_cross_device_ops(settings.all_reduce, settings.num_packs)
         )
 
 
-def build_multi_worker(options):
-    """Returns a `tf.distribute.MultiWorkerMirroredStrategy` for checked `options`."""
+def build_multi_worker(settings):
+    """Returns a `tf.distribute.MultiWorkerMirroredStrategy` for parsed `settings`."""
     implementation = {
         "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
         "ring": tf.distribute.experimental.CommunicationImplementation.RING,
         "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
-    }[options.get("all_reduce", "auto")]
+    }[settings.all_reduce]
     communication = tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=options.get("bytes_per_pack", 0),
-        timeout_seconds=options.get("timeout_seconds"),
+        bytes_per_pack=settings.bytes_per_pack,
+        timeout_seconds=settings.timeout_seconds,
         implementation=implementation,
     )
-    config = options.get("cluster") or cluster_lib.detect_cluster()
+    config = settings.cluster or cluster_lib.detect_cluster()
     resolver = config.cluster_resolver() if config else None
     if config is not None and config.num_workers > 1:
         failures.configure_failure_detection(
-            config, options.get("timeout_seconds", failures.DEFAULT_HEARTBEAT_SECONDS))
+            config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
     compat.apply_multi_worker_fixes()
     keras_steps.apply_step_fixes()
     return tf.distribute.MultiWorkerMirroredStrategy(
@@ -73,8 +73,8 @@ def build_multi_worker(options):
     )
 
 
-def _build_tpu(options):
-    address = options.get("tpu") or cluster_lib.environ_value("TPU_NAME", "")
+def _build_tpu(settings):
+    address = settings.tpu or cluster_lib.environ_value("TPU_NAME", "")
     if not address and not devices_lib.physical_devices("TPU"):
         raise ValueError(
             "No TPU is reachable: this machine has no TPU devices and neither `tpu` nor "
@@ -93,22 +93,15 @@ def _build_tpu(options):
     return tf.distribute.TPUStrategy(resolver)
 
 
+# Which options each takes is declared with the options, in mgpu_tf.base.options.
 register_strategy("default", "no distribution: TensorFlow's default strategy",
-                  _build_default, options=("precision",), aliases=("off", "none"))
+                  _build_default, aliases=("off", "none"))
 register_strategy("one_device", "everything on one device", _build_one_device,
-                  options=("devices", "precision"),
                   strategy_types=(tf.distribute.OneDeviceStrategy,))
 register_strategy("mirrored", "data parallel over the devices of one machine",
-                  _build_mirrored,
-                  options=("devices", "num_gpus", "all_reduce", "num_packs", "compression",
-                           "steps_per_sync", "precision"),
-                  strategy_types=(tf.distribute.MirroredStrategy,))
+                  _build_mirrored, strategy_types=(tf.distribute.MirroredStrategy,))
 register_strategy("multi_worker", "data parallel over several machines (TF_CONFIG)",
-                  build_multi_worker,
-                  options=("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
-                           "worker_hosts", "task_index", "compression", "steps_per_sync",
-                           "transport", "precision"),
-                  aliases=("multi_worker_mirrored",),
+                  build_multi_worker, aliases=("multi_worker_mirrored",),
                   strategy_types=(tf.distribute.MultiWorkerMirroredStrategy,))
-register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu, options=("tpu", "precision"),
+register_strategy("tpu", "TPU pods and TPU VMs", _build_tpu,
                   strategy_types=(tf.distribute.TPUStrategy,))

@@ -10,8 +10,8 @@ import tensorflow as tf
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import precision as precision_lib
 from mgpu_tf.base import registry
-from mgpu_tf.base.options import check_global_batch_size, validate_options
-from mgpu_tf.base.registry import OPTIONS, entries, entry, register_strategy, resolve_kind
+from mgpu_tf.base import options as options_lib
+from mgpu_tf.base.registry import OPTIONS, entries, entry, register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import private
@@ -74,7 +74,7 @@ def make_strategy(kind="auto", **options):
 
     Args:
         kind: a name from `available_strategies()`. Defaults to `"auto"`.
-        **options: see `mgpu_tf.base.registry.OPTIONS`; each strategy accepts a
+        **options: see the table in `mgpu_tf.base.options`; each strategy accepts a
             subset. `precision` sets Keras' global dtype policy, which stays in force
             for the rest of the process (see `mgpu_tf.base.precision`).
 
@@ -86,31 +86,19 @@ def make_strategy(kind="auto", **options):
         TypeError: for an unknown option or a value of the wrong type.
         ValueError: for a value or combination that strategy cannot use.
     """
-    name = resolve_kind(kind)
-    if name == "auto":
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            validate_options("default", options)  # raises the unknown-option error
-        model = options.pop("model", None)
-        device_memory = options.pop("device_memory", None)
-        global_batch_size = options.pop("global_batch_size", None)
-        for option, value in (("device_memory", device_memory),
-                              ("global_batch_size", global_batch_size)):
-            if value is not None and model is None:
-                raise ValueError(f"`{option}` is for planning a model: pass `model` too. "
-                                 f"Received: {option}={value!r}, model=None")
-        if global_batch_size is not None:
-            global_batch_size = check_global_batch_size(global_batch_size)
+    settings = options_lib.parse_options(kind, options)
+    if settings.kind == "auto":
+        options = {k: v for k, v in settings.items() if k not in options_lib.AUTO_ONLY}
         name, reason = auto_choice(**options)
-        if model is not None:
+        if settings.get("model") is not None:
             name, reason, options = recommend.auto_strategy(
-                model, name, reason, options, device_memory,
-                global_batch_size=global_batch_size)
+                settings.model, name, reason, options, settings.get("device_memory"),
+                global_batch_size=settings.global_batch_size)
         logger.info("mgpu_tf: strategy 'auto' chose %r: %s.", name, reason)
-    checked = validate_options(name, options)
-    if "precision" in checked:
-        precision_lib.set_precision(checked["precision"])
-    return communication.attach(entry(name).build(checked), checked)
+        settings = options_lib.choose(name, settings, options)  # parses only the plan's
+    if settings.precision is not None:
+        precision_lib.set_precision(settings.precision)
+    return communication.attach(entry(settings.kind).build(settings), settings)
 
 
 def strategy_kind(strategy):

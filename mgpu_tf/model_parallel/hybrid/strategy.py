@@ -4,22 +4,18 @@ Design: docs/design.md#hybrid-parallelism
 """
 
 import contextlib
-import numbers
 
 import tensorflow as tf
 
 from mgpu_tf.base import devices as devices_lib
-from mgpu_tf.base import options as options_lib
+from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
 from mgpu_tf.base import registry
 from mgpu_tf.cluster import detect as cluster_lib
-from mgpu_tf.model_parallel import microbatch
-from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
-from mgpu_tf.model_parallel import wrapper
 
 __all__ = ["HybridStrategy", "check_layout"]
 
-# timeout_seconds is left to multi_worker's default, whose error messages name it alone.
+# The multi_worker options its communicator is built with.
 _COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
                           "worker_hosts", "task_index")
 
@@ -44,7 +40,8 @@ class HybridStrategy:
         communicator: the `MultiWorkerMirroredStrategy` averaging gradients.
         num_workers: workers in the cluster.
         task_index: this worker's index.
-        balance: as for `ModelParallel`. Defaults to `"params"`.
+        balance: as for `ModelParallel`, which checks this and the rest. Defaults to
+            `"params"`.
         microbatches: as for `ModelParallel`. Defaults to `1`.
         recompute: as for `ModelParallel`. Defaults to `"never"`.
         deferred_batch_norm: as for `ModelParallel`; the moving statistics are each
@@ -57,10 +54,10 @@ class HybridStrategy:
         self.communicator = communicator
         self.num_workers = int(num_workers)
         self.task_index = int(task_index)
-        self.balance = wrapper.check_balance(balance)
-        self.microbatches = microbatch.check_microbatches(microbatches)
-        self.recompute = recompute_lib.check_recompute(recompute)
-        self.deferred_batch_norm = wrapper.check_deferred_batch_norm(deferred_batch_norm)
+        self.balance = balance
+        self.microbatches = microbatches
+        self.recompute = recompute
+        self.deferred_batch_norm = deferred_batch_norm
 
     @property
     def num_replicas_in_sync(self):
@@ -104,18 +101,10 @@ def check_layout(devices_per_worker, devices, num_workers):
         This worker's stage devices.
 
     Raises:
-        TypeError: when `devices_per_worker` is not an integer.
         ValueError: when the layout does not match the devices or workers present.
     """
     present = devices_lib.local_devices()
-    if devices_per_worker is not None:
-        if isinstance(devices_per_worker, bool) or not isinstance(devices_per_worker,
-                                                                  numbers.Integral):
-            raise TypeError("`devices_per_worker` must be an integer. "
-                            f"Received: devices_per_worker={devices_per_worker!r}")
-        if devices_per_worker < 1:
-            raise ValueError("`devices_per_worker` must be at least 1. "
-                             f"Received: devices_per_worker={devices_per_worker!r}")
+    if devices_per_worker is not None:  # an int of at least 1: the table checked it
         if devices is not None and len(devices) != devices_per_worker:
             raise ValueError(
                 "`devices` and `devices_per_worker` disagree: one stage per device. "
@@ -138,27 +127,20 @@ def check_layout(devices_per_worker, devices, num_workers):
     return stage_devices
 
 
-def _build(options):
-    config = options.get("cluster") or cluster_lib.detect_cluster()
+def _build(settings):
+    config = settings.cluster or cluster_lib.detect_cluster()
     num_workers = config.num_workers if config is not None else 1
-    devices = check_layout(options.get("devices_per_worker"), options.get("devices"),
-                           num_workers)
-    communicator = registry.entry("multi_worker").build(options_lib.validate_options(
-        "multi_worker", {k: options[k] for k in _COMMUNICATION_OPTIONS if k in options}))
+    devices = check_layout(settings.devices_per_worker, settings.devices, num_workers)
+    communicator = registry.entry("multi_worker").build(settings)  # reads its own options
     return HybridStrategy(devices, communicator, num_workers,
-                          communicator.cluster_resolver.task_id,
-                          balance=options.get("balance", "params"),
-                          microbatches=options.get("microbatches", 1),
-                          recompute=options.get("recompute", "never"),
-                          deferred_batch_norm=options.get("deferred_batch_norm", False))
+                          communicator.cluster_resolver.task_id, balance=settings.balance,
+                          microbatches=settings.microbatches, recompute=settings.recompute,
+                          deferred_batch_norm=settings.deferred_batch_norm)
 
 
 registry.register_option("devices_per_worker", "hybrid: devices (pipeline stages) of each "
-                         "worker's model-parallel pipeline")
+                         "worker's model-parallel pipeline", type=int, minimum=1,
+                         strategies=("hybrid",), flag="integer")
 registry.register_strategy(
     "hybrid", "a model_parallel pipeline in each worker, data parallel across workers",
-    _build,
-    options=("devices", "devices_per_worker", "balance", "microbatches", "recompute",
-             "deferred_batch_norm",
-             *_COMMUNICATION_OPTIONS),
-    strategy_types=(HybridStrategy,))
+    _build, options=("devices", *_COMMUNICATION_OPTIONS), strategy_types=(HybridStrategy,))
