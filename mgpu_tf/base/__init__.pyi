@@ -5,6 +5,6 @@ __all__ = ["OPTIONS", "Option", "Settings", "StrategyKind", "parse_options", "re
            "register_strategy", "simulate_devices", "validate_options"]
 
 from .devices import simulate_devices
-from .options import parse_options, validate_options
-from .registry import OPTIONS, Option, StrategyKind, register_option, register_strategy
+from .options import OPTIONS, parse_options, validate_options
+from .registry import Option, StrategyKind, register_option, register_strategy
 from .settings import Settings

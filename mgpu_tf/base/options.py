@@ -19,8 +19,8 @@ from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import transport
 
-__all__ = ["AUTO_ONLY", "check_devices", "check_global_batch_size", "parse_options", "choose",
-           "validate_options"]
+__all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "parse_options",
+           "choose", "validate_options"]
 
 # The options only `make_strategy("auto", model=...)` takes: they size the plan.
 AUTO_ONLY = ("model", "device_memory", "global_batch_size")
@@ -131,6 +131,8 @@ def _lower(value):  # its choices depend on the strategy: _check_for_strategy ch
 
 
 _declare = registry.register_option
+# The registry's table, whole once this module has declared the built-in options below.
+OPTIONS = registry.OPTIONS
 _declare("devices", "device names, or how many local devices to use",
          functools.partial(check_devices, None), type=(list, int),
          strategies=("one_device", "mirrored"), flag="list",
