@@ -35,9 +35,10 @@ class _Request:
         self.adaptive = adaptive.from_weights(weights, global_batch_size, self.num_workers,
                                               self.replicas_per_worker)
         if self.adaptive is not None:
-            weights = list(self.adaptive.shares_for(0, wait=False))
-        self.batch_sizes = split.replica_batch_sizes(
-            global_batch_size, self.num_workers, self.replicas_per_worker, weights)
+            self.batch_sizes = self.adaptive.first_batch_sizes
+        else:
+            self.batch_sizes = split.replica_batch_sizes(
+                global_batch_size, self.num_workers, self.replicas_per_worker, weights)
         self.weighted = weights is not None
         if not isinstance(drop_remainder, bool):
             raise TypeError(
@@ -370,4 +371,7 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse, training)
-    return shard_pipeline.distribute(request, _make_plan(request))
+    distributed = shard_pipeline.distribute(request, _make_plan(request))
+    if request.adaptive is not None:
+        adaptive.hold(strategy, request.adaptive)
+    return distributed
