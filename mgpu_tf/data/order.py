@@ -64,11 +64,8 @@ class Position:
 
 
 def keras_strategy(strategy):
-    """The strategy a Keras model trained under `strategy` reports as `distribute_strategy`.
-
-    model_parallel and hybrid models run outside any `tf.distribute` scope: under
-    TensorFlow's default strategy.
-    """
+    """The strategy a Keras model trained under `strategy` reports as `distribute_strategy`."""
+    # model_parallel and hybrid models run outside any scope: under the default strategy.
     if isinstance(strategy, tf.distribute.Strategy):
         return strategy
     return private.default_strategy()

@@ -12,6 +12,7 @@ import os
 
 import tensorflow as tf
 
+from mgpu_tf.compat import attached
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
@@ -240,7 +241,8 @@ def _make_plan(request):
                   replicas_per_worker=request.replicas_per_worker,
                   drop_remainder=request.drop_remainder, reason=request.reason)
     if request.source_kind == "files":
-        counts = [shard_source.count_file(path) for path in request.files]
+        known = attached.of_strategy(request.strategy).record_counts
+        counts = [shard_source.count_file(path, known) for path in request.files]
         if not sum(counts):
             raise _empty_source(request)
         if request.policy == plan_lib.ShardPolicy.DATA:

@@ -10,7 +10,7 @@ from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
-from mgpu_tf.compat import keras_steps
+from mgpu_tf.compat import patches
 
 __all__ = ["build_multi_worker"]
 
@@ -21,7 +21,7 @@ def _build_default(options):
 
 def _build_one_device(options):
     device = options.get("devices", devices_lib.local_devices()[:1])[0]
-    keras_steps.apply_step_fixes()
+    patches.install("steps")
     return tf.distribute.OneDeviceStrategy(device)
 
 
@@ -41,8 +41,7 @@ def _build_mirrored(options):
         devices = devices_lib.local_devices("GPU")[: options["num_gpus"]] or None
     else:
         devices = options.get("devices", devices_lib.local_devices())
-    compat.apply_multi_worker_fixes()  # also keras-team/keras#19246 on one machine
-    keras_steps.apply_step_fixes()
+    patches.install("multi_worker", "steps")  # also keras-team/keras#19246 on one machine
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(options)
@@ -66,8 +65,7 @@ def build_multi_worker(options):
     if config is not None and config.num_workers > 1:
         failures.configure_failure_detection(
             config, options.get("timeout_seconds", failures.DEFAULT_HEARTBEAT_SECONDS))
-    compat.apply_multi_worker_fixes()
-    keras_steps.apply_step_fixes()
+    patches.install("multi_worker", "steps")
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication
     )
