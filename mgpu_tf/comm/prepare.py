@@ -112,13 +112,12 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if transport == "tcp" or wire is not None:
         # Checked before the ring connects, so a missing name fails fast.
         private.require(optimizer, _ALL_REDUCE, argument="optimizer")
-    if transport == "tcp":
         patches.install("optimizer")
+    if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         record.all_reduce = functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
     elif wire is not None:
-        patches.install("optimizer")
         record.all_reduce = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
