@@ -28,7 +28,10 @@ def install():
     """Patches `build`, `apply` and `_all_reduce_sum_gradients`; again changes nothing."""
     for name, hook in (("build", _build), ("apply", _apply),
                        ("_all_reduce_sum_gradients", _all_reduce_sum_gradients)):
-        original = private.optimizer_class_method(name)
+        try:
+            original = private.optimizer_class_method(name)
+        except private.PrivateNameError:
+            continue  # what needs it calls `private.require` first, and stops there
         if not getattr(original, _MARK, False):
             private.set_optimizer_class_method(name, _hooked(original, hook))
 
