@@ -22,7 +22,7 @@ logger = logging.getLogger("mgpu_tf")
 _GRAPH_SEED = 87654321
 # Log-once: the hint about DataOrder is given once per process.
 _told = set()
-_making = threading.Lock()
+_lock = threading.Lock()  # makes each strategy one Position; guards `_told`
 
 
 class Position:
@@ -74,7 +74,7 @@ def keras_strategy(strategy):
 def position_of(strategy):
     """The `Position` of the data of models trained under `strategy`, made on first use."""
     record = attached.of_strategy(keras_strategy(strategy))
-    with _making:
+    with _lock:
         if record.position is None:
             record.position = Position()
         return record.position
@@ -122,7 +122,7 @@ class Reader:
 
 
 def _tell_once(message):
-    with _making:
+    with _lock:
         if _told:
             return
         _told.add(True)
