@@ -202,3 +202,15 @@ def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
     # The backup holds the shares decided for the epoch it resumes at.
     saved = json.loads((tmp_path / "training_metadata.json").read_text())["adaptive"]
     assert any(s["schedule"].get("2") == list(shares.shares_for(2, wait=False)) for s in saved)
+
+
+@pytest.mark.parametrize("batch, error, match", [
+    ("24", TypeError, "`global_batch_size` must be an integer"),
+    (1, ValueError, "`global_batch_size` must be at least the number of replicas"),
+])
+def test_adaptive_shares_check_the_global_batch_first(batch, error, match):
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    examples = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1))))
+    with pytest.raises(error, match=match):
+        mgpu_tf.shard_dataset(examples, strategy, batch, weights="adaptive")
+    assert adaptive.live_shares(strategy) == []

@@ -159,15 +159,15 @@ class AdaptiveShares:
 
     def __init__(self, global_batch_size, num_workers, replicas_per_worker, initial=None, *,
                  max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE):
-        self.global_batch_size = int(global_batch_size)
-        self.num_workers = num_workers
-        self.replicas_per_worker = replicas_per_worker
         self.units = num_workers if num_workers > 1 else replicas_per_worker
-        self.max_change, self.tolerance = max_change, tolerance
         start = _normalised(initial if initial is not None else [1.0] * self.units)
         # Epoch 0's split, which also checks that the replicas can share the batch.
         self.first_batch_sizes = split.replica_batch_sizes(
             global_batch_size, num_workers, replicas_per_worker, list(start))
+        self.global_batch_size = int(global_batch_size)
+        self.num_workers = num_workers
+        self.replicas_per_worker = replicas_per_worker
+        self.max_change, self.tolerance = max_change, tolerance
         # Every unit keeps at least one example per replica per step.
         per_unit = replicas_per_worker if num_workers > 1 else 1
         self.minimum = per_unit / self.global_batch_size
