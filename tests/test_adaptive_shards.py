@@ -185,7 +185,7 @@ def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
         model = sharding_problem.build_model(initial)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 24,
                                  weights="adaptive")
-    shares = [s for s in adaptive.live_shares() if s.units == 2][-1]
+    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
     assert shares.batch_sizes(0, wait=False) == (18, 6)
     backup = mgpu_tf.callbacks.BackupAndRestore(tmp_path, delete_checkpoint=False)
     monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
@@ -194,11 +194,23 @@ def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
     reference = sharding_problem.reference_weights(x, y, initial, steps * 2)
     assert compare.relative_difference(model.get_weights(), reference) < TOLERANCE
     for epoch in range(2):
-        order.set_epoch(epoch)
+        order.position_of(strategy).set_epoch(epoch)
         seen = [np.concatenate([p.numpy()[:, 0] for p in strategy.experimental_local_results(
             batch[0])]) for batch in data]
-        order.release()
+        order.position_of(strategy).release()
         assert sorted(np.concatenate(seen).tolist()) == sorted(x[:, 0].tolist())
     # The backup holds the shares decided for the epoch it resumes at.
     saved = json.loads((tmp_path / "training_metadata.json").read_text())["adaptive"]
     assert any(s["schedule"].get("2") == list(shares.shares_for(2, wait=False)) for s in saved)
+
+
+@pytest.mark.parametrize("batch, error, match", [
+    ("24", TypeError, "`global_batch_size` must be an integer"),
+    (1, ValueError, "`global_batch_size` must be at least the number of replicas"),
+])
+def test_adaptive_shares_check_the_global_batch_first(batch, error, match):
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    examples = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1))))
+    with pytest.raises(error, match=match):
+        mgpu_tf.shard_dataset(examples, strategy, batch, weights="adaptive")
+    assert adaptive.live_shares(strategy) == []

@@ -32,6 +32,8 @@ def test_reports_versions_devices_and_the_auto_choice():
     assert rows["logical CPU"] == "/device:CPU:0"
     assert rows["auto strategy"].startswith("default (")
     assert rows["cluster"] == "none (single_machine)"
+    for patch in ("multi_worker", "steps", "optimizer"):
+        assert rows[f"patch {patch}"].startswith("installed: ")
 
 
 def test_a_valid_tf_config_is_shown_with_the_auto_choice_it_implies():

@@ -11,28 +11,48 @@ from mgpu_tf.data import order
 
 @pytest.fixture(autouse=True)
 def _released():
-    order.release()
+    # The default strategy is TensorFlow's singleton: its position outlives a test.
+    order.position_of(tf.distribute.get_strategy()).release()
     yield
-    order.release()
+    order.position_of(tf.distribute.get_strategy()).release()
 
 
 def test_an_iterator_made_before_on_epoch_begin_takes_the_next_epoch():
-    reader = order.Reader()
+    position = order.Position()
+    reader = order.Reader(position)
     assert reader() == (0, 0)  # nothing drives the position: iterators count
-    order.set_epoch(0)
+    position.set_epoch(0)
     assert reader() == (0, 0)
     assert reader() == (1, 0)  # made as epoch 0's last step ended
-    order.set_epoch(1)
+    position.set_epoch(1)
     assert reader() == (2, 0)  # epoch 1 had its iterator already
-    order.set_epoch(3)
+    position.set_epoch(3)
     assert reader() == (3, 0)
-    order.resume_at(5, 7)
-    order.set_epoch(5)
+    position.resume_at(5, 7)
+    position.set_epoch(5)
     assert reader() == (5, 7)  # a resumed epoch skips the steps done
     assert reader() == (6, 0)
-    order.release()
-    order.set_epoch(0)
+    position.release()
+    position.set_epoch(0)
     assert reader() == (0, 0)  # a new fit starts again
+
+
+def test_each_strategy_holds_its_own_position():
+    one = mgpu_tf.make_strategy("one_device")
+    other = mgpu_tf.make_strategy("one_device")
+    order.position_of(one).set_epoch(2)
+    assert order.position_of(one).current() == (2, 0)
+    assert order.position_of(other).current() is None
+    order.position_of(one).release()
+
+
+def test_a_model_parallel_position_is_the_one_its_models_report():
+    strategy = mgpu_tf.make_strategy("model_parallel", devices=2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2),
+                                  keras.layers.Dense(1)])
+    model = mgpu_tf.prepare_model(model, strategy)
+    assert order.position_of(strategy) is order.position_of(model.distribute_strategy)
 
 
 def test_data_order_keeps_keras_batch_callbacks_asynchronous():
@@ -42,7 +62,6 @@ def test_data_order_keeps_keras_batch_callbacks_asynchronous():
 
 
 def _train(strategy_name, callbacks):
-    order.release()
     strategy = mgpu_tf.make_strategy(strategy_name)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((40, 3)).astype("float32")

@@ -188,3 +188,69 @@ def test_docstrings_are_concise():
                 long[name] = lines
     assert not long, f"module docstrings over 10 lines: {long}"
     assert docstrings / total < _MAX_DOCSTRING_SHARE, f"{docstrings} of {total} lines"
+
+
+# Module-level containers that may be written after import, each with why.
+_MODULE_STATE_ALLOWED = {
+    "mgpu_tf.base.registry": {"_ALIASES", "_REGISTRY", "_TABLE"},  # written when plugins register
+    "mgpu_tf.compat.collective_keys": {"_reported"},  # log-once
+    "mgpu_tf.compat.versions": {"_logged", "_warned"},  # log-once
+    "mgpu_tf.data.order": {"_told"},  # log-once
+    "mgpu_tf.data.source": {"_reported"},  # log-once
+}
+_MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "Counter", "deque",
+                  "WeakKeyDictionary", "WeakValueDictionary", "WeakSet", "bytearray"}
+_MUTATORS = {"append", "add", "update", "setdefault", "pop", "popitem", "clear", "extend",
+             "insert", "remove", "discard", "appendleft"}
+
+
+def _is_mutable(value):
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        return (func.attr if isinstance(func, ast.Attribute)
+                else getattr(func, "id", None)) in _MUTABLE_CALLS
+    return False
+
+
+def module_state(source):
+    """Names of module-level containers that `source` writes after import, and its globals."""
+    tree = ast.parse(source)
+    containers = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _is_mutable(node.value):
+                containers |= {t.id for t in targets if isinstance(t, ast.Name)}
+    containers.discard("__all__")
+    written = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            written |= set(node.names)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and isinstance(node.func.value, ast.Name) and node.func.attr in _MUTATORS):
+            written |= {node.func.value.id} & containers
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.target if isinstance(node, ast.AugAssign) else node.targets
+            for target in targets if isinstance(targets, list) else [targets]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    written |= {target.value.id} & containers
+    return written
+
+
+def test_no_module_state_is_written_while_training_runs():
+    # State lives on the strategy, optimizer, data set or callback (mgpu_tf.compat.attached).
+    found = {name: sorted(written - _MODULE_STATE_ALLOWED.get(name, set()))
+             for name, path in _modules().items()
+             if (written := module_state(path.read_text()))}
+    assert not {name: names for name, names in found.items() if names}, found
+
+
+def test_the_state_scan_sees_each_kind_of_write():
+    source = (
+        "import weakref\n_TABLE = weakref.WeakKeyDictionary()\n_LIVE = []\n_SEEN = set()\n"
+        "_COUNT = 0\n_NAMES = ('a',)\n_CONSTANT = {'a': 1}\n__all__ = []\n"
+        "def f(key):\n    global _COUNT\n    _TABLE[key] = 1\n    _LIVE[:] = []\n"
+        "    _SEEN.add(key)\n    _COUNT += 1\n    return _CONSTANT['a'], _NAMES\n")
+    assert module_state(source) == {"_TABLE", "_LIVE", "_SEEN", "_COUNT"}

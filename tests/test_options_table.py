@@ -1,6 +1,7 @@
 """The table of options: one declaration gives the check, the flag, the error and the value."""
 
 import pathlib
+import pickle
 import re
 
 import pytest
@@ -112,10 +113,13 @@ def test_settings_are_a_frozen_mapping_with_typed_attributes():
         "auto", False, 2)
     assert (settings.steps_per_sync, settings.num_packs, settings.transport) == (4, 1, "tensorflow")
     assert settings.compression == "none" and settings.timeout_seconds is None
-    with pytest.raises(AttributeError, match="Settings are frozen"):
+    with pytest.raises(AttributeError, match="cannot assign to field 'steps_per_sync'"):
         settings.steps_per_sync = 2
     with pytest.raises(TypeError):
         settings["steps_per_sync"] = 2
+    with pytest.raises(TypeError):
+        settings.given["steps_per_sync"] = 2
+    assert pickle.loads(pickle.dumps(settings)).steps_per_sync == 4
     with pytest.raises(AttributeError, match="No option 'speed'"):
         settings.speed  # noqa: B018
 

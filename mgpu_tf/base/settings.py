@@ -4,12 +4,15 @@ Design: docs/design.md#the-options-walk
 """
 
 import collections.abc
+import dataclasses
+import types
 
 from mgpu_tf.base import registry
 
 __all__ = ["Settings"]
 
 
+@dataclasses.dataclass(frozen=True, eq=False, init=False)
 class Settings(collections.abc.Mapping):
     """The parsed options of one strategy: a read-only mapping with attribute access.
 
@@ -17,37 +20,33 @@ class Settings(collections.abc.Mapping):
     attribute is the option's value, or its declared default when it was not given.
     """
 
-    __slots__ = ("_kind", "_values")
+    kind: str  # the registered name of the strategy they are for
+    given: types.MappingProxyType
 
     def __init__(self, kind, values):
-        object.__setattr__(self, "_kind", kind)
-        object.__setattr__(self, "_values", dict(values))
-
-    @property
-    def kind(self):  # the registered name of the strategy they are for
-        return self._kind
+        self.__dict__.update(kind=kind, given=types.MappingProxyType(dict(values)))
 
     def __getitem__(self, name):
-        return self._values[name]
+        return self.given[name]
 
     def __iter__(self):
-        return iter(self._values)
+        return iter(self.given)
 
     def __len__(self):
-        return len(self._values)
+        return len(self.given)
 
-    def __getattr__(self, name):
-        if name.startswith("_"):  # a slot not set yet (copy, pickle)
+    def __getattr__(self, name):  # only for names that are not fields
+        if name.startswith("__") or name in ("kind", "given"):
             raise AttributeError(name)
-        if name in self._values:
-            return self._values[name]
+        if name in self.given:
+            return self.given[name]
         try:
             return registry.option(name).default
         except KeyError:
             raise AttributeError(f"No option {name!r} in the table. Received: {name}") from None
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"Settings are frozen. Received: {name}={value!r}")
+    def __reduce__(self):  # a mappingproxy does not pickle
+        return Settings, (self.kind, dict(self.given))
 
     def __repr__(self):
-        return f"Settings({self._kind!r}, {self._values!r})"
+        return f"Settings({self.kind!r}, {dict(self.given)!r})"

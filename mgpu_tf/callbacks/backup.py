@@ -14,7 +14,6 @@ from mgpu_tf.callbacks.data_order import DataOrder
 from mgpu_tf.comm import accumulation
 from mgpu_tf.compat import private_callbacks
 from mgpu_tf.data import adaptive
-from mgpu_tf.data import order
 
 __all__ = ["BackupAndRestore"]
 
@@ -107,10 +106,10 @@ class BackupAndRestore(DataOrder):
             variable.assign(np.asarray(state, dtype=variable.dtype))
         if optimizer is not None:
             accumulation.reset(optimizer)
-        shares = adaptive.live_shares()
+        shares = adaptive.live_shares(self.model.distribute_strategy)
         for state, live in zip(metadata.get("adaptive", []), shares):
             live.restore(state)
-        order.resume_at(metadata["epoch"], metadata["steps_done"])
+        self._position().resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
 
     # ------------------------------------------------------------------- backup
@@ -118,7 +117,7 @@ class BackupAndRestore(DataOrder):
     def on_epoch_begin(self, epoch, logs=None):
         super().on_epoch_begin(epoch, logs)
         # A resumed epoch starts where the backup was taken; Keras numbers its batches from 0.
-        self._epoch, self._offset = epoch, order.position()[1]
+        self._epoch, self._offset = epoch, self._position().current()[1]
         self._done = self._offset
 
     def on_train_batch_end(self, batch, logs=None):
@@ -162,7 +161,8 @@ class BackupAndRestore(DataOrder):
             model.save_weights(target, overwrite=True)
         metadata = {"epoch": epoch, "steps_done": steps_done, "weights": name,
                     "rng": [np.asarray(v).tolist() for v in _rng_variables(model)],
-                    "adaptive": [shares.state() for shares in adaptive.live_shares()]}
+                    "adaptive": [shares.state() for shares in
+                                 adaptive.live_shares(model.distribute_strategy)]}
         with chief_lib.chief_path(os.path.join(self.backup_dir, _METADATA), strategy) as target:
             with open(target, "w") as f:
                 json.dump(metadata, f)

@@ -28,8 +28,12 @@ class DataOrder(keras.callbacks.Callback):
     ```
     """
 
+    def _position(self):
+        """The `Position` of the model's strategy, which its pipelines read."""
+        return order.position_of(self.model.distribute_strategy)
+
     def on_epoch_begin(self, epoch, logs=None):
-        order.set_epoch(epoch)
+        self._position().set_epoch(epoch)
 
     def on_train_end(self, logs=None):
-        order.release()
+        self._position().release()

@@ -174,13 +174,15 @@ class _Run:
          self._local) = measure.local_units(self.strategy)
         self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
         self._probing = True
-        self.shares = [s for s in adaptive.live_shares() if s.units == self._units]
+        self.position = order.position_of(monitor.model.distribute_strategy)
+        self.shares = [s for s in adaptive.live_shares(monitor.model.distribute_strategy)
+                       if s.units == self._units]
         for shares in self.shares:
             shares.drive()
 
     def begin_epoch(self, epoch):
         if self.shares:
-            order.set_epoch(epoch)
+            self.position.set_epoch(epoch)
         self._epoch = epoch
         self._epoch_base = self._steps_done
         self._ends = []
@@ -216,7 +218,7 @@ class _Run:
         for shares in self.shares:
             shares.release()
         if self.shares:
-            order.release()
+            self.position.release()
 
     def _unit_batches(self):
         """Examples per step of each unit, or `None` when unknown."""

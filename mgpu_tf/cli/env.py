@@ -1,8 +1,8 @@
 """`mgpu-tf env`: print versions, devices, the strategy 'auto' would choose, and the cluster.
 
 Print what a bug report needs: the versions of Python, TensorFlow, Keras and mgpu_tf,
-the devices TensorFlow sees, the strategy 'auto' would choose and why, and the cluster
-found in the environment. Example: mgpu-tf env
+the devices TensorFlow sees, the strategy 'auto' would choose and why, the cluster
+found in the environment, and the patches mgpu_tf makes to this Keras. Example: mgpu-tf env
 """
 
 import platform
@@ -55,7 +55,16 @@ def environment_report():
     for kind in ("CPU", "GPU"):
         logical = [d.name for d in tf.config.list_logical_devices(kind)]
         rows.append((f"logical {kind}", ", ".join(logical) or "none"))
-    return rows
+    return rows + _patch_rows()
+
+
+def _patch_rows():
+    """One row per Keras patch: installed here as training would, or skipped (logged why)."""
+    from mgpu_tf.compat import patches
+
+    installed = patches.install()
+    return [(f"patch {name}", f"{'installed' if name in installed else 'skipped'}: {what}")
+            for name, what, _, _ in patches.PATCHES]
 
 
 def env_command(args):

@@ -3,24 +3,20 @@
 Design: docs/design.md#gradient-accumulation
 """
 
-import weakref
-
 import tensorflow as tf
 
+from mgpu_tf.compat import attached
+from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 
 __all__ = ["accumulate", "reset", "steps_since_sync"]
-
-# optimizer -> its accumulation state.
-_STATES = weakref.WeakKeyDictionary()
-
 
 def steps_since_sync(optimizer):
     """Steps whose gradients `optimizer` holds in its sums, not yet applied; 0 without accumulation.
 
     A backup taken when this is 0 needs no per-replica sums: they are all zero.
     """
-    state = _STATES.get(optimizer)
+    state = attached.of_optimizer(optimizer).accumulation
     if state is None or not state.built:
         return 0
     return int(state.count.numpy())
@@ -28,7 +24,7 @@ def steps_since_sync(optimizer):
 
 def reset(optimizer):
     """Empties `optimizer`'s sums and restarts its count, as at a sync point (for a restore)."""
-    state = _STATES.get(optimizer)
+    state = attached.of_optimizer(optimizer).accumulation
     if state is None or not state.built:
         return
     for variable in state.sums:
@@ -54,36 +50,9 @@ def accumulate(optimizer, strategy, steps_per_sync):
     """
     private.require(optimizer, "BaseOptimizer._trainable_variables",
                     "BaseOptimizer._get_variable_index", argument="optimizer")
+    patches.install("optimizer")
     state = _State(optimizer, strategy, steps_per_sync)
-    _STATES[optimizer] = state
-
-    def accumulating_build(original_build):
-        def build(variables):
-            original_build(variables)
-            state.build(variables)
-        return build
-
-    build = private.wrap_optimizer_method(optimizer, "build", accumulating_build)
-
-    def accumulating_apply(original_apply):
-        def apply(grads, trainable_variables=None):
-            if not optimizer.built:
-                build(list(trainable_variables))
-            built_for = private.optimizer_variables(optimizer)
-            variables = list(trainable_variables or built_for)
-            if not state.built:
-                state.build(built_for)
-            context = tf.distribute.get_replica_context()
-            if context is None:
-                raise ValueError(
-                    "An optimizer with steps_per_sync > 1 must apply gradients in replica "
-                    "context (inside strategy.run, as Keras fit does). Received: a call in "
-                    "cross-replica context.")
-            state.add(grads, variables)
-            context.merge_call(_maybe_apply, args=(state, original_apply, variables))
-        return apply
-
-    private.wrap_optimizer_method(optimizer, "apply", accumulating_apply)
+    attached.of_optimizer(optimizer).accumulation = state
     if optimizer.built:
         state.build(private.optimizer_variables(optimizer))
     return optimizer
@@ -115,6 +84,24 @@ class _State:
                                      name="steps_since_sync")
         self.built = True
 
+    def apply(self, original_apply, grads, trainable_variables=None):
+        """The optimizer's `apply`: adds to the sums; at a sync point, `original_apply`s them."""
+        optimizer = self.optimizer
+        if not optimizer.built:
+            optimizer.build(list(trainable_variables))
+        built_for = private.optimizer_variables(optimizer)
+        variables = list(trainable_variables or built_for)
+        if not self.built:
+            self.build(built_for)
+        context = tf.distribute.get_replica_context()
+        if context is None:
+            raise ValueError(
+                "An optimizer with steps_per_sync > 1 must apply gradients in replica "
+                "context (inside strategy.run, as Keras fit does). Received: a call in "
+                "cross-replica context.")
+        self.add(grads, variables)
+        context.merge_call(_maybe_apply, args=(self, original_apply, variables))
+
     def _sum(self, variable):
         return self.sums[private.variable_index(self.optimizer, variable)]
 
@@ -138,7 +125,7 @@ def _maybe_apply(distribution, state, apply, variables):
 
     def update():
         def replica_update():
-            apply(state.take(variables), variables)
+            apply(state.optimizer, state.take(variables), variables)
 
         distribution.extended.call_for_each_replica(replica_update)
         return tf.constant(True)

@@ -11,6 +11,7 @@ from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
 from mgpu_tf.compat import attached
+from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 
 __all__ = ["attach", "settings", "prepare", "install"]
@@ -60,6 +61,7 @@ def prepare(model, strategy):
         install(model.optimizer, strategy, **chosen)
     original = model.compile
 
+    # Keras has no hook after compile, where the optimizer first exists: this model's is wrapped.
     @functools.wraps(original)
     def compile(*args, **kwargs):
         original(*args, **kwargs)
@@ -97,25 +99,22 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         The optimizer that now all-reduces this way.
     """
     optimizer = _innermost(optimizer)
-    if getattr(optimizer, _MARK, None) is not None:
+    record = attached.of_optimizer(optimizer)
+    if record.communication is not None:
         return optimizer
     compression = check_compression(compression)
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
     if transport == "tcp" or wire is not None:
         # Checked before the ring connects, so a missing name fails fast.
         private.require(optimizer, _ALL_REDUCE, argument="optimizer")
+        patches.install("optimizer")
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
-        _replace_all_reduce(optimizer, functools.partial(
-            transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire))
+        record.all_reduce = functools.partial(
+            transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
     elif wire is not None:
-        _replace_all_reduce(optimizer, functools.partial(compressed_all_reduce, wire_dtype=wire))
+        record.all_reduce = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
-    object.__setattr__(optimizer, _MARK, (compression, steps_per_sync, transport))
+    record.communication = (compression, steps_per_sync, transport)
     return optimizer
-
-
-def _replace_all_reduce(optimizer, all_reduce):
-    """Makes `all_reduce` sum the optimizer's `(gradient, variable)` pairs over replicas."""
-    private.wrap_optimizer_method(optimizer, "_all_reduce_sum_gradients", lambda _: all_reduce)

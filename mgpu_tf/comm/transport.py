@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from mgpu_tf import compat
 from mgpu_tf.comm import compression
+from mgpu_tf.compat import attached
 from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
@@ -20,8 +21,6 @@ __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_r
 TRANSPORTS = ("tensorflow", "tcp")
 # How long a transfer waits for a neighbour when no timeout_seconds was given.
 DEFAULT_TIMEOUT_SECONDS = 600.0
-
-_RINGS = weakref.WeakKeyDictionary()
 
 
 def check_transport(value):
@@ -73,8 +72,9 @@ def connect(strategy, *, timeout_seconds=None):
             than one replica per worker.
         mgpu_tf.comm.ring.PeerLostError: when a neighbour does not connect in time.
     """
-    if strategy in _RINGS:
-        return _RINGS[strategy]
+    record = attached.of_strategy(strategy)
+    if record.connection is not None:
+        return record.connection
     tasks, rank = _workers(strategy)
     if strategy.num_replicas_in_sync != len(tasks):
         raise ValueError(
@@ -95,7 +95,7 @@ def connect(strategy, *, timeout_seconds=None):
         raise
     weakref.finalize(strategy, made.close)  # the receiving thread would keep it alive
     made = Connection(made, _ordering_token(strategy))
-    _RINGS[strategy] = made
+    record.connection = made
     # The step's logs take the ring too: one collective fewer per step.
     compat.set_log_mean(strategy,
                         lambda logs: ring_all_reduce(made, logs, "logs") / made.ring.size)

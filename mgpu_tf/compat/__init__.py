@@ -1,8 +1,8 @@
 """Fixes for upstream Keras and TensorFlow bugs, and the private names mgpu_tf touches.
 
 `multi_worker` (keras-team/keras#20585, #19246), `collective_keys`, `keras_steps`,
-`keras_train_step`, `native_logs`; `private`, `private_trainer`, `private_callbacks` and
-`versions` hold every private name touched.
+`keras_train_step`, `native_logs`, installed by `patches`; `private`, `private_trainer`,
+`private_callbacks` and `versions` hold every private name touched.
 
 Design: docs/design.md#multi-worker-workarounds
 """

@@ -28,15 +28,19 @@ class StrategyRecord:
     position: object = None
     # Weak references to the adaptive shares of data sets sharded for it, oldest first.
     adaptive: list = dataclasses.field(default_factory=list)
+    # Records in the TFRecord files sharded for it, by (path, size, modification time).
+    record_counts: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False)
 class OptimizerRecord:
     """What mgpu_tf keeps for one Keras optimizer."""
 
-    # How its gradients cross the wire, once installed (comm.prepare).
+    # The (compression, steps_per_sync, transport) comm.prepare installed; None before.
     communication: object = None
-    # Its gradient sums between syncs (comm.accumulation).
+    # Sums its (gradient, variable) pairs over replicas in place of Keras' all-reduce.
+    all_reduce: object = None
+    # Its gradient sums between syncs, which build and apply go through (comm.accumulation).
     accumulation: object = None
 
 

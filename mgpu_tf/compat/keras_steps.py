@@ -17,8 +17,8 @@ import warnings
 from mgpu_tf.compat import keras_train_step, private, private_trainer, versions
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
-           "check_steps_per_execution", "step_fixes_apply", "source_fingerprints",
-           "use_inline_steps"]
+           "check_steps_per_execution", "step_fixes_apply", "step_fixes_installed",
+           "source_fingerprints", "use_inline_steps"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -122,6 +122,15 @@ def apply_step_fixes(*, keras_version=None):
                       "jit_compile work under tf.distribute strategies "
                       "(TensorFlowTrainer.make_train_function and make_test_function).")
     return True
+
+
+def step_fixes_installed():
+    """True when Keras' trainer runs the `steps_per_execution` and `jit_compile` fix."""
+    try:
+        return getattr(private_trainer.trainer_function(f"{_TRAINER}.make_train_function"),
+                       _MARK, False)
+    except private.PrivateNameError:
+        return False
 
 
 def _wants_fix(model):

@@ -9,13 +9,13 @@ Design: docs/design.md#multi-worker-workarounds
 
 import functools
 import logging
-import weakref
 
-from mgpu_tf.compat import private_trainer, versions
+from mgpu_tf.compat import attached, private_trainer, versions
 
 __all__ = [
     "KERAS_20585_VERSIONS",
     "apply_multi_worker_fixes",
+    "fixes_installed",
     "float_positions",
     "log_mean_function",
     "multi_worker_fixes_apply",
@@ -100,6 +100,14 @@ def apply_multi_worker_fixes(*, keras_version=None):
     return True
 
 
+def fixes_installed():
+    """True when Keras' trainer runs the multi-worker fixes."""
+    try:
+        return getattr(private_trainer.trainer_function(_REDUCE), _MARK, False)
+    except private_trainer.PrivateNameError:
+        return False
+
+
 def _skip(reason):
     versions.log_once(f"not patching Keras for keras-team/keras#20585: {reason}.")
 
@@ -147,9 +155,6 @@ def _mean_over_replicas(original):
     return reduce_per_replica
 
 
-_LOG_MEANS = weakref.WeakKeyDictionary()
-
-
 def set_log_mean(strategy, mean):
     """Makes `strategy`'s workers average their step logs with `mean` instead of a collective.
 
@@ -157,15 +162,12 @@ def set_log_mean(strategy, mean):
     replica per worker) and returns the mean over workers. `mgpu_tf.comm.transport`
     sets it so that logs travel over the same ring as the gradients.
     """
-    _LOG_MEANS[strategy] = mean
+    attached.of_strategy(strategy).log_mean = mean
 
 
 def log_mean_function(strategy):
     """Returns the `mean` that `set_log_mean` gave `strategy`, or None when it has none."""
-    try:
-        return _LOG_MEANS.get(strategy)
-    except TypeError:  # not weak-referenceable: nothing was set
-        return None
+    return attached.of_strategy(strategy).log_mean
 
 
 def float_positions(logs):

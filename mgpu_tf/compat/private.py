@@ -20,11 +20,13 @@ __all__ = [
     "functional_nodes",
     "is_functional",
     "nested_layers",
+    "optimizer_class_method",
     "optimizer_variables",
     "reinitialize_variable",
     "require",
     "sequential_graph",
     "set_collective_key_base",
+    "set_optimizer_class_method",
     "set_optional_spec",
     "variable_index",
     "wrap_optimizer_method",
@@ -158,6 +160,38 @@ def wrap_optimizer_method(optimizer, name, wrap):
     # object.__setattr__: Keras' optimizer would track the function as state.
     object.__setattr__(optimizer, name, replacement)
     return replacement
+
+
+def _optimizer_owner(name):
+    """The Keras optimizer class that defines method `name`, and its name in `KNOWN`."""
+    import keras
+
+    if name not in _OPTIMIZER_METHODS:
+        raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
+                         f"Received: name={name!r}")
+    known = f"{'TFOptimizer' if name.startswith('_') else 'BaseOptimizer'}.{name}"
+    for owner in keras.optimizers.Optimizer.__mro__:
+        if name in vars(owner):
+            return owner, known
+    raise missing(known, "the Keras installation")
+
+
+def optimizer_class_method(name):
+    """Returns the method `name` (as `wrap_optimizer_method` takes) of Keras' optimizer classes.
+
+    Raises:
+        ValueError: for another `name`.
+        PrivateNameError: when no optimizer class defines it.
+    """
+    owner, known = _optimizer_owner(name)
+    return method(owner, known, "the Keras installation")
+
+
+def set_optimizer_class_method(name, function):
+    """Puts `function` in place of `optimizer_class_method(name)` for every optimizer."""
+    owner, _ = _optimizer_owner(name)
+    optimizer_class_method(name)
+    setattr(owner, name, function)
 
 
 # ------------------------------------------------------------------ TensorFlow

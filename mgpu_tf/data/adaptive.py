@@ -16,11 +16,13 @@ import weakref
 import numpy as np
 
 from mgpu_tf.cluster import detect
+from mgpu_tf.compat import attached
+from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import split
 
-__all__ = ["AdaptiveShares", "next_shares", "live_shares", "from_weights", "choose_policy",
-           "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
+__all__ = ["AdaptiveShares", "next_shares", "hold", "live_shares", "from_weights",
+           "choose_policy", "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -29,7 +31,6 @@ DEFAULT_MAX_CHANGE = 0.5
 # Shares within 10% of their targets stay as they are.
 DEFAULT_TOLERANCE = 0.1
 _WAIT_SECONDS = 600.0
-_LIVE = []  # weak references, in the order the data sets were made
 
 
 def _normalised(values):
@@ -109,8 +110,6 @@ def from_weights(weights, global_batch_size, num_workers, replicas_per_worker):
         logger.warning("mgpu_tf: MGPU_TF_SHARD_WEIGHTS=%s does not give %d positive "
                        "weights; adaptive shards start even.", initial, units)
         initial = None
-    split.replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker,
-                              initial or [1] * units)
     return AdaptiveShares(global_batch_size, num_workers, replicas_per_worker, initial)
 
 
@@ -129,10 +128,17 @@ def choose_policy(policy, source_kind):
         "policy='auto', or fixed weights with this policy.")
 
 
-def live_shares():
-    """The `AdaptiveShares` of this process' adaptive data sets still in use, oldest first."""
-    alive = [ref() for ref in _LIVE]
-    _LIVE[:] = [ref for ref, shares in zip(_LIVE, alive) if shares is not None]
+def hold(strategy, shares):
+    """Keeps `shares` in the record of `strategy`, where the callbacks find them."""
+    record = attached.of_strategy(order.keras_strategy(strategy))
+    record.adaptive.append(weakref.ref(shares))
+
+
+def live_shares(strategy):
+    """The `AdaptiveShares` of `strategy`'s adaptive data sets still in use, oldest first."""
+    record = attached.of_strategy(order.keras_strategy(strategy))
+    alive = [ref() for ref in record.adaptive]
+    record.adaptive[:] = [ref for ref, shares in zip(record.adaptive, alive) if shares is not None]
     return [shares for shares in alive if shares is not None]
 
 
@@ -153,12 +159,15 @@ class AdaptiveShares:
 
     def __init__(self, global_batch_size, num_workers, replicas_per_worker, initial=None, *,
                  max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE):
+        self.units = num_workers if num_workers > 1 else replicas_per_worker
+        start = _normalised(initial if initial is not None else [1.0] * self.units)
+        # Epoch 0's split, which also checks that the replicas can share the batch.
+        self.first_batch_sizes = split.replica_batch_sizes(
+            global_batch_size, num_workers, replicas_per_worker, list(start))
         self.global_batch_size = int(global_batch_size)
         self.num_workers = num_workers
         self.replicas_per_worker = replicas_per_worker
-        self.units = num_workers if num_workers > 1 else replicas_per_worker
         self.max_change, self.tolerance = max_change, tolerance
-        start = _normalised(initial if initial is not None else [1.0] * self.units)
         # Every unit keeps at least one example per replica per step.
         per_unit = replicas_per_worker if num_workers > 1 else 1
         self.minimum = per_unit / self.global_batch_size
@@ -167,7 +176,6 @@ class AdaptiveShares:
         self._driven = False
         self._cond = threading.Condition()
         self.last_read = None  # when a pipeline last read the shares (time.monotonic())
-        _LIVE.append(weakref.ref(self))
 
     # ------------------------------------------------------------------ reading
 

@@ -1,7 +1,7 @@
 """Where training is in its data: the epoch and the step the next input pipeline starts at.
 
 An epoch's order is a function of the seed and the epoch number only; a callback (`DataOrder` or
-`BackupAndRestore`) sets the position that pipelines read.
+`BackupAndRestore`) sets the `Position` held by the model's strategy, which its pipelines read.
 
 Design: docs/design.md#data-order-across-restarts
 """
@@ -12,63 +12,92 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["Reader", "epoch_seed", "follow", "release", "resume_at", "set_epoch", "position"]
+from mgpu_tf.compat import attached
+from mgpu_tf.compat import private
+
+__all__ = ["Position", "Reader", "epoch_seed", "follow", "keras_strategy", "position_of"]
 
 logger = logging.getLogger("mgpu_tf")
 
 _GRAPH_SEED = 87654321
-_lock = threading.Lock()
-_state = {"driven": False, "epoch": 0, "skip": 0, "resume": None, "run": 0, "told": False}
+# Log-once: the hint about DataOrder is given once per process.
+_told = set()
+_lock = threading.Lock()  # makes each strategy one Position; guards `_told`
 
 
-def resume_at(epoch, steps_done):
-    """Training resumes at `epoch`, with its first `steps_done` steps already done."""
+class Position:
+    """Where training is in the data of one strategy: callbacks set it, pipelines read it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._driven, self._epoch, self._skip = False, 0, 0
+        self._resume = None  # (epoch, steps done) a backup resumes at
+        self._run = 0  # counts the fits, so a reader knows a new one began
+
+    def resume_at(self, epoch, steps_done):
+        """Training resumes at `epoch`, with its first `steps_done` steps already done."""
+        with self._lock:
+            self._resume = (int(epoch), int(steps_done)) if steps_done else None
+
+    def set_epoch(self, epoch):
+        """Epoch `epoch` starts: from its first step, or where `resume_at` said."""
+        with self._lock:
+            resume = self._resume
+            self._skip = resume[1] if resume and resume[0] == epoch else 0
+            self._driven, self._epoch = True, int(epoch)
+
+    def release(self):
+        """Training ended: pipelines count their own iterators again."""
+        with self._lock:
+            self._driven, self._epoch, self._skip, self._resume = False, 0, 0, None
+            self._run += 1
+
+    def current(self):
+        """`(epoch, steps to skip)` when a callback drives the position, else `None`."""
+        driven = self.driven()
+        return driven and driven[:2]
+
+    def driven(self):
+        """`(epoch, steps to skip, which fit)` when a callback drives the position, else `None`."""
+        with self._lock:
+            return (self._epoch, self._skip, self._run) if self._driven else None
+
+
+def keras_strategy(strategy):
+    """The strategy a Keras model trained under `strategy` reports as `distribute_strategy`."""
+    # model_parallel and hybrid models run outside any scope: under the default strategy.
+    if isinstance(strategy, tf.distribute.Strategy):
+        return strategy
+    return private.default_strategy()
+
+
+def position_of(strategy):
+    """The `Position` of the data of models trained under `strategy`, made on first use."""
+    record = attached.of_strategy(keras_strategy(strategy))
     with _lock:
-        _state["resume"] = (int(epoch), int(steps_done)) if steps_done else None
-
-
-def set_epoch(epoch):
-    """Epoch `epoch` starts: from its first step, or where `resume_at` said."""
-    with _lock:
-        resume = _state["resume"]
-        skip = resume[1] if resume and resume[0] == epoch else 0
-        _state.update(driven=True, epoch=int(epoch), skip=skip)
-
-
-def release():
-    """Training ended: pipelines count their own iterators again."""
-    with _lock:
-        _state.update(driven=False, epoch=0, skip=0, resume=None, run=_state["run"] + 1)
-
-
-def position():
-    """`(epoch, steps to skip)` when a callback drives the position, else `None`."""
-    driven = _driven()
-    return driven and driven[:2]
-
-
-def _driven():
-    """`(epoch, steps to skip, which fit)` when a callback drives the position, else `None`."""
-    with _lock:
-        return (_state["epoch"], _state["skip"], _state["run"]) if _state["driven"] else None
+        if record.position is None:
+            record.position = Position()
+        return record.position
 
 
 class Reader:
-    """One input pipeline's view of the position, read when one of its iterators starts.
+    """One input pipeline's view of a `Position`, read when one of its iterators starts.
 
     Args:
+        position: the `Position` it reads.
         shuffled: the epoch decides the order; then a second iterator with nothing
             driving the position logs, once per process, how to make the order
             follow the epoch.
     """
 
-    def __init__(self, shuffled=False):
+    def __init__(self, position, shuffled=False):
+        self._position = position
         self._iterators = 0
         self._shuffled = shuffled
         self._last = None  # (epoch, run) of the previous iterator read while driven
 
     def __call__(self):
-        driven = _driven()
+        driven = self._position.driven()
         if driven is None:
             return self._next_iterator()
         epoch, skip, run = driven
@@ -94,18 +123,19 @@ class Reader:
 
 def _tell_once(message):
     with _lock:
-        if _state["told"]:
+        if _told:
             return
-        _state["told"] = True
+        _told.add(True)
     logger.info(message)
 
 
-def follow(build, steps=None, *, skip_unit=1, shuffled=False):
-    """Batches of the epoch at the position: `build(epoch)` with the done steps skipped.
+def follow(build, position, steps=None, *, skip_unit=1, shuffled=False):
+    """Batches of the epoch at `position`: `build(epoch)` with the done steps skipped.
 
     Args:
         build: a function of the epoch (a scalar `tf.int64` tensor) returning the
             epoch's batches.
+        position: the `Position` it reads.
         steps: batches per epoch, when known: the result then says so
             (`cardinality()`) though a resumed epoch yields fewer.
         skip_unit: batches per step. Defaults to 1.
@@ -114,7 +144,7 @@ def follow(build, steps=None, *, skip_unit=1, shuffled=False):
     Returns:
         A `tf.data.Dataset` that reads the position each time it is iterated.
     """
-    reader = Reader(shuffled)
+    reader = Reader(position, shuffled)
 
     def read(_):
         epoch, skip = tf.numpy_function(reader, [], (tf.int64, tf.int64), stateful=True)

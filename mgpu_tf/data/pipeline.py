@@ -213,10 +213,10 @@ def _replica_epoch(request, plan, worker, replica, epoch):
 
 
 def _replica_dataset(request, plan, worker, replica):
-    """One replica's batches of the epoch at the position (`mgpu_tf.data.order`)."""
+    """One replica's batches of the epoch at its strategy's position (`mgpu_tf.data.order`)."""
     return _finish(order.follow(
-        lambda epoch: _replica_epoch(request, plan, worker, replica, epoch), plan.steps,
-        shuffled=request.seed is not None))
+        lambda epoch: _replica_epoch(request, plan, worker, replica, epoch),
+        order.position_of(request.strategy), plan.steps, shuffled=request.seed is not None))
 
 
 def _worker_epoch(request, plan, worker, epoch):
@@ -244,7 +244,8 @@ def _worker_dataset(request, plan, worker):
     # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
     return _finish(order.follow(
         lambda epoch: _worker_epoch(request, plan, worker, epoch),
-        skip_unit=plan.replicas_per_worker, shuffled=request.seed is not None))
+        order.position_of(request.strategy), skip_unit=plan.replicas_per_worker,
+        shuffled=request.seed is not None))
 
 
 def distribute(request, plan):

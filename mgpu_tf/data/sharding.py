@@ -12,6 +12,7 @@ import os
 
 import tensorflow as tf
 
+from mgpu_tf.compat import attached
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
@@ -35,9 +36,10 @@ class _Request:
         self.adaptive = adaptive.from_weights(weights, global_batch_size, self.num_workers,
                                               self.replicas_per_worker)
         if self.adaptive is not None:
-            weights = list(self.adaptive.shares_for(0, wait=False))
-        self.batch_sizes = split.replica_batch_sizes(
-            global_batch_size, self.num_workers, self.replicas_per_worker, weights)
+            self.batch_sizes = self.adaptive.first_batch_sizes
+        else:
+            self.batch_sizes = split.replica_batch_sizes(
+                global_batch_size, self.num_workers, self.replicas_per_worker, weights)
         self.weighted = weights is not None
         if not isinstance(drop_remainder, bool):
             raise TypeError(
@@ -232,7 +234,8 @@ def _make_plan(request):
                   replicas_per_worker=request.replicas_per_worker,
                   drop_remainder=request.drop_remainder, reason=request.reason)
     if request.source_kind == "files":
-        counts = [shard_source.count_file(path) for path in request.files]
+        known = attached.of_strategy(request.strategy).record_counts
+        counts = [shard_source.count_file(path, known) for path in request.files]
         if not sum(counts):
             raise _empty_source(request)
         if request.policy == plan_lib.ShardPolicy.DATA:
@@ -328,4 +331,7 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse, training)
-    return shard_pipeline.distribute(request, _make_plan(request))
+    distributed = shard_pipeline.distribute(request, _make_plan(request))
+    if request.adaptive is not None:
+        adaptive.hold(strategy, request.adaptive)
+    return distributed

@@ -13,9 +13,7 @@ __all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file"
 
 logger = logging.getLogger("mgpu_tf")
 
-# (path, size, modification time) -> number of records.
-_RECORD_COUNTS = {}
-_reported = set()
+_reported = set()  # log-once
 
 
 def _batch_op(dataset):
@@ -94,10 +92,10 @@ def count(dataset):
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
-def count_file(path):
-    """Records in a TFRecord file, read once per file version and kept."""
+def count_file(path, known):
+    """Records in a TFRecord file, read once per file version into the dict `known`."""
     stat = tf.io.gfile.stat(path)
     key = (path, stat.length, stat.mtime_nsec)
-    if key not in _RECORD_COUNTS:
-        _RECORD_COUNTS[key] = count(tf.data.TFRecordDataset(path))
-    return _RECORD_COUNTS[key]
+    if key not in known:
+        known[key] = count(tf.data.TFRecordDataset(path))
+    return known[key]

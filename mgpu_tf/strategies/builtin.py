@@ -11,7 +11,7 @@ from mgpu_tf.base import options as _options  # noqa: F401 - declares the option
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
-from mgpu_tf.compat import keras_steps
+from mgpu_tf.compat import patches
 
 __all__ = ["build_multi_worker"]
 
@@ -22,7 +22,7 @@ def _build_default(settings):
 
 def _build_one_device(settings):
     device = (settings.devices or devices_lib.local_devices())[0]
-    keras_steps.apply_step_fixes()
+    patches.install("steps")
     return tf.distribute.OneDeviceStrategy(device)
 
 
@@ -41,8 +41,7 @@ def _build_mirrored(settings):
         devices = devices_lib.local_devices("GPU")[: settings.num_gpus] or None
     else:
         devices = settings.devices or devices_lib.local_devices()
-    compat.apply_multi_worker_fixes()  # also keras-team/keras#19246 on one machine
-    keras_steps.apply_step_fixes()
+    patches.install("multi_worker", "steps")  # also keras-team/keras#19246 on one machine
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(settings.all_reduce, settings.num_packs)
@@ -66,8 +65,7 @@ def build_multi_worker(settings):
     if config is not None and config.num_workers > 1:
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
-    compat.apply_multi_worker_fixes()
-    keras_steps.apply_step_fixes()
+    patches.install("multi_worker", "steps")
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=communication
     )

@@ -57,12 +57,12 @@ def build(initial, seconds):
 def seen(strategy, data, x, epoch):
     """This worker's example ids in each step of `epoch`, found by their features."""
     index = {row.tobytes(): i for i, row in enumerate(x)}
-    order.set_epoch(epoch)
+    order.position_of(strategy).set_epoch(epoch)
     steps = []
     for batch in data:
         parts = strategy.experimental_local_results(batch[0])
         steps.append([index[row.tobytes()] for part in parts for row in part.numpy()])
-    order.release()
+    order.position_of(strategy).release()
     return steps
 
 
@@ -76,7 +76,7 @@ def main(directory):
                                       strategy)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  GLOBAL_BATCH, weights="adaptive")
-    shares = adaptive.live_shares()[0]
+    shares = adaptive.live_shares(strategy)[0]
     monitor = mgpu_tf.callbacks.TrainingMonitor(log_dir=directory / "tb")
     history = model.fit(data, epochs=EPOCHS, callbacks=[monitor], verbose=0, shuffle=False)
     report("WEIGHTS", sharding_problem.to_json(model.get_weights()))

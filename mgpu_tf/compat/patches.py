@@ -1,0 +1,42 @@
+"""The patches mgpu_tf makes to Keras: installed here, each once, and listed by `mgpu-tf env`.
+
+Design: docs/design.md#state-on-objects
+"""
+
+from mgpu_tf.compat import keras_steps, multi_worker, optimizer_hooks
+
+__all__ = ["PATCHES", "install", "installed"]
+
+# (name, what it does, install, whether it is in place). Each install is idempotent.
+PATCHES = (
+    ("multi_worker",
+        "fit/evaluate/predict under MultiWorkerMirroredStrategy and with replicas' batches "
+        "of different sizes (keras-team/keras#20585, #19246)",
+        multi_worker.apply_multi_worker_fixes, multi_worker.fixes_installed),
+    ("steps",
+        "steps_per_execution and jit_compile under tf.distribute strategies",
+        keras_steps.apply_step_fixes, keras_steps.step_fixes_installed),
+    ("optimizer",
+        "optimizer build, apply and all-reduce follow the optimizer's record "
+        "(steps_per_sync, compression, transport='tcp')",
+        optimizer_hooks.install, optimizer_hooks.installed),
+)
+
+
+def install(*names):
+    """Installs the patches `names` (all when none) that apply to this Keras; returns `installed()`.
+
+    Calling it again changes nothing; a patch that does not apply logs why.
+    """
+    known = {name: install for name, _, install, _ in PATCHES}
+    for name in names or known:
+        if name not in known:
+            raise ValueError(f"`names` must be among {', '.join(known)}. "
+                             f"Received: {name!r}")
+        known[name]()
+    return installed()
+
+
+def installed():
+    """`{name: what it does}` of the patches in place now."""
+    return {name: what for name, what, _, present in PATCHES if present()}

@@ -1,0 +1,43 @@
+"""Keras patches: installed in one place, each once, listed; optimizers keep Keras' code
+unless their record asks otherwise."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mgpu_tf
+from mgpu_tf.comm import accumulation
+from mgpu_tf.compat import attached, patches, private
+
+
+def test_installing_twice_changes_nothing():
+    patches.install()
+    first = {name: private.optimizer_class_method(name)
+             for name in ("build", "apply", "_all_reduce_sum_gradients")}
+    assert patches.install() == patches.installed()
+    assert {name: private.optimizer_class_method(name) for name in first} == first
+    assert set(patches.installed()) == {"multi_worker", "steps", "optimizer"}
+
+
+def test_an_unknown_patch_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="`names` must be among multi_worker, steps, optimizer"):
+        patches.install("speed")
+
+
+def test_an_optimizer_with_an_empty_record_takes_keras_update():
+    patches.install("optimizer")
+    variable = keras.Variable(np.array([1.0, 2.0], "float32"))
+    optimizer = keras.optimizers.SGD(0.5)
+    optimizer.apply([tf.constant([0.2, -0.4])], [variable])
+    np.testing.assert_allclose(variable.numpy(), [0.9, 2.2], rtol=1e-6)
+    assert attached.of_optimizer(optimizer).accumulation is None
+
+
+def test_accumulation_leaves_the_optimizers_own_methods_alone():
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        optimizer = keras.optimizers.SGD(0.1)
+    accumulation.accumulate(optimizer, strategy, 2)
+    assert not {"build", "apply"} & set(vars(optimizer))
+    assert attached.of_optimizer(optimizer).accumulation is not None
