@@ -42,6 +42,8 @@ class OptimizerRecord:
     all_reduce: object = None
     # Its gradient sums between syncs, which build and apply go through (comm.accumulation).
     accumulation: object = None
+    # Its updates and slots follow each variable's device (model_parallel.placement).
+    placed: bool = False
 
 
 def _record(owner, make):

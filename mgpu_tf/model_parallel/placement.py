@@ -8,7 +8,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from mgpu_tf.compat import private
+from mgpu_tf.compat import attached, private
 
 __all__ = ["place_variables", "place_optimizer", "device_of"]
 
@@ -37,7 +37,8 @@ def place_optimizer(optimizer, devices_by_variable):
 
     `devices_by_variable` is `{id(tf.Variable): device}` for the model's variables.
     """
-    if getattr(optimizer, "_mgpu_tf_placed", False):
+    record = attached.of_optimizer(optimizer)
+    if record.placed:
         return
 
     def device(variable):
@@ -57,7 +58,8 @@ def place_optimizer(optimizer, devices_by_variable):
                 return add_variable_from_reference(reference_variable, *args, **kwargs)
         return add
 
+    # Per instance: each optimizer class has its own update_step, which no one patch reaches.
     private.wrap_optimizer_method(optimizer, "update_step", placed_update_step)
     private.wrap_optimizer_method(optimizer, "add_variable_from_reference",
                                   placed_add_variable_from_reference)
-    optimizer._mgpu_tf_placed = True
+    record.placed = True
