@@ -1,16 +1,24 @@
 """absl flags that choose the strategy, defined next to the user's own flags.
 
+Imported before TensorFlow, it keeps TensorFlow's start-up lines out of the job's output.
+
 Design: docs/design.md#flags
 """
 
 from absl import flags
 
-import mgpu_tf
-from mgpu_tf.base import devices as devices_lib
-from mgpu_tf.base import options as options_lib
-from mgpu_tf.base import registry
-from mgpu_tf.compat import keras_steps
-from mgpu_tf.strategies import factory
+from mgpu_tf.compat import native_logs
+
+# A script with these flags is a job: TensorFlow's own lines stay out of its output
+# (TF_CPP_MIN_LOG_LEVEL or -v shows them); set up before TensorFlow is imported.
+_QUIET = native_logs.quiet_start()
+
+import mgpu_tf  # noqa: E402
+from mgpu_tf.base import devices as devices_lib  # noqa: E402
+from mgpu_tf.base import options as options_lib  # noqa: E402
+from mgpu_tf.base import registry  # noqa: E402
+from mgpu_tf.compat import keras_steps  # noqa: E402
+from mgpu_tf.strategies import factory  # noqa: E402
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 
@@ -134,4 +142,7 @@ def strategy_options(flag_values=flags.FLAGS):
 def make_strategy_from_flags(flag_values=flags.FLAGS):
     """Returns `make_strategy(*strategy_options(flag_values))`'s strategy."""
     kind, options = strategy_options(flag_values)
-    return factory.make_strategy(kind, **options)
+    try:
+        return factory.make_strategy(kind, **options)
+    finally:
+        _QUIET.release()  # TensorFlow has started: what it writes from now on shows

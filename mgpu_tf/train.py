@@ -1,9 +1,9 @@
 """The main training job: `python -m mgpu_tf.train [--strategy=...]`.
 
 Trains a small Keras classifier under the strategy the flags choose, on scikit-learn's 8x8
-digits or synthetic data, and ends with one line:
+digits or synthetic data, and ends with one line (test_: on the held-out split):
 
-    done: strategy=NAME replicas=N examples_per_sec=X loss=Y accuracy=Z
+    done: strategy=NAME replicas=N examples_per_sec=X test_loss=Y test_accuracy=Z
 
 Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """
@@ -167,8 +167,8 @@ def _fit(strategy, prepared, *, epochs, verbose, backup_dir, monitor=False,
         "strategy": strategies.strategy_kind(strategy),
         "replicas": strategy.num_replicas_in_sync,
         "examples_per_sec": throughput.examples_per_sec,
-        "loss": float(loss),
-        "accuracy": float(accuracy),
+        "test_loss": float(loss),
+        "test_accuracy": float(accuracy),
     }
 
 
@@ -179,8 +179,8 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
     The options are the flags of the same names (`jit_compile` and `steps_per_execution` go to
-    `model.compile`). Returns `{"strategy", "replicas", "examples_per_sec", "loss",
-    "accuracy"}`, loss and accuracy on the held-out split.
+    `model.compile`). Returns `{"strategy", "replicas", "examples_per_sec", "test_loss",
+    "test_accuracy"}`.
     """
     prepared = _prepare(strategy, dataset=dataset, global_batch_size=global_batch_size,
                         width=width, learning_rate=learning_rate,
@@ -195,8 +195,8 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
 def format_result(result):
     """The job's last line."""
     return (f"done: strategy={result['strategy']} replicas={result['replicas']} "
-            f"examples_per_sec={result['examples_per_sec']:.1f} loss={result['loss']:.4f} "
-            f"accuracy={result['accuracy']:.4f}")
+            f"examples_per_sec={result['examples_per_sec']:.1f} "
+            f"test_loss={result['test_loss']:.4f} test_accuracy={result['test_accuracy']:.4f}")
 
 
 def main(argv):

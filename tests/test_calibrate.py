@@ -21,7 +21,8 @@ def test_propose_weights_against_hand_computed_ratios():
 
 def test_parse_speed_takes_the_last_figure():
     text = ("Epoch 1\nexamples_per_sec=5\n"
-            "done: strategy=mirrored replicas=1 examples_per_sec=812.5 loss=0.1 accuracy=0.9")
+            "done: strategy=mirrored replicas=1 examples_per_sec=812.5 test_loss=0.1 "
+            "test_accuracy=0.9")
     assert calibrate.parse_speed(text) == 812.5
     assert calibrate.parse_speed("calibrate: examples_per_sec=1.5e3") == 1500.0
     assert calibrate.parse_speed("no figure") is None

@@ -1,20 +1,27 @@
 """`mgpu-tf env`: the facts a bug report needs."""
 
 import json
+import os
 import subprocess
 import sys
 
 import keras
+import pytest
 import tensorflow as tf
 
 import mgpu_tf
 
 
+def _run(*args, env):
+    # PYTHONPATH (conftest.py): the mgpu_tf under test, not another installed copy.
+    env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env}
+    return subprocess.run([sys.executable, "-m", "mgpu_tf.cli", "env", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 def _env(extra=None):
-    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-    env.update(extra or {})
-    result = subprocess.run([sys.executable, "-m", "mgpu_tf.cli", "env"], env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = _run(env={"TF_CPP_MIN_LOG_LEVEL": "3", **(extra or {})})
     rows = dict(line.split(None, 1) if "  " not in line else
                 [part.strip() for part in line.split("  ", 1)]
                 for line in result.stdout.splitlines() if line.strip())
@@ -59,3 +66,23 @@ def test_an_invalid_tf_config_is_named_and_fails_the_command():
                                     '"task": {"type": "worker", "index": 3}}'})
     assert code == 1
     assert rows["cluster"].startswith("INVALID: TF_CONFIG['task']['index'] must be in 0..0")
+
+
+# TensorFlow's C++ start-up lines on a machine without a GPU.
+NATIVE = ("cpu_feature_guard", "cudart_stub", "cuInit")
+
+
+def test_tensorflows_start_up_lines_stay_out_of_the_report():
+    # As a user runs it: no TF_CPP_MIN_LOG_LEVEL.
+    result = _run(env={})
+    assert result.returncode == 0, result.stderr
+    assert [m for m in NATIVE if m in result.stderr] == [], result.stderr
+    assert result.stdout.startswith("mgpu_tf "), result.stdout
+
+
+@pytest.mark.parametrize("args, env", [(["-v"], {}), ([], {"TF_CPP_MIN_LOG_LEVEL": "0"})],
+                         ids=["-v", "TF_CPP_MIN_LOG_LEVEL=0"])
+def test_verbose_or_tensorflows_variable_shows_them(args, env):
+    result = _run(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert [m for m in NATIVE if m in result.stderr] == list(NATIVE), result.stderr

@@ -1,6 +1,7 @@
 """Balancing: the partitioners minimise the heaviest stage, on valid cuts only."""
 
 import itertools
+import logging
 
 import keras
 import numpy as np
@@ -138,3 +139,14 @@ def test_plan_prints_one_line_per_stage():
     model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], balance="uniform")
     text = [str(s) for s in model.plan]
     assert text[0].startswith("stage 0 on /device:CPU:0: 2 layers (dense_0 .. dense_1)")
+
+
+def test_the_cut_is_logged_in_one_line(caplog):
+    # Bytes of dense_0..3 (8 inputs, float32): (8*16+16)*4, (16*16+16)*4 twice, (16+1)*4 =
+    # 576, 1088, 1088, 68; the lightest heaviest stage of two is 576+1088 | 1088+68.
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        model = mgpu_tf.ModelParallel(models.mlp(), DEVICES[:2], microbatches=4)
+    lines = [r.getMessage() for r in caplog.records if "ModelParallel cut" in r.getMessage()]
+    assert lines == [
+        f"mgpu_tf: ModelParallel cut {model.model.name!r} into 2 stages (balance='params', "
+        "4 micro-batches): 2 + 2 layers on /device:CPU:0, /device:CPU:1, 1664 + 1156 bytes."]

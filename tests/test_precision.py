@@ -104,5 +104,5 @@ def test_main_job_trains_on_two_workers(policy):
     for index in (0, 1):
         done = main_job.parse_done(outputs[index])
         assert (done["strategy"], done["replicas"]) == ("multi_worker", 2)
-        assert np.isfinite(done["loss"])
-        assert done["accuracy"] > 0.5  # ten digit classes: chance is 0.1
+        assert np.isfinite(done["test_loss"])
+        assert done["test_accuracy"] > 0.5  # ten digit classes: chance is 0.1

@@ -9,12 +9,17 @@ import platform
 import sys
 
 from mgpu_tf.cli import parsing
+from mgpu_tf.compat import native_logs
 
 __all__ = ["add_parser", "env_command", "environment_report"]
 
 
 def add_parser(subparsers):
-    return parsing.add_command(subparsers, env_command, __doc__)
+    parser = parsing.add_command(subparsers, env_command, __doc__)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show TensorFlow's own log lines (its C++ start-up lines, "
+                             "such as why no GPU was found)")
+    return parser
 
 
 def environment_report():
@@ -68,7 +73,12 @@ def _patch_rows():
 
 
 def env_command(args):
-    rows = environment_report()
+    quiet = None if args.verbose else native_logs.quiet_start()
+    try:
+        rows = environment_report()
+    finally:
+        if quiet is not None:
+            quiet.release()
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

@@ -1,12 +1,13 @@
-"""TensorFlow's native start-up lines, kept out of the main job's output unless asked for.
+"""TensorFlow's own log lines, kept out of a job's output unless asked for.
 
 `quiet_start()` drops the C++ lines `TF_CPP_MIN_LOG_LEVEL` does not reach
-(abseil/abseil-cpp#1718).
+(abseil/abseil-cpp#1718), and TensorFlow's Python INFO lines unless absl's `-v` is given.
 
 Design: docs/design.md#native-logs
 """
 
 import atexit
+import logging
 import os
 import re
 import sys
@@ -22,6 +23,20 @@ _NOISE = re.compile(
     r"|[IW]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] "
     # No GPU driver: mgpu_tf's own line says what `auto` chose without a GPU.
     r"|E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] failed call to cuInit: ")
+
+
+class _UnlessVerbose(logging.Filter):
+    """Passes a record of TensorFlow's Python logger at WARNING and up, or when `-v` was given."""
+
+    def filter(self, record):
+        if record.levelno >= logging.WARNING:
+            return True
+        from absl import flags  # parsed by the time TensorFlow logs while training
+
+        return "verbosity" in flags.FLAGS and bool(flags.FLAGS["verbosity"].present)
+
+
+_PYTHON_INFO = _UnlessVerbose()
 
 
 def is_start_up_noise(line):
@@ -65,14 +80,16 @@ class _Nothing:
 
 
 def quiet_start(environ=os.environ):
-    """Quiets TensorFlow's start-up unless `TF_CPP_MIN_LOG_LEVEL` is set; call before importing it.
+    """Quiets TensorFlow unless `TF_CPP_MIN_LOG_LEVEL` is set; call before importing it.
 
     Returns an object whose `release()` ends the filtering of standard error (call it once
-    the strategy is built); the filtering also ends at exit.
+    the strategy is built); the filtering also ends at exit. TensorFlow's Python INFO
+    lines stay hidden for the life of the process, unless absl's `-v`/`--verbosity` is given.
     """
     if LEVEL_VARIABLE in environ:
         return _Nothing()
     environ[LEVEL_VARIABLE] = QUIET_LEVEL
+    logging.getLogger("tensorflow").addFilter(_PYTHON_INFO)
     try:
         return _Filter()
     except OSError:  # no file descriptor 2 to filter (a detached process)

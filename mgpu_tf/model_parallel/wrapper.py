@@ -4,6 +4,7 @@ Design: docs/design.md#the-model-parallel-wrapper
 """
 
 import dataclasses
+import logging
 import numbers
 
 import keras
@@ -21,6 +22,8 @@ from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import recompute as recompute_lib
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
+
+logger = logging.getLogger("mgpu_tf")
 
 _TIME_SAMPLE_ROWS = 32
 
@@ -145,6 +148,7 @@ class ModelParallel(keras.Model):
         if deferred_batch_norm and microbatches > 1:
             self._deferred = batchnorm.DeferredBatchNorm(batchnorm.batch_norm_layers(model))
         self._plan = _plan(graph, counts, devices, seconds)
+        _log_cut(model.name, self._plan, balance, microbatches)
         for stage, device in zip(self._plan, self._devices):
             placement.place_variables(
                 [u.operation for u in graph.units if u.name in stage.layers], device)
@@ -334,3 +338,15 @@ def _plan(graph, counts, devices, seconds):
             seconds=None if seconds is None else float(sum(seconds[start:start + count]))))
         start += count
     return tuple(plans)
+
+
+def _log_cut(name, plan, balance, microbatches):
+    """Says how the model was cut, as `auto` and sharding say what they chose."""
+    if isinstance(balance, balance_lib.Balance):
+        balance = balance.value
+    layers = " + ".join(str(len(stage.layers)) for stage in plan)
+    param_bytes = " + ".join(str(stage.param_bytes) for stage in plan)
+    devices = ", ".join(stage.device for stage in plan)
+    logger.info("mgpu_tf: ModelParallel cut %r into %d stages (balance=%r, %d micro-batches): "
+                "%s layers on %s, %s bytes.", name, len(plan), balance, microbatches,
+                layers, devices, param_bytes)

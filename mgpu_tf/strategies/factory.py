@@ -14,6 +14,7 @@ from mgpu_tf.base import options as options_lib
 from mgpu_tf.base.registry import OPTIONS, entries, entry, register_strategy
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.comm import prepare as communication
+from mgpu_tf.compat import native_logs
 from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
 from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
@@ -86,7 +87,15 @@ def make_strategy(kind="auto", **options):
         TypeError: for an unknown option or a value of the wrong type.
         ValueError: for a value or combination that strategy cannot use.
     """
-    settings = options_lib.parse_options(kind, options)
+    # The runtime may start here: its start-up lines stay out (TF_CPP_MIN_LOG_LEVEL shows them).
+    quiet = native_logs.quiet_start()
+    try:
+        return _build(options_lib.parse_options(kind, options))
+    finally:
+        quiet.release()
+
+
+def _build(settings):
     if settings.kind == "auto":
         options = {k: v for k, v in settings.items() if k not in options_lib.AUTO_ONLY}
         name, reason = auto_choice(**options)

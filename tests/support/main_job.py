@@ -1,6 +1,6 @@
 """The last line of the main job (`python -m mgpu_tf.train`), read back.
 
-    done: strategy=NAME replicas=N examples_per_sec=X loss=Y accuracy=Z
+    done: strategy=NAME replicas=N examples_per_sec=X test_loss=Y test_accuracy=Z
 """
 
 import re
@@ -10,10 +10,11 @@ __all__ = ["DONE", "parse_done", "assert_trained_alike"]
 _NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|nan|inf"
 DONE = re.compile(rf"^done: strategy=(?P<strategy>\w+) replicas=(?P<replicas>\d+) "
                   rf"examples_per_sec=(?P<examples_per_sec>-?(?:{_NUMBER})) "
-                  rf"loss=(?P<loss>-?(?:{_NUMBER})) accuracy=(?P<accuracy>-?(?:{_NUMBER}))$",
+                  rf"test_loss=(?P<test_loss>-?(?:{_NUMBER})) "
+                  rf"test_accuracy=(?P<test_accuracy>-?(?:{_NUMBER}))$",
                   re.MULTILINE)
-_TYPES = {"strategy": str, "replicas": int, "examples_per_sec": float, "loss": float,
-          "accuracy": float}
+_TYPES = {"strategy": str, "replicas": int, "examples_per_sec": float, "test_loss": float,
+          "test_accuracy": float}
 
 
 def parse_done(output):
@@ -44,5 +45,5 @@ def assert_trained_alike(results, who, *, strategy="multi_worker", replicas=2):
         assert code == 0, output[-3000:]
         done = parse_done(output)
         assert (done["strategy"], done["replicas"]) == (strategy, replicas), done
-        finals.append((done["loss"], done["accuracy"]))
+        finals.append((done["test_loss"], done["test_accuracy"]))
     assert len(set(finals)) == 1, f"the {who} disagree on the final loss and accuracy: {finals}"
