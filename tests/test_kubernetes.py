@@ -225,8 +225,24 @@ def test_restarts_without_a_backup_are_pointed_out(capsys):
     assert code == 0 and out.startswith("---")
     assert "the command has no --backup_dir" in err
     code, out, err = _k8s(capsys, "--format", "jobset", "--workers", "2", "--max_restarts",
-                          "3", "--image", "i", "--", *_TRAIN, "--backup_dir=/ckpt")
+                          "3", "--image", "i", "--", *_TRAIN, "--backup_dir=gs://b/ckpt")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["--workers", "2"], ["--format", "jobset", "--workers", "2"],
+    ["--format", "jobset", "--workers", "2", "--max_restarts", "3"], ["--format", "tfjob",
+                                                                     "--workers", "2"]])
+@pytest.mark.parametrize("backup", [["--backup_dir=/ckpt/mnist"], ["--backup-dir", "/ckpt/mnist"]])
+def test_a_backup_dir_without_a_volume_is_pointed_out_whatever_the_restarts(capsys, args,
+                                                                             backup):
+    code, out, err = _k8s(capsys, *args, "--image", "i", "--", *_TRAIN, *backup)
+    assert code == 0 and out.startswith("---")
+    assert err == ("mgpu-tf k8s: note: the manifests mount no volume at "
+                   "--backup_dir=/ckpt/mnist: without one the backup stays on the pod's own "
+                   "disk and is lost with it, and a new start trains from the first epoch. "
+                   "Add a PersistentVolumeClaim mounted there to the pod template, or give a "
+                   "bucket (gs://..., s3://...).\n")
 
 
 def test_the_deployment_guides_jobset_command_gives_what_it_describes(capsys):
@@ -236,7 +252,8 @@ def test_the_deployment_guides_jobset_command_gives_what_it_describes(capsys):
     assert argv[-2] == ">", argv
     code = cli_main(argv[1:-2])
     out, err = capsys.readouterr()
-    assert code == 0 and err == "", err
+    assert code == 0 and "mount no volume at --backup_dir=/ckpt/mnist" in err, err
+    assert "mount no volume" in " ".join(text.split())
     (jobset,) = yaml.safe_load_all(out)
     _validate_jobset(jobset)
     (worker,) = jobset["spec"]["replicatedJobs"]
