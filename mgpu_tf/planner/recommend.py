@@ -167,9 +167,10 @@ def _layout(option, workers):
     where = "" if option.name == "model" else f" in each of {workers} workers"
     text = (f"a pipeline of {option.stages} stages, one per device{where}, each stage "
             f"processing all {_examples(option.batch)}")
-    if option.options.get("recompute"):
-        text += (f", recomputing over {option.options.get('microbatches', 1)} "
-                 "micro-batches")
+    if option.options.get("microbatches", 1) > 1 and option.options.get("recompute"):
+        text += f", recomputing over {option.options['microbatches']} micro-batches"
+    elif option.options.get("recompute"):
+        text += ", recomputing"
     return text
 
 
@@ -221,7 +222,7 @@ def _does_not_fit(memory, options, count, workers, batch, slots, device_memory, 
                             math.ceil(batch / workers), slots, device_memory, *pipeline)
         thinnest = _data(memory, math.ceil(batch / workers), workers, batch, slots,
                          device_memory)
-        hint = (f"No number of these devices holds it: {_layout(deepest, workers)}, needs "
+        hint = (f"No number of these devices holds it: even {_layout(deepest, workers)}, needs "
                 f"{size(deepest.peak)}, and {_layout(thinnest, workers)}, "
                 f"{size(thinnest.peak)}. Use devices with more memory")
     return PlanError(
