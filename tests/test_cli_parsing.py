@@ -67,12 +67,18 @@ def test_a_wrong_option_is_answered_by_the_sub_commands_usage(capsys, command):
     assert f"mgpu-tf {command}: error: unrecognized arguments: --bogus" in err
 
 
-def test_a_command_without_double_dash_gets_a_hint(capsys):
-    code, _, err = _exit(capsys, ["launch", "--workers", "2", "python", "-m", "mgpu_tf.train",
-                                  "--strategy=multi_worker"])
-    assert code == 2
-    assert "unrecognized arguments: -m mgpu_tf.train --strategy=multi_worker." in err
-    assert "put the command after `--`: mgpu-tf launch [OPTIONS] -- COMMAND" in err
+@pytest.mark.parametrize("command", [
+    ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"],  # with options of its own
+    ["python", "train.py"],                                          # without
+])
+@pytest.mark.parametrize("sub", [["launch", "--workers", "2"], ["calibrate", "--workers", "2"],
+                                 ["k8s", "--image", "i", "--workers", "2"]])
+def test_a_command_without_double_dash_is_refused_alike(capsys, sub, command):
+    code, out, err = _exit(capsys, [*sub, *command])
+    assert code == 2 and out == ""
+    assert (f"mgpu-tf {sub[0]}: error: the command must come after `--`, with or without "
+            f"options of its own. Received: {' '.join(command)}. Fix: put the command after "
+            f"`--`: mgpu-tf {sub[0]} [OPTIONS] -- COMMAND [ITS OPTIONS]") in err, err
 
 
 def test_a_wrong_option_before_double_dash_gets_no_hint(capsys):

@@ -10,9 +10,12 @@ loopback by MGPU_TF_HOST_OVERRIDE.
 import copy
 import functools
 import json
+import os
 import pathlib
 import re
 import shlex
+import subprocess
+import sys
 
 import jsonschema
 import kubernetes_validate
@@ -76,7 +79,7 @@ def test_indexed_job_has_a_headless_service_and_stable_pod_names(capsys):
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == service["metadata"]["name"] == "mnist"
     container = pod["containers"][0]
-    assert container["command"] == _TRAIN
+    assert container["command"][:2] == ["/bin/sh", "-c"] and container["args"] == _TRAIN
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
     # Kubernetes names pod i of an Indexed Job `<job>-<i>`; with the subdomain that is
     # `<job>-<i>.<service>`. Every pod must find the same cluster, and itself in it.
@@ -222,8 +225,24 @@ def test_restarts_without_a_backup_are_pointed_out(capsys):
     assert code == 0 and out.startswith("---")
     assert "the command has no --backup_dir" in err
     code, out, err = _k8s(capsys, "--format", "jobset", "--workers", "2", "--max_restarts",
-                          "3", "--image", "i", "--", *_TRAIN, "--backup_dir=/ckpt")
+                          "3", "--image", "i", "--", *_TRAIN, "--backup_dir=gs://b/ckpt")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["--workers", "2"], ["--format", "jobset", "--workers", "2"],
+    ["--format", "jobset", "--workers", "2", "--max_restarts", "3"], ["--format", "tfjob",
+                                                                     "--workers", "2"]])
+@pytest.mark.parametrize("backup", [["--backup_dir=/ckpt/mnist"], ["--backup-dir", "/ckpt/mnist"]])
+def test_a_backup_dir_without_a_volume_is_pointed_out_whatever_the_restarts(capsys, args,
+                                                                             backup):
+    code, out, err = _k8s(capsys, *args, "--image", "i", "--", *_TRAIN, *backup)
+    assert code == 0 and out.startswith("---")
+    assert err == ("mgpu-tf k8s: note: the manifests mount no volume at "
+                   "--backup_dir=/ckpt/mnist: without one the backup stays on the pod's own "
+                   "disk and is lost with it, and a new start trains from the first epoch. "
+                   "Add a PersistentVolumeClaim mounted there to the pod template, or give a "
+                   "bucket (gs://..., s3://...).\n")
 
 
 def test_the_deployment_guides_jobset_command_gives_what_it_describes(capsys):
@@ -233,12 +252,82 @@ def test_the_deployment_guides_jobset_command_gives_what_it_describes(capsys):
     assert argv[-2] == ">", argv
     code = cli_main(argv[1:-2])
     out, err = capsys.readouterr()
-    assert code == 0 and err == "", err
+    assert code == 0 and "mount no volume at --backup_dir=/ckpt/mnist" in err, err
+    assert "mount no volume" in " ".join(text.split())
     (jobset,) = yaml.safe_load_all(out)
     _validate_jobset(jobset)
     (worker,) = jobset["spec"]["replicatedJobs"]
     assert worker["name"] == "worker" and "mnist-worker-0-i.mnist" in text
     assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 3
+
+
+# ------------------------------------------------------------------ TF_CONFIG in the pod
+
+
+def _pod_container(documents, job):
+    for doc in documents:
+        if doc["kind"] == "Job" and doc["metadata"]["name"] == job:
+            return doc["spec"]["template"]["spec"]["containers"][0]
+        for replicated in doc["spec"].get("replicatedJobs", ()):
+            if f"{doc['metadata']['name']}-{replicated['name']}-0" == job:
+                return replicated["template"]["spec"]["template"]["spec"]["containers"][0]
+    raise AssertionError(f"no Job {job}")
+
+
+def _run_pod_command(container, environ, *args):
+    """Runs the container's command as the pod would, with `args` in place of its own."""
+    return subprocess.run([*container["command"], *args], capture_output=True, text=True,
+                          env=dict(environ, PATH=os.environ["PATH"]), timeout=60)
+
+
+_MIX = ["--name", "mix", "--port", "3000", "--node_pool", "a100:2:3", "--node_pool", "t4:1"]
+
+
+@pytest.mark.parametrize("args, pods, hosts", [
+    (["--workers", "3", "--name", "mnist"], [("mnist", 0, 0), ("mnist", 2, 2)],
+     ["mnist-0.mnist:2222", "mnist-1.mnist:2222", "mnist-2.mnist:2222"]),
+    (_MIX, [("mix-a100", 1, 1), ("mix-t4", 0, 2)],
+     ["mix-a100-0.mix:3000", "mix-a100-1.mix:3000", "mix-t4-0.mix:3000"]),
+    (["--format", "jobset", *_MIX], [("mix-a100-0", 0, 0), ("mix-t4-0", 0, 2)],
+     ["mix-a100-0-0.mix:3000", "mix-a100-0-1.mix:3000", "mix-t4-0-0.mix:3000"]),
+])
+def test_each_pod_exports_the_tf_config_plain_tensorflow_reads(capsys, monkeypatch, args,
+                                                               pods, hosts):
+    import tensorflow as tf
+
+    documents = _manifests(capsys, "--image", "i", *args)
+    for job, index, task in pods:
+        container = _pod_container(documents, job)
+        environ = kubernetes.pod_environment(documents, job, index)
+        run = _run_pod_command(container, environ, "/bin/sh", "-c", 'printf %s "$TF_CONFIG"')
+        assert run.returncode == 0 and run.stderr == "", run.stderr
+        monkeypatch.setenv("TF_CONFIG", run.stdout)
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        assert resolver.cluster_spec().as_dict() == {"worker": hosts}
+        assert (resolver.task_type, resolver.task_id) == ("worker", task)
+        # mgpu_tf sees the same cluster from the MGPU_TF_* variables, or from TF_CONFIG.
+        for view in (environ, dict(environ, TF_CONFIG=run.stdout)):
+            config = cluster.detect_cluster(view)
+            assert (config.cluster, config.task_index) == ({"worker": hosts}, task)
+
+
+def test_the_pod_runs_the_command_given_and_needs_its_index(capsys):
+    documents = _manifests(capsys, "--workers", "2", "--image", "i", "--name", "mnist")
+    container = _pod_container(documents, "mnist")
+    environ = kubernetes.pod_environment(documents, "mnist", 1)
+    run = _run_pod_command(container, environ, sys.executable, "-c",
+                           "import sys; print(sys.argv[1:])", "a b", "$HOME")
+    assert (run.returncode, run.stdout) == (0, "['a b', '$HOME']\n"), run.stderr
+    del environ["JOB_COMPLETION_INDEX"]
+    run = _run_pod_command(container, environ, "/bin/sh", "-c", "echo ran")
+    assert run.returncode != 0 and run.stdout == ""
+    assert "JOB_COMPLETION_INDEX" in run.stderr and "Indexed Job" in run.stderr
+
+
+def test_a_job_of_one_worker_runs_its_command_without_tf_config(capsys):
+    _, job = _manifests(capsys, "--workers", "1", "--image", "i")
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == _TRAIN and "args" not in container
 
 
 # ------------------------------------------------------------------ TFJob
@@ -338,12 +427,13 @@ def test_two_pods_of_the_manifest_train_to_the_end(capsys):
     documents = _manifests(capsys, "--workers", "2", "--gpus_per_worker", "0",
                            "--image", "img:1", "--name", "mnist",
                            command=[*_TRAIN, "--epochs=2"])
-    job = documents[1]
-    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert command[0] == "python"
+    container = documents[1]["spec"]["template"]["spec"]["containers"][0]
+    command, args = container["command"], container["args"]
+    assert args[0] == "python"
     ports = launcher.free_ports(2)
     override = ",".join(f"mnist-{i}.mnist=127.0.0.1:{port}" for i, port in enumerate(ports))
     environments = [dict(kubernetes.pod_environment(documents, "mnist", i),
                          MGPU_TF_HOST_OVERRIDE=override) for i in range(2)]
-    results = workers.run_with_environments(command[1:], environments)
+    # As the pod runs it: the shell exports TF_CONFIG, which make_strategy then reads first.
+    results = workers.run_together([[*command, sys.executable, *args[1:]]] * 2, environments)
     main_job.assert_trained_alike(results, "pods")

@@ -108,3 +108,50 @@ def test_run_alone_stops_a_worker_at_its_time_limit():
 def test_run_alone_refuses_an_index_outside_the_group(index):
     with pytest.raises(launcher.LaunchError, match="`index` must be between 0 and 1"):
         launcher.run_alone(["true"], index, 2)
+
+
+@pytest.mark.parametrize("script_args", [
+    ["does_not_exist.py"], ["-u", "does_not_exist.py", "--epochs=2"],
+    ["-W", "ignore", "does_not_exist.py"], ["-Xdev", "does_not_exist.py"]])
+def test_a_python_script_that_does_not_exist_is_refused_before_any_worker_starts(
+        capsys, tmp_path, monkeypatch, script_args):
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["launch", "--workers", "2", "--", sys.executable, *script_args])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", out  # no worker wrote a line: none started
+    assert err == (f"mgpu-tf launch: The script that {sys.executable} runs must be a file. "
+                   f"Received: 'does_not_exist.py', which does not exist (in {os.getcwd()}). "
+                   "Check the path, or give -m MODULE for a module.\n")
+
+
+@pytest.mark.parametrize("args", [["-c", "pass"], ["-m", "json.tool", "--help"],
+                                  ["-uc", "pass"], ["-W", "error", "-c", "pass"]])
+def test_python_without_a_script_file_starts(args):
+    out = io.StringIO()
+    assert launcher.launch([sys.executable, *args], 1, output=out) == 0, out.getvalue()
+
+
+def test_a_worker_that_fails_on_its_own_is_not_said_to_be_stopped(tmp_path):
+    # Worker 1 ignores SIGTERM and fails by itself after worker 0 has failed; worker 2
+    # is still running and is stopped.
+    ready = tmp_path / "ready"
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, signal, sys, time
+        index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+        if index == 0:
+            while not os.path.exists({str(ready)!r}):
+                time.sleep(0.05)
+            sys.exit(3)
+        if index == 1:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            open({str(ready)!r}, "w").close()
+            time.sleep(1)
+            sys.exit(5)
+        time.sleep(300)
+    """))
+    out = io.StringIO()
+    assert launcher.launch([sys.executable, str(script)], 3, output=out, grace_seconds=5) == 3
+    assert out.getvalue().splitlines()[-1] == (
+        "mgpu-tf launch: worker 0 failed with exit code 3; worker 1 also failed with exit "
+        "code 5; stopped worker 2.")

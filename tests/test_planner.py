@@ -106,10 +106,97 @@ def test_a_very_large_model_on_several_workers_gets_both():
 def test_a_model_that_does_not_fit_even_split_says_by_how_much():
     even = models.mlp((1024, 1024, 1024, 1), inputs=1024)  # three layers of ~28 MiB with Adam
     with pytest.raises(PlanError, match=r"The model does not fit the devices even fully split: "
-                       r"over 2 device\(s\) its fullest stage needs 44.* but each device has "
-                       r"30.00 MiB, 14.* short\. .*Use 3 devices per machine"):
+                       r"the layout needing the least, a pipeline of 2 stages, one per device, "
+                       r"each stage processing all 8 examples, needs 44.* on its fullest device, "
+                       r"which has 30.00 MiB: 14.* short\. .*Use 3 devices per machine: a "
+                       r"pipeline of 3 stages"):
         mgpu_tf.plan(even, devices=2, device_memory="30MiB", global_batch_size=8,
                      measure_compute=False)
+
+
+def _sequence_model():
+    """Six Dense layers over 64 positions: small weights, large activations."""
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((64, 32))]
+                            + [keras.layers.Dense(64, activation="gelu") for _ in range(5)]
+                            + [keras.layers.Dense(10)])
+
+
+def test_the_message_names_one_layout_and_the_fewest_devices_that_fit():
+    model = _sequence_model()
+    with pytest.raises(PlanError) as caught:
+        mgpu_tf.plan(model, devices=4, device_memory="1.1MiB", global_batch_size=64,
+                     measure_compute=False)
+    message = str(caught.value)
+    # Over the 4 devices, a recomputing pipeline needs least: each of its stages sees the
+    # whole batch, in micro-batches.
+    assert message.startswith(
+        "The model does not fit the devices even fully split: the layout needing the least, "
+        "a pipeline of 4 stages, one per device, each stage processing all 64 examples, "
+        "recomputing over 64 micro-batches, needs "), message
+    assert "Received: devices=4, workers=1, device_memory=1.10 MiB, global_batch_size=64. " \
+        in message
+    found = re.search(r"Use (\d+) devices per machine: data parallel over \1 devices, "
+                      r"(\d+) examples? each, needs", message)
+    assert found, message
+    # Checked against plans for those devices: they fit, and one device fewer does not.
+    devices = int(found.group(1))
+    fits = mgpu_tf.plan(model, devices=devices, device_memory="1.1MiB", global_batch_size=64,
+                        measure_compute=False).recommended
+    assert (fits.name, fits.fits, fits.batch) == ("data", True, int(found.group(2)))
+    with pytest.raises(PlanError):
+        mgpu_tf.plan(model, devices=devices - 1, device_memory="1.1MiB", global_batch_size=64,
+                     measure_compute=False)
+
+
+_SIZE = r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB)"
+_ROW = re.compile(rf"\d+\s+(?P<name>\w+)\s+\S+\s+\d+x\d+\s+(?P<batch>\d+)\s+(?P<total>{_SIZE})"
+                  rf"\s+(?P<state>{_SIZE})\s+(?P<activations>{_SIZE})\s+"
+                  rf"(?P<temporaries>{_SIZE})\s+(yes|no)")
+
+
+def _bytes(text):
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 2**10, "MiB": MiB, "GiB": 2**30}[unit]
+
+
+def _table_rows(result):
+    rows = [_ROW.match(line) for line in result.table().splitlines()[1:]]
+    return {row["name"]: row for row in rows if row}
+
+
+def test_each_row_of_the_table_adds_up_and_says_what_its_parts_are():
+    model = models.mlp((16, 1), inputs=8)  # 161 float32 weights
+    result = mgpu_tf.plan(model, devices=4, device_memory="1GiB", global_batch_size=32,
+                          measure_compute=False)
+    rows = _table_rows(result)
+    assert sorted(rows) == ["data", "model"]
+    # Weights, gradients and Adam's two slots: 4 copies of 161 x 4 bytes on a data device;
+    # the first stage holds the first layer, 8 x 16 + 16 weights.
+    assert rows["data"]["state"] == memory.format_size(161 * 4 * 4)
+    assert rows["model"]["state"] == memory.format_size(144 * 4 * 4)
+    # 8 examples per device: the input, tanh's output and the output, 4 bytes each.
+    assert rows["data"]["activations"] == memory.format_size(8 * (8 + 16 + 1) * 4)
+    for row in rows.values():
+        parts = sum(_bytes(row[k]) for k in ("state", "activations", "temporaries"))
+        assert _bytes(row["total"]) == pytest.approx(parts, abs=0.015 * 2**10), row.groupdict()
+    text = str(result)
+    assert "per device, on the fullest device = params+grads+opt (weights, gradients, " \
+        "optimizer slots)\n  + activations" in text
+    assert "each stage of a\n  pipeline (model, hybrid) processes all of them" in text
+
+
+def test_a_stage_holds_less_state_than_the_whole_model_and_sees_the_whole_batch():
+    # The report: a 1x4 pipeline's row showed more "params+grads+opt" than the whole model
+    # needs under data parallelism; that column held the temporaries too.
+    model = _sequence_model()
+    rows = _table_rows(mgpu_tf.plan(model, devices=4, device_memory="64MiB",
+                                    global_batch_size=64, measure_compute=False))
+    whole = 16 * model.count_params()  # float32 weights, gradients and two Adam slots
+    assert rows["data"]["state"] == memory.format_size(whole)
+    assert _bytes(rows["model"]["state"]) < whole / 2
+    assert (int(rows["data"]["batch"]), int(rows["model"]["batch"])) == (16, 64)
+    assert _bytes(rows["model"]["activations"]) > _bytes(rows["data"]["activations"])
 
 
 def test_the_step_time_is_the_ring_all_reduce_cost_model_without_jitter():
@@ -154,7 +241,7 @@ def test_auto_in_a_cluster_with_a_model_too_big_for_one_device_chooses_hybrid():
 
 def test_auto_with_a_model_that_never_fits_fails_before_training():
     with pytest.raises(PlanError, match="does not fit the devices even fully split"):
-        mgpu_tf.make_strategy("auto", model=planner_models.lopsided(), device_memory="2MiB")
+        mgpu_tf.make_strategy("auto", model=planner_models.lopsided(), device_memory="1.2MiB")
 
 
 def test_device_memory_without_a_model_is_refused():

@@ -46,6 +46,7 @@ def main(argv=None):
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         parser.print_help()
         return 2
-    if unknown:
-        parsing.report_unknown(commands[args.command], unknown, argv)
+    command = getattr(args, "cmd", None)
+    if unknown or (command and "--" not in argv):
+        parsing.report_unknown(commands[args.command], unknown, argv, command)
     return args.run(args)

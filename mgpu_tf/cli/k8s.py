@@ -55,11 +55,26 @@ def k8s_command(args):
     except kubernetes.ManifestError as error:
         print(f"mgpu-tf k8s: {error}", file=sys.stderr)
         return 2
-    if args.max_restarts and not any(part.startswith(("--backup_dir", "--backup-dir"))
-                                     for part in args.cmd):
+    backup = _backup_dir(args.cmd)
+    if backup is None and args.max_restarts:
         # A restarted pod starts on a fresh disk: without a backup it trains from the start.
         print("mgpu-tf k8s: note: the command has no --backup_dir, so a restarted group "
               "starts training again from the first epoch. Add --backup_dir=DIR on storage "
               "every pod mounts (a PersistentVolume or a bucket) to resume.", file=sys.stderr)
+    elif backup is not None and "://" not in backup:
+        print(f"mgpu-tf k8s: note: the manifests mount no volume at --backup_dir={backup}: "
+              "without one the backup stays on the pod's own disk and is lost with it, and a "
+              "new start trains from the first epoch. Add a PersistentVolumeClaim mounted "
+              "there to the pod template, or give a bucket (gs://..., s3://...).",
+              file=sys.stderr)
     sys.stdout.write(kubernetes.to_yaml(documents))
     return 0
+
+
+def _backup_dir(command):
+    """The value of the command's `--backup_dir` (or `--backup-dir`), or `None`."""
+    for k, part in enumerate(command):
+        name, sep, value = part.partition("=")
+        if name in ("--backup_dir", "--backup-dir"):
+            return value if sep else (command[k + 1] if k + 1 < len(command) else "")
+    return None

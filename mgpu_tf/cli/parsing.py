@@ -47,13 +47,18 @@ def add_command(subparsers, run, doc, *, raw=False):
     return parser
 
 
-def report_unknown(parser, unknown, argv):
-    """Exits through `parser.error` (the sub-command's usage) for `unknown` arguments.
+def report_unknown(parser, unknown, argv, command=()):
+    """Exits through `parser.error` (the sub-command's usage) for arguments it cannot take.
 
-    Without `--` in `argv`, a sub-command that runs a command hints that they were its options.
+    `unknown` are arguments no option took; `command` the words taken as the command.
+    Without `--` in `argv`, a sub-command that runs a command refuses both alike.
     """
-    message = f"unrecognized arguments: {' '.join(unknown)}."
+    fix = f"put the command after `--`: {parser.prog} [OPTIONS] -- COMMAND [ITS OPTIONS]"
     if getattr(parser, "runs_command", False) and "--" not in argv:
-        message += (f" If they belong to the command, put the command after `--`: "
-                    f"{parser.prog} [OPTIONS] -- COMMAND [ITS OPTIONS]")
-    parser.error(message)
+        if command:
+            parser.error("the command must come after `--`, with or without options of "
+                         f"its own. Received: {' '.join([*command, *unknown])}. Fix: {fix}")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}. If they belong to the "
+                     f"command, {fix}")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}.")

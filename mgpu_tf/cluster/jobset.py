@@ -46,7 +46,8 @@ def make_jobset(name, command, *, image, pools, gpus, port, namespace, max_resta
             "restartPolicy": "Never",
             "containers": [parts.container(
                 "worker", image, command, gpus, port, "grpc",
-                {"MGPU_TF_JOB_NAME": job, **env, "MGPU_TF_RESTART": restart})],
+                {"MGPU_TF_JOB_NAME": job, **env, "MGPU_TF_RESTART": restart},
+                parts.tf_config_command(jobs, job, name, port))],
         }
         if pool.node_selector:
             pod_spec["nodeSelector"] = dict(pool.node_selector)

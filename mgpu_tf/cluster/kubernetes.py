@@ -52,8 +52,9 @@ def _indexed_jobs(name, command, image, pools, gpus, port, namespace):
         pod_spec = {
             "subdomain": name,
             "restartPolicy": "Never",
-            "containers": [_container("worker", image, command, gpus, port, "grpc",
-                                      {"MGPU_TF_JOB_NAME": job, **env})],
+            "containers": [_container(
+                "worker", image, command, gpus, port, "grpc", {"MGPU_TF_JOB_NAME": job, **env},
+                parts.tf_config_command(jobs, job, name, port))],
         }
         if pool.node_selector:
             pod_spec["nodeSelector"] = dict(pool.node_selector)

@@ -8,6 +8,7 @@ Design: docs/design.md#local-launcher
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,8 @@ RESTART_VARIABLE = "MGPU_TF_RESTART"
 TIMED_OUT = 124
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
+_STOPPED_CODES = (128 + signal.SIGTERM, 128 + signal.SIGKILL, 130)
 
 
 class LaunchError(ValueError):
@@ -80,11 +83,16 @@ def _pump(index, stream, output, lock):
 
 
 def _stop(processes, grace_seconds):
-    """SIGTERM every live process group, then SIGKILL what is left after the grace."""
+    """SIGTERM every live process group, then SIGKILL what is left after the grace.
+
+    Returns the processes that were still running when signalled.
+    """
+    signalled = []
     for p in processes:
         if p.poll() is None:
             try:
                 os.killpg(p.pid, signal.SIGTERM)
+                signalled.append(p)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace_seconds
@@ -100,6 +108,7 @@ def _stop(processes, grace_seconds):
         except (ProcessLookupError, PermissionError):
             pass
         p.wait()
+    return signalled
 
 
 def _exit_code(returncode):
@@ -138,6 +147,46 @@ def _check_program(command, env):
             f"{program!r}, which is not. Check its spelling, or give its path.")
 
 
+_PYTHON = re.compile(r"python[0-9.]*")
+# Interpreter options whose value is the next argument when not attached (`-W error`).
+_PYTHON_VALUE_OPTIONS = ("W", "X")
+
+
+def _python_script(command):
+    """The script a `python [OPTIONS] FILE ...` command runs, or `None` (`-c`, `-m`, stdin)."""
+    if not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    args = iter(command[1:])
+    for arg in args:
+        if arg == "-" or arg in ("--help", "--version"):
+            return None
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                next(args, None)
+            continue
+        if not arg.startswith("-"):
+            return arg
+        for k, letter in enumerate(arg[1:], 1):
+            if letter in "cm":
+                return None
+            if letter in _PYTHON_VALUE_OPTIONS:
+                if k == len(arg) - 1:
+                    next(args, None)
+                break
+    return None
+
+
+def _check_script(command):
+    """Raises `LaunchError` unless the script of a `python FILE` command is a file."""
+    script = _python_script(command)
+    if script is None or os.path.isfile(script):
+        return
+    what = "is a folder" if os.path.isdir(script) else "does not exist"
+    raise LaunchError(
+        f"The script that {command[0]} runs must be a file. Received: {script!r}, which "
+        f"{what} (in {os.getcwd()}). Check the path, or give -m MODULE for a module.")
+
+
 def _check_request(command, workers, port, host, env):
     """Raises `LaunchError` for a request that cannot start, before anything starts."""
     if isinstance(command, str) or not isinstance(command, (list, tuple)) or not command:
@@ -149,6 +198,7 @@ def _check_request(command, workers, port, host, env):
         raise LaunchError(f"`command` must hold strings only. Received: command={command!r}")
     worker_tf_configs(workers, port=port, host=host)
     _check_program(command, os.environ if env is None else env)
+    _check_script(command)
 
 
 def _base_environment(env):
@@ -247,7 +297,7 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
     processes, pumps = {}, []
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     failed = None  # (index, returncode) of the first worker seen failing
-    code, message = 0, None
+    code, message, report = 0, None, False
     try:
         for config in configs:
             index = config["task"]["index"]
@@ -277,26 +327,43 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
             failed = _first_failure(processes)
         failed = failed or _first_failure(processes)
         if failed is not None and code != TIMED_OUT:
-            code = _exit_code(failed[1])
-            others = [i for i in processes if i != failed[0]]
-            running = [i for i in others if processes[i].poll() is None]
-            message = f"worker {failed[0]} failed with {_describe_exit(failed[1])}"
-            if running:
-                message += f"; stopped the other workers ({', '.join(map(str, running))})."
-            elif others:
-                message += "; the other workers had already exited."
-            else:
-                message += "."
+            code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
-        code, message = 130, f"interrupted; stopped {_workers(processes)}."
+        code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
     finally:
-        _stop(list(processes.values()), grace_seconds)
+        signalled = _stop(list(processes.values()), grace_seconds)
         for pump in pumps:
             pump.join(timeout=5)
+    if report:
+        # Told after the stop: a worker still running when the first failed may fail on
+        # its own before the signal reaches it; it was not stopped.
+        message = _describe_failure(processes, failed, signalled)
     if message:
         output.write(f"mgpu-tf launch: {message}\n")
         output.flush()
     return code
+
+
+def _describe_failure(processes, failed, signalled):
+    """`worker 1 failed with exit code 7; ...`: what became of each of the others."""
+    stopped, also, exited = [], [], False
+    for i, p in processes.items():
+        if i == failed[0]:
+            continue
+        if p in signalled and _exit_code(p.returncode) in _STOPPED_CODES:
+            stopped.append(str(i))
+        elif p.returncode:
+            also.append(f"worker {i} also failed with {_describe_exit(p.returncode)}")
+        else:
+            exited = True
+    parts = [f"worker {failed[0]} failed with {_describe_exit(failed[1])}", *also]
+    if stopped and len(stopped) + 1 == len(processes):
+        parts.append(f"stopped the other workers ({', '.join(stopped)})")
+    elif stopped:
+        parts.append(f"stopped worker{'s' * (len(stopped) > 1)} {', '.join(stopped)}")
+    elif exited and not also:
+        parts.append("the other workers had already exited")
+    return "; ".join(parts) + "."
 
 
 def _workers(processes):

@@ -5,6 +5,7 @@
 """
 
 import dataclasses
+import json
 import math
 import numbers
 import re
@@ -14,7 +15,7 @@ from mgpu_tf.cluster import tf_config
 
 __all__ = ["GPU_RESOURCE", "CLUSTER_LABEL", "ManifestError", "NodePool", "parse_node_pool",
            "check_pool", "check_label", "positive_int", "container", "metadata",
-           "cluster_environment"]
+           "cluster_environment", "tf_config_command"]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The label that ties a job's pods to its headless Service.
@@ -106,10 +107,16 @@ def check_pool(pool):
     return pool
 
 
-def container(name, image, command, gpus, port, port_name, env):
-    """A container: `env` maps names to values, or to a `valueFrom` source (a dict)."""
-    spec = {"name": name, "image": image, "command": list(command),
-            "ports": [{"name": port_name, "containerPort": port}]}
+def container(name, image, command, gpus, port, port_name, env, wrapper=None):
+    """A container: `env` maps names to values, or to a `valueFrom` source (a dict).
+
+    With a `wrapper` (`tf_config_command`'s), that is the container's command and `command`
+    its arguments.
+    """
+    spec = {"name": name, "image": image, "command": list(wrapper or command)}
+    if wrapper:
+        spec["args"] = list(command)
+    spec["ports"] = [{"name": port_name, "containerPort": port}]
     if env:
         spec["env"] = [{"name": k, "valueFrom": v} if isinstance(v, dict) else
                        {"name": k, "value": v} for k, v in env.items()]
@@ -139,3 +146,23 @@ def cluster_environment(jobs, service, port):
         env["MGPU_TF_SHARD_WEIGHTS"] = ",".join(
             f"{pool.speed:g}" for _, pool in jobs for _ in range(pool.workers))
     return env
+
+
+def tf_config_command(jobs, job, service, port):
+    """The shell that exports the pod's TF_CONFIG, then runs the command (its arguments).
+
+    Worker `offset + JOB_COMPLETION_INDEX` of every Job's pods in order, each
+    `<job>-<index>.<service>:<port>`: the cluster `detect` builds from the `MGPU_TF_*`
+    variables, for scripts that build their own `tf.distribute` strategy. `None` for one
+    worker, a single machine.
+    """
+    hosts = [f"{name}-{i}.{service}:{port}" for name, pool in jobs for i in range(pool.workers)]
+    if len(hosts) == 1:
+        return None
+    offset = sum(pool.workers for name, pool in jobs[:[n for n, _ in jobs].index(job)])
+    head = json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": 0}})
+    head = head.removesuffix("0}}")
+    # Kubernetes expands only `$(NAME)` of a variable the container has: `$((` stays.
+    index = (f"$(({offset} + ${{JOB_COMPLETION_INDEX:?unset: Kubernetes sets it in the pods "
+             "of an Indexed Job}))")
+    return ["/bin/sh", "-c", f"export TF_CONFIG='{head}'{index}'}}}}' && exec \"$@\"", "sh"]

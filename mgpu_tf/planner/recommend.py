@@ -68,7 +68,7 @@ def _device_count(devices):
 
 def _pipeline(name, strategy, options, memory, pipelines, stages, batch, slots, device_memory,
               recompute, microbatches, batch_norm):
-    """A pipeline option; recomputing when only that makes the activations fit."""
+    """A pipeline option; recomputing when only that fits, or when none fits, needs least."""
     def option(mode, m):
         extra = {} if m == 1 else {"microbatches": m}
         if str(mode) != "never":
@@ -85,10 +85,13 @@ def _pipeline(name, strategy, options, memory, pipelines, stages, batch, slots, 
         return kept
     candidates = [microbatches] if microbatches else [
         2 ** i for i in range(1, batch.bit_length()) if 2 ** i <= batch]
+    tried = [kept]
     for m in candidates:
-        if m > 1 and option("except_last", m).fits:
-            return option("except_last", m)
-    return kept
+        if m > 1:
+            tried.append(option("except_last", m))
+            if tried[-1].fits:
+                return tried[-1]
+    return min(tried, key=lambda o: o.peak)  # what fails, by the least it needs
 
 
 def _options(memory, count, workers, batch, slots, device_memory, recompute=None,
@@ -148,28 +151,87 @@ def _reason(best, options, workers, compute=None):
         extra += ("; its BatchNormalization normalises each micro-batch with its own "
                   "statistics and updates the moving ones once per step "
                   "(deferred_batch_norm=True)")
-    return (f"{what}; the model needs {size(whole)} on one device, which has "
-            f"{size(best.device_memory)}; split, its fullest stage needs "
+    return (f"{what}; {_layout(options[0], workers)}, needs {size(whole)} per device, "
+            f"which has {size(best.device_memory)}; split, the fullest stage needs "
             f"{size(best.peak)}{extra}")
 
 
-def _does_not_fit(memory, options, count, workers, batch, slots, device_memory):
+def _layout(option, workers):
+    """The layout of `option` in words, e.g. "data parallel over 4 devices, 16 examples each"."""
+    if option.name == "one_device":
+        return f"one device with all {_examples(option.batch)}"
+    if option.name == "data":
+        where = "" if workers == 1 else f" of {workers} workers"
+        return (f"data parallel over {option.pipelines} devices{where}, "
+                f"{_examples(option.batch)} each")
+    where = "" if option.name == "model" else f" in each of {workers} workers"
+    text = (f"a pipeline of {option.stages} stages, one per device{where}, each stage "
+            f"processing all {_examples(option.batch)}")
+    if option.options.get("microbatches", 1) > 1 and option.options.get("recompute"):
+        text += f", recomputing over {option.options['microbatches']} micro-batches"
+    elif option.options.get("recompute"):
+        text += ", recomputing"
+    return text
+
+
+def _examples(count):
+    return f"{count} example{'s' * (count != 1)}"
+
+
+def _data(memory, devices, workers, batch, slots, device_memory):
+    """Data parallelism over `devices` per worker."""
+    share = math.ceil(batch / (devices * workers))
+    return Option("data", "mirrored" if workers == 1 else "multi_worker", {},
+                  devices * workers, 1, share, tuple(memory.footprints(share, 1, slots)),
+                  device_memory)
+
+
+def _more_devices(memory, count, workers, batch, slots, device_memory, pipeline):
+    """The layout that fits on the fewest devices per worker beyond `count`, or `None`."""
+    name = "model" if workers == 1 else "hybrid"
+    share = math.ceil(batch / workers)
+    found, high = None, share  # beyond one example per device, data parallelism idles
+    for stages in range(count + 1, memory.max_stages + 1):
+        option = _pipeline(name, name, {}, memory, workers, stages, share, slots,
+                           device_memory, *pipeline)
+        if option.fits:
+            found, high = option, min(high, stages - 1)
+            break
+    low = count + 1
+    if low <= high and _data(memory, high, workers, batch, slots, device_memory).fits:
+        while low < high:  # the memory a device needs falls as devices are added
+            middle = (low + high) // 2
+            fits = _data(memory, middle, workers, batch, slots, device_memory).fits
+            low, high = (low, middle) if fits else (middle + 1, high)
+        found = _data(memory, low, workers, batch, slots, device_memory)
+    return found
+
+
+def _does_not_fit(memory, options, count, workers, batch, slots, device_memory, pipeline):
     size = memory_lib.format_size
     best = min(options, key=lambda o: o.peak)
-    share = batch if workers == 1 else math.ceil(batch / workers)
-    needed = next((s for s in range(best.stages + 1, memory.max_stages + 1)
-                   if max(f.total for f in memory.footprints(share, s, slots)) <= device_memory),
-                  None)
-    hint = (f"Use {needed} devices per {'worker' if workers > 1 else 'machine'} (the split "
-            "that fits)" if needed else
-            f"Even cut into all {memory.max_stages} possible stages it does not fit: use "
-            "devices with more memory")
+    machine = "worker" if workers > 1 else "machine"
+    fitting = _more_devices(memory, count, workers, batch, slots, device_memory, pipeline)
+    if fitting is not None:
+        devices = fitting.stages if fitting.name != "data" else fitting.pipelines // workers
+        hint = (f"Use {devices} devices per {machine}: {_layout(fitting, workers)}, needs "
+                f"{size(fitting.peak)}; or devices with more memory")
+    else:
+        name = "model" if workers == 1 else "hybrid"
+        deepest = _pipeline(name, name, {}, memory, workers, memory.max_stages,
+                            math.ceil(batch / workers), slots, device_memory, *pipeline)
+        thinnest = _data(memory, math.ceil(batch / workers), workers, batch, slots,
+                         device_memory)
+        hint = (f"No number of these devices holds it: even {_layout(deepest, workers)}, needs "
+                f"{size(deepest.peak)}, and {_layout(thinnest, workers)}, "
+                f"{size(thinnest.peak)}. Use devices with more memory")
     return PlanError(
-        f"The model does not fit the devices even fully split: over {best.stages} device(s) "
-        f"its fullest stage needs {size(best.peak)} but each device has {size(device_memory)}, "
-        f"{size(best.shortfall)} short. Received: devices={count}, workers={workers}, "
-        f"device_memory={size(device_memory)}, global_batch_size={batch}. {hint}, a smaller "
-        "global_batch_size, or an optimizer with fewer slots (SGD keeps none).")
+        f"The model does not fit the devices even fully split: the layout needing the least, "
+        f"{_layout(best, workers)}, needs {size(best.peak)} on its fullest device, which has "
+        f"{size(device_memory)}: {size(best.shortfall)} short. Received: devices={count}, "
+        f"workers={workers}, device_memory={size(device_memory)}, global_batch_size={batch}. "
+        f"{hint}, a smaller global_batch_size, or an optimizer with fewer slots (SGD keeps "
+        "none).")
 
 
 def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
@@ -257,7 +319,8 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     options = _options(memory, count, workers, batch, slots, device_memory, recompute,
                        microbatches, bool(batchnorm.batch_norm_layers(model)))
     if not any(o.fits for o in options):
-        raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory)
+        raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory,
+                            (recompute, microbatches, bool(batchnorm.batch_norm_layers(model))))
     gradients = cost_model.gradient_bytes(model)
     data, compute, scaling, epochs = options[0], None, (), ()
     if data.fits:

@@ -90,22 +90,24 @@ class Plan:
         return self.options[0]
 
     def table(self):
-        """The options as a compact table, best first."""
+        """The options as a compact table, best first, and what its columns add up to."""
         size = memory_lib.format_size
         rows = [f"{'rank':<5}{'option':<11}{'strategy':<15}{'layout':<10}{'batch':>7}"
-                f"{'per device':>13}{'params+grads+opt':>18}{'activations':>13}{'fits':>6}"
-                f"{'step':>11}{'efficiency':>12}"]
+                f"{'per device':>13}{'params+grads+opt':>18}{'activations':>13}"
+                f"{'temporaries':>13}{'fits':>6}{'step':>11}{'efficiency':>12}"]
         for rank, option in enumerate(self.options, 1):
             fullest = max(option.footprints, key=lambda f: f.total)
+            state = fullest.params + fullest.gradients + fullest.optimizer
             step = "-" if option.step_seconds is None else f"{option.step_seconds * 1e3:.1f} ms"
             efficiency = "-" if option.efficiency is None else f"{option.efficiency:.0%}"
             fits = "yes" if option.fits else "no"
             rows.append(
                 f"{rank:<5}{option.name:<11}{option.strategy:<15}"
                 f"{f'{option.pipelines}x{option.stages}':<10}{option.batch:>7}"
-                f"{size(option.peak):>13}{size(fullest.total - fullest.activations):>18}"
-                f"{size(fullest.activations):>13}{fits:>6}{step:>11}{efficiency:>12}")
-        return "\n".join(rows)
+                f"{size(option.peak):>13}{size(state):>18}{size(fullest.activations):>13}"
+                f"{size(fullest.total - state - fullest.activations):>13}{fits:>6}{step:>11}"
+                f"{efficiency:>12}")
+        return "\n".join(rows + _TABLE_NOTES)
 
     def scaling_table(self):
         """The data-parallel prediction over device counts, one row per count."""
@@ -141,7 +143,8 @@ class Plan:
                              pipelines=o.pipelines, stages=o.stages, batch=o.batch,
                              peak=o.peak, fits=o.fits, step_seconds=o.step_seconds,
                              efficiency=o.efficiency,
-                             footprints=[dataclasses.asdict(f) for f in o.footprints])
+                             footprints=[dict(dataclasses.asdict(f), total=f.total)
+                                         for f in o.footprints])
                         for o in self.options],
             "scaling": [p.as_dict() for p in self.scaling],
             "epochs": [e.as_dict() for e in self.epochs],
@@ -161,6 +164,15 @@ class Plan:
             text += (f"\ndata parallel over 1 to {self.scaling[-1].devices} devices "
                      f"({self.schedule.name} schedule):\n" + self.scaling_table())
         return text
+
+
+_TABLE_NOTES = [
+    "layout: model copies x devices per copy. batch: examples per copy per step; each stage of a",
+    "  pipeline (model, hybrid) processes all of them, each data-parallel device its own share.",
+    "per device, on the fullest device = params+grads+opt (weights, gradients, optimizer slots)",
+    "  + activations (kept for the backward pass, with the input batch) + temporaries (the most",
+    "  other tensors alive at once add, or the optimizer update's workspace beyond the",
+    "  activations when that is larger: the activations are freed by then)."]
 
 
 def _duration(seconds):
