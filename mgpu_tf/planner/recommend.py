@@ -13,6 +13,7 @@ from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import cost_model
 from mgpu_tf.planner import epoch as epoch_lib
 from mgpu_tf.planner import interconnect as interconnect_lib
+from mgpu_tf.planner import layouts
 from mgpu_tf.planner import memory as memory_lib
 from mgpu_tf.planner import speed as speed_lib
 from mgpu_tf.planner import step_model
@@ -66,64 +67,6 @@ def _device_count(devices):
                     f"list of device names. Received: devices={devices!r}")
 
 
-def _pipeline(name, strategy, options, memory, pipelines, stages, batch, slots, device_memory,
-              recompute, microbatches, batch_norm):
-    """A pipeline option; recomputing when only that fits, or when none fits, needs least."""
-    def option(mode, m):
-        extra = {} if m == 1 else {"microbatches": m}
-        if str(mode) != "never":
-            extra["recompute"] = str(mode)
-        if batch_norm and m > 1:
-            extra["deferred_batch_norm"] = True
-        return Option(name, strategy, dict(options, **extra), pipelines, stages, batch,
-                      tuple(memory.footprints(batch, stages, slots, mode, m)), device_memory)
-
-    if recompute is not None:
-        return option(recompute, microbatches or 1)
-    kept = option("never", microbatches or 1)
-    if kept.fits:
-        return kept
-    candidates = [microbatches] if microbatches else [
-        2 ** i for i in range(1, batch.bit_length()) if 2 ** i <= batch]
-    tried = [kept]
-    for m in candidates:
-        if m > 1:
-            tried.append(option("except_last", m))
-            if tried[-1].fits:
-                return tried[-1]
-    return min(tried, key=lambda o: o.peak)  # what fails, by the least it needs
-
-
-def _options(memory, count, workers, batch, slots, device_memory, recompute=None,
-             microbatches=None, batch_norm=False):
-    total = count * workers
-    stages = min(count, memory.max_stages)
-    out = []
-    if total == 1:
-        out.append(Option("one_device", "one_device", {}, 1, 1, batch,
-                          tuple(memory.footprints(batch, 1, slots)), device_memory))
-    else:
-        share = math.ceil(batch / total)
-        strategy = "mirrored" if workers == 1 else "multi_worker"
-        out.append(Option("data", strategy, {"devices": count} if workers == 1 else {},
-                          total, 1, share, tuple(memory.footprints(share, 1, slots)),
-                          device_memory))
-    pipeline = (recompute, microbatches, batch_norm)
-    if stages > 1 and workers > 1:
-        share = math.ceil(batch / workers)
-        out.append(_pipeline("hybrid", "hybrid", {"devices_per_worker": stages}, memory,
-                             workers, stages, share, slots, device_memory, *pipeline))
-    elif stages > 1:
-        out.append(_pipeline("model", "model_parallel", {"devices": stages}, memory, 1,
-                             stages, batch, slots, device_memory, *pipeline))
-    return out
-
-
-def _rank(options):
-    preference = {"one_device": 0, "data": 0, "hybrid": 1, "model": 2}
-    return sorted(options, key=lambda o: (not o.fits, o.shortfall, preference[o.name]))
-
-
 def _reason(best, options, workers, compute=None):
     size = memory_lib.format_size
     whole = options[0].footprints[0].total
@@ -151,83 +94,32 @@ def _reason(best, options, workers, compute=None):
         extra += ("; its BatchNormalization normalises each micro-batch with its own "
                   "statistics and updates the moving ones once per step "
                   "(deferred_batch_norm=True)")
-    return (f"{what}; {_layout(options[0], workers)}, needs {size(whole)} per device, "
+    return (f"{what}; {layouts.describe(options[0], workers)}, needs {size(whole)} per device, "
             f"which has {size(best.device_memory)}; split, the fullest stage needs "
             f"{size(best.peak)}{extra}")
 
 
-def _layout(option, workers):
-    """The layout of `option` in words, e.g. "data parallel over 4 devices, 16 examples each"."""
-    if option.name == "one_device":
-        return f"one device with all {_examples(option.batch)}"
-    if option.name == "data":
-        where = "" if workers == 1 else f" of {workers} workers"
-        return (f"data parallel over {option.pipelines} devices{where}, "
-                f"{_examples(option.batch)} each")
-    where = "" if option.name == "model" else f" in each of {workers} workers"
-    text = (f"a pipeline of {option.stages} stages, one per device{where}, each stage "
-            f"processing all {_examples(option.batch)}")
-    if option.options.get("microbatches", 1) > 1 and option.options.get("recompute"):
-        text += f", recomputing over {option.options['microbatches']} micro-batches"
-    elif option.options.get("recompute"):
-        text += ", recomputing"
-    return text
-
-
-def _examples(count):
-    return f"{count} example{'s' * (count != 1)}"
-
-
-def _data(memory, devices, workers, batch, slots, device_memory):
-    """Data parallelism over `devices` per worker."""
-    share = math.ceil(batch / (devices * workers))
-    return Option("data", "mirrored" if workers == 1 else "multi_worker", {},
-                  devices * workers, 1, share, tuple(memory.footprints(share, 1, slots)),
-                  device_memory)
-
-
-def _more_devices(memory, count, workers, batch, slots, device_memory, pipeline):
-    """The layout that fits on the fewest devices per worker beyond `count`, or `None`."""
-    name = "model" if workers == 1 else "hybrid"
-    share = math.ceil(batch / workers)
-    found, high = None, share  # beyond one example per device, data parallelism idles
-    for stages in range(count + 1, memory.max_stages + 1):
-        option = _pipeline(name, name, {}, memory, workers, stages, share, slots,
-                           device_memory, *pipeline)
-        if option.fits:
-            found, high = option, min(high, stages - 1)
-            break
-    low = count + 1
-    if low <= high and _data(memory, high, workers, batch, slots, device_memory).fits:
-        while low < high:  # the memory a device needs falls as devices are added
-            middle = (low + high) // 2
-            fits = _data(memory, middle, workers, batch, slots, device_memory).fits
-            low, high = (low, middle) if fits else (middle + 1, high)
-        found = _data(memory, low, workers, batch, slots, device_memory)
-    return found
-
-
 def _does_not_fit(memory, options, count, workers, batch, slots, device_memory, pipeline):
-    size = memory_lib.format_size
+    size, describe = memory_lib.format_size, layouts.describe
     best = min(options, key=lambda o: o.peak)
     machine = "worker" if workers > 1 else "machine"
-    fitting = _more_devices(memory, count, workers, batch, slots, device_memory, pipeline)
+    fitting = layouts.fewest_devices(memory, count, workers, batch, slots, device_memory, pipeline)
     if fitting is not None:
         devices = fitting.stages if fitting.name != "data" else fitting.pipelines // workers
-        hint = (f"Use {devices} devices per {machine}: {_layout(fitting, workers)}, needs "
+        hint = (f"Use {devices} devices per {machine}: {describe(fitting, workers)}, needs "
                 f"{size(fitting.peak)}; or devices with more memory")
     else:
         name = "model" if workers == 1 else "hybrid"
-        deepest = _pipeline(name, name, {}, memory, workers, memory.max_stages,
-                            math.ceil(batch / workers), slots, device_memory, *pipeline)
-        thinnest = _data(memory, math.ceil(batch / workers), workers, batch, slots,
-                         device_memory)
-        hint = (f"No number of these devices holds it: even {_layout(deepest, workers)}, needs "
-                f"{size(deepest.peak)}, and {_layout(thinnest, workers)}, "
+        share = math.ceil(batch / workers)
+        deepest = layouts.pipeline_layout(name, name, {}, memory, workers, memory.max_stages,
+                                          share, slots, device_memory, *pipeline)
+        thinnest = layouts.data_layout(memory, share, workers, batch, slots, device_memory)
+        hint = (f"No number of these devices holds it: even {describe(deepest, workers)}, needs "
+                f"{size(deepest.peak)}, and {describe(thinnest, workers)}, "
                 f"{size(thinnest.peak)}. Use devices with more memory")
     return PlanError(
         f"The model does not fit the devices even fully split: the layout needing the least, "
-        f"{_layout(best, workers)}, needs {size(best.peak)} on its fullest device, which has "
+        f"{describe(best, workers)}, needs {size(best.peak)} on its fullest device, which has "
         f"{size(device_memory)}: {size(best.shortfall)} short. Received: devices={count}, "
         f"workers={workers}, device_memory={size(device_memory)}, global_batch_size={batch}. "
         f"{hint}, a smaller global_batch_size, or an optimizer with fewer slots (SGD keeps "
@@ -316,7 +208,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     if microbatches is not None:
         microbatches = _check_count("microbatches", microbatches)
     memory = memory_lib.measure_model(model)
-    options = _options(memory, count, workers, batch, slots, device_memory, recompute,
+    options = layouts.candidates(memory, count, workers, batch, slots, device_memory, recompute,
                        microbatches, bool(batchnorm.batch_norm_layers(model)))
     if not any(o.fits for o in options):
         raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory,
@@ -336,7 +228,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
                                          efficiency=scaling[-1].efficiency)
         if epoch_examples is not None:
             epochs = epoch_lib.predict_epochs(scaling, epoch_examples, epoch_overhead)
-    ranked = _rank(options)
+    ranked = layouts.rank(options)
     return Plan(tuple(ranked), _reason(ranked[0], options, workers, compute), count, workers,
                 device_memory, link, gradients, compute, scaling, schedule, epochs)
 
