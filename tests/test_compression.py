@@ -16,6 +16,7 @@ import tensorflow as tf
 import mgpu_tf
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import prepare as communication
+from mgpu_tf.compat import attached
 from support import compare
 from support import mw_equivalence
 from support import workers
@@ -116,6 +117,17 @@ def test_compile_after_prepare_model_gets_the_compression(problem):
     with strategy.scope():
         model = mgpu_tf.prepare_model(mw_equivalence.build_model(weights), strategy)
         model.compile(optimizer=keras.optimizers.SGD(mw_equivalence.LEARNING_RATE), loss="mse")
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
+                          "float16")
+
+
+def test_a_model_compiled_under_the_strategy_gets_the_compression_without_prepare_model(problem):
+    x, y, weights = problem
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="float16")
+    with strategy.scope():
+        model = mw_equivalence.build_model(weights)  # compiled, never given to prepare_model
+    assert attached.of_optimizer(model.optimizer).communication[0] == "float16"
     model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
                           "float16")

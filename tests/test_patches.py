@@ -17,7 +17,7 @@ def test_installing_twice_changes_nothing():
              for name in ("build", "apply", "_all_reduce_sum_gradients")}
     assert patches.install() == patches.installed()
     assert {name: private.optimizer_class_method(name) for name in first} == first
-    assert set(patches.installed()) == {"multi_worker", "steps", "optimizer"}
+    assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile"}
 
 
 def test_an_unknown_patch_is_refused_with_the_known_ones():
@@ -41,3 +41,14 @@ def test_accumulation_leaves_the_optimizers_own_methods_alone():
     accumulation.accumulate(optimizer, strategy, 2)
     assert not {"build", "apply"} & set(vars(optimizer))
     assert attached.of_optimizer(optimizer).accumulation is not None
+
+
+def test_compile_readies_the_optimizer_only_under_a_strategy_with_communication_options():
+    plain = mgpu_tf.make_strategy("mirrored", devices=2)
+    summing = mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=3)
+    for strategy, expected in ((plain, None), (summing, 3)):
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            model.compile(optimizer="sgd", loss="mse")
+        record = attached.of_optimizer(model.optimizer)
+        assert (record.accumulation and record.accumulation.steps) == expected

@@ -16,22 +16,32 @@ from mgpu_tf.compat import private
 
 __all__ = ["attach", "settings", "prepare", "install"]
 
-_MARK = "_mgpu_tf_communication"
 _ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
 
 
 def attach(strategy, settings):
-    """Keeps `settings`, what `make_strategy` parsed, on `strategy`'s record; returns it."""
-    attached.of_strategy(strategy).settings = settings
+    """Keeps `settings`, what `make_strategy` parsed, on `strategy`'s record; returns it.
+
+    With communication options, every model compiled under `strategy` gets them.
+    """
+    record = attached.of_strategy(strategy)
+    record.settings = settings
+    chosen = _communication(settings)
+    if chosen:
+        patches.install("compile")
+        record.ready_optimizer = functools.partial(install, **chosen)
     return strategy
 
 
 def settings(strategy):
     """Returns the options of `strategy`'s settings that change the step (`{}` when none)."""
     try:
-        chosen = attached.of_strategy(strategy).settings
+        return _communication(attached.of_strategy(strategy).settings)
     except (AttributeError, TypeError):  # takes no attribute: nothing was attached
         return {}
+
+
+def _communication(chosen):
     if chosen is None:
         return {}
     out = {}
@@ -46,30 +56,13 @@ def settings(strategy):
 
 
 def prepare(model, strategy):
-    """Makes `model`'s optimizer use `strategy`'s communication options.
+    """Makes the optimizer of an already compiled `model` use `strategy`'s communication options.
 
-    The model is usually compiled after `prepare_model`, so `model.compile` is wrapped to
-    install them in the optimizer it receives.
-
-    Returns:
-        `model`.
+    A model compiled later gets them from `compile` (see `attach`). Returns `model`.
     """
     chosen = settings(strategy)
-    if not chosen or getattr(model, _MARK, None) is not None:
-        return model
-    if getattr(model, "optimizer", None) is not None:
+    if chosen and getattr(model, "optimizer", None) is not None:
         install(model.optimizer, strategy, **chosen)
-    original = model.compile
-
-    # Keras has no hook after compile, where the optimizer first exists: this model's is wrapped.
-    @functools.wraps(original)
-    def compile(*args, **kwargs):
-        original(*args, **kwargs)
-        if model.optimizer is not None:
-            install(model.optimizer, strategy, **chosen)
-
-    object.__setattr__(model, "compile", compile)
-    object.__setattr__(model, _MARK, chosen)
     return model
 
 

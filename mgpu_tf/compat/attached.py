@@ -28,6 +28,8 @@ class StrategyRecord:
     position: object = None
     # Weak references to the adaptive shares of data sets sharded for it, oldest first.
     adaptive: list = dataclasses.field(default_factory=list)
+    # Readies the optimizer of a model compiled under it: its communication (comm.prepare).
+    ready_optimizer: object = None
     # Records in the TFRecord files sharded for it, by (path, size, modification time).
     record_counts: dict = dataclasses.field(default_factory=dict)
 

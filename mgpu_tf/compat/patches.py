@@ -3,7 +3,7 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import keras_steps, multi_worker, optimizer_hooks
+from mgpu_tf.compat import compile_hook, keras_steps, multi_worker, optimizer_hooks
 
 __all__ = ["PATCHES", "install", "installed"]
 
@@ -20,6 +20,10 @@ PATCHES = (
         "optimizer build, apply and all-reduce follow the optimizer's record "
         "(steps_per_sync, compression, transport='tcp')",
         optimizer_hooks.install, optimizer_hooks.installed),
+    ("compile",
+        "compile readies the optimizer of a model made under a strategy with communication "
+        "options (compression, steps_per_sync, transport)",
+        compile_hook.install, compile_hook.installed),
 )
 
 
