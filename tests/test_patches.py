@@ -1,6 +1,8 @@
 """Keras patches: installed in one place, each once, listed; optimizers keep Keras' code
 unless their record asks otherwise."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -52,3 +54,15 @@ def test_compile_readies_the_optimizer_only_under_a_strategy_with_communication_
             model.compile(optimizer="sgd", loss="mse")
         record = attached.of_optimizer(model.optimizer)
         assert (record.accumulation and record.accumulation.steps) == expected
+
+
+def test_a_saved_model_is_compiled_again_when_loaded_with_compile_patched(tmp_path):
+    # Keras restores a model's compile config only when its class keeps Trainer.compile.
+    patches.install("compile")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.save(tmp_path / "model.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = keras.models.load_model(tmp_path / "model.keras")
+    assert loaded.compiled and isinstance(loaded.optimizer, keras.optimizers.SGD)

@@ -1,4 +1,4 @@
-"""Keras' `compile`, patched once on `keras.Model`: the strategy may ready the optimizer it makes.
+"""Keras' `compile`, patched once on its trainer: the strategy may ready the optimizer it makes.
 
 A strategy whose record has no `ready_optimizer` leaves `compile` as Keras wrote it.
 
@@ -7,7 +7,7 @@ Design: docs/design.md#state-on-objects
 
 import functools
 
-from mgpu_tf.compat import attached
+from mgpu_tf.compat import attached, private_trainer
 
 __all__ = ["install", "installed"]
 
@@ -15,19 +15,18 @@ _MARK = "_mgpu_tf_compile_hook"
 
 
 def installed():
-    """True when `keras.Model.compile` runs the hook."""
-    import keras
-
-    return getattr(keras.Model.compile, _MARK, False)
+    """True when Keras' `Trainer.compile` runs the hook."""
+    try:
+        return getattr(private_trainer.trainer_function("Trainer.compile"), _MARK, False)
+    except private_trainer.PrivateNameError:
+        return False
 
 
 def install():
-    """Patches `keras.Model.compile`; again changes nothing."""
-    import keras
-
+    """Patches Keras' `Trainer.compile`; again changes nothing."""
     if installed():
         return
-    original = keras.Model.compile
+    original = private_trainer.trainer_function("Trainer.compile")
 
     @functools.wraps(original)
     def compile(model, *args, **kwargs):
@@ -38,4 +37,4 @@ def install():
             ready(model.optimizer, strategy)
 
     setattr(compile, _MARK, True)
-    keras.Model.compile = compile
+    private_trainer.set_trainer_function("Trainer.compile", compile)

@@ -25,7 +25,7 @@ _TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_rep
                       "_collective_all_reduce_multi_worker", "TensorFlowTrainer._make_function",
                       "TensorFlowTrainer.make_train_function",
                       "TensorFlowTrainer.make_test_function", "TensorFlowTrainer.train_step",
-                      "TensorFlowTrainer.test_step")
+                      "TensorFlowTrainer.test_step", "Trainer.compile")
 
 
 def keras_trainer():
@@ -45,6 +45,8 @@ def _trainer_owner(name):
     trainer = keras_trainer()
     if name.startswith("TensorFlowTrainer."):
         return trainer.TensorFlowTrainer, name
+    if name.startswith("Trainer."):  # the backend-independent base class
+        return trainer.TensorFlowTrainer.__mro__[1], name
     return trainer, f"trainer.{name}"
 
 
@@ -54,8 +56,8 @@ def trainer_function(name):
     `name` is `"TensorFlowTrainer._maybe_symbolic_build"` (Keras 3.5-3.15),
     `"TensorFlowTrainer._make_function"` (Keras 3.7-3.15), `"reduce_per_replica"`,
     `"_collective_all_reduce_multi_worker"`, or `"TensorFlowTrainer."` followed by
-    `make_train_function`, `make_test_function`, `train_step` or `test_step` (Keras 3.0-3.15);
-    another raises `ValueError`.
+    `make_train_function`, `make_test_function`, `train_step` or `test_step`, or
+    `"Trainer.compile"` (Keras 3.0-3.15); another raises `ValueError`.
     """
     owner, known = _trainer_owner(name)
     return method(owner, known, "the Keras installation")

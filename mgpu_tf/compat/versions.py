@@ -97,6 +97,9 @@ KNOWN = {
     "TensorFlowTrainer.make_test_function": _keras(_STEP_FIX),
     "TensorFlowTrainer.train_step": _keras(_STEP_FIX),
     "TensorFlowTrainer.test_step": _keras(_STEP_FIX),
+    # Patched on the base class itself: Keras loads a model's compile config only when
+    # the model's class has Trainer.compile, so a patch on a subclass would stop that.
+    "Trainer.compile": _keras("Communication options reach the optimizer compile makes"),
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
     "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
