@@ -84,3 +84,47 @@ def test_one_device_sees_the_default_strategys_order():
     # Without it, Keras' extra iterator under a strategy shifts every epoch's order.
     shifted = _train("one_device", lambda: [])
     assert any(not np.array_equal(a, b) for a, b in zip(reference, shifted))
+
+
+def _examples():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((48, 3)).astype("float32")
+    y = rng.standard_normal((48, 1)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, y))
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def test_fit_trains_on_iterators_made_an_epoch_ahead_in_the_epochs_order():
+    strategy = mgpu_tf.make_strategy("default")
+    data = mgpu_tf.shard_dataset(_examples(), strategy, 8, shuffle_seed=3)
+    model = _model()
+    model.fit(data, epochs=4, verbose=0, shuffle=False,
+              callbacks=[mgpu_tf.callbacks.DataOrder()])
+    # Epochs 1-3 found their iterators made during the epoch before.
+    assert type(data).epochs_ahead.handed_ahead == 3
+
+    # Reference: one batch at a time, each epoch from a new iterator made when it begins.
+    reference = _model()
+    position = order.position_of(strategy)
+    for epoch in range(4):
+        position.set_epoch(epoch)
+        for x, y in mgpu_tf.shard_dataset(_examples(), strategy, 8, shuffle_seed=3):
+            reference.train_on_batch(x, y)
+    position.release()
+    for got, want in zip(model.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_nothing_is_made_ahead_without_a_callback_that_knows_the_epochs():
+    strategy = mgpu_tf.make_strategy("default")
+    data = mgpu_tf.shard_dataset(_examples(), strategy, 8)
+    _model().fit(data, epochs=3, verbose=0, shuffle=False)
+    assert type(data).epochs_ahead.handed_ahead == 0
+    batches = [b[0].shape[0] for b in data]  # a loop of its own: a new iterator each time
+    assert batches == [8] * 6 and [b[0].shape[0] for b in data] == batches

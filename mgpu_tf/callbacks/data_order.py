@@ -33,7 +33,7 @@ class DataOrder(keras.callbacks.Callback):
         return order.position_of(self.model.distribute_strategy)
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._position().set_epoch(epoch)
+        self._position().set_epoch(epoch, (self.params or {}).get("epochs"))
 
     def on_train_end(self, logs=None):
         self._position().release()

@@ -33,23 +33,38 @@ class Position:
         self._driven, self._epoch, self._skip = False, 0, 0
         self._resume = None  # (epoch, steps done) a backup resumes at
         self._run = 0  # counts the fits, so a reader knows a new one began
+        self._epochs = None  # epochs of the fit that drives the position, when known
 
     def resume_at(self, epoch, steps_done):
         """Training resumes at `epoch`, with its first `steps_done` steps already done."""
         with self._lock:
             self._resume = (int(epoch), int(steps_done)) if steps_done else None
 
-    def set_epoch(self, epoch):
-        """Epoch `epoch` starts: from its first step, or where `resume_at` said."""
+    def set_epoch(self, epoch, epochs=None):
+        """Epoch `epoch` starts: from its first step, or where `resume_at` said.
+
+        `epochs`, the fit's number of epochs when known, tells pipelines whether
+        another epoch follows (`mgpu_tf.data.ahead` then prepares it).
+        """
         with self._lock:
             resume = self._resume
             self._skip = resume[1] if resume and resume[0] == epoch else 0
             self._driven, self._epoch = True, int(epoch)
+            if epochs is not None:
+                self._epochs = int(epochs)
+
+    def epochs_left(self):
+        """Epochs of the fit after the current one, or `None` when not known."""
+        with self._lock:
+            if not self._driven or self._epochs is None:
+                return None
+            return max(0, self._epochs - self._epoch - 1)
 
     def release(self):
         """Training ended: pipelines count their own iterators again."""
         with self._lock:
             self._driven, self._epoch, self._skip, self._resume = False, 0, 0, None
+            self._epochs = None
             self._run += 1
 
     def current(self):
@@ -95,18 +110,27 @@ class Reader:
         self._iterators = 0
         self._shuffled = shuffled
         self._last = None  # (epoch, run) of the previous iterator read while driven
+        self._lock = threading.Lock()
+        # Reads so far, and what the latest gave: (epoch, skip, run), run None when undriven.
+        self.reads, self.latest = 0, None
 
     def __call__(self):
+        with self._lock:
+            epoch, skip, run = self._read()
+            self.reads, self.latest = self.reads + 1, (epoch, skip, run)
+        return np.int64(epoch), np.int64(skip)
+
+    def _read(self):
         driven = self._position.driven()
         if driven is None:
-            return self._next_iterator()
+            return self._next_iterator(), 0, None
         epoch, skip, run = driven
         if self._last is not None and self._last[1] == run and self._last[0] >= epoch:
             # This epoch's iterator was made already: this one is the next epoch's,
             # made before Keras' on_epoch_begin says so.
             epoch, skip = self._last[0] + 1, 0
         self._last = (epoch, run)
-        return np.int64(epoch), np.int64(skip)
+        return epoch, skip, run
 
     def _next_iterator(self):
         """Nothing drives the position: every iterator is the next epoch."""
@@ -118,7 +142,7 @@ class Reader:
                 "epoch's order, and Keras makes one more under a strategy. Pass "
                 "callbacks=[mgpu_tf.callbacks.DataOrder()] (or BackupAndRestore) to fit for "
                 "the same order under every strategy and after a restart.")
-        return np.int64(epoch), np.int64(0)
+        return epoch
 
 
 def _tell_once(message):
@@ -129,22 +153,20 @@ def _tell_once(message):
     logger.info(message)
 
 
-def follow(build, position, steps=None, *, skip_unit=1, shuffled=False):
-    """Batches of the epoch at `position`: `build(epoch)` with the done steps skipped.
+def follow(build, reader, steps=None, *, skip_unit=1):
+    """Batches of the epoch `reader` gives: `build(epoch)` with the done steps skipped.
 
     Args:
         build: a function of the epoch (a scalar `tf.int64` tensor) returning the
             epoch's batches.
-        position: the `Position` it reads.
+        reader: the `Reader` of the position, called once per iterator.
         steps: batches per epoch, when known: the result then says so
             (`cardinality()`) though a resumed epoch yields fewer.
         skip_unit: batches per step. Defaults to 1.
-        shuffled: the epoch decides the order (see `Reader`). Defaults to `False`.
 
     Returns:
         A `tf.data.Dataset` that reads the position each time it is iterated.
     """
-    reader = Reader(position, shuffled)
 
     def read(_):
         epoch, skip = tf.numpy_function(reader, [], (tf.int64, tf.int64), stateful=True)
