@@ -3,7 +3,12 @@
 Trains a small Keras classifier under the strategy the flags choose, on scikit-learn's 8x8
 digits or synthetic data, and ends with one line (test_: on the held-out split):
 
-    done: strategy=NAME replicas=N examples_per_sec=X test_loss=Y test_accuracy=Z
+    done: strategy=NAME replicas=N examples_per_sec=X steps_examples_per_sec=S fit_seconds=F \
+          test_loss=Y test_accuracy=Z
+
+`examples_per_sec` is the wall clock's rate from the second epoch's start to the end of
+`fit` (the first epoch traces the step); `steps_examples_per_sec` counts the steps' own time
+only, so the two differ by what happens between steps; `fit_seconds` is the whole `fit`.
 
 Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """
@@ -92,23 +97,48 @@ def build_model(input_dim, num_classes, *, width=256, seed=0):
 
 
 class _Throughput(keras.callbacks.Callback):
-    """Times epochs; the first epoch (tracing) is left out when there are others."""
+    """Times the fit: its wall clock, and its steps alone, from the second epoch on.
+
+    The first epoch traces the step; it counts only in `fit_seconds` when others follow.
+    """
 
     def __init__(self, examples_per_epoch):
         super().__init__()
         self.examples_per_epoch = examples_per_epoch
-        self.times = []
+        self._epoch_starts, self._step_seconds = [], []
+
+    def on_train_begin(self, logs=None):
+        self._fit_start = time.perf_counter()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
+        self._epoch_starts.append(time.perf_counter())
+        self._step_seconds.append(0.0)
 
-    def on_epoch_end(self, epoch, logs=None):
-        self.times.append(time.perf_counter() - self._start)
+    def on_train_batch_begin(self, batch, logs=None):
+        self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step_seconds[-1] += time.perf_counter() - self._step_start
+
+    def on_train_end(self, logs=None):
+        self.fit_seconds = time.perf_counter() - self._fit_start
+
+    def _timed(self):
+        """`(epochs, their wall-clock seconds, their step seconds)`, the first left out."""
+        skip = 1 if len(self._epoch_starts) > 1 else 0
+        start = self._epoch_starts[skip] if skip else self._fit_start
+        return (len(self._epoch_starts) - skip, self._fit_start + self.fit_seconds - start,
+                sum(self._step_seconds[skip:]))
 
     @property
     def examples_per_sec(self):
-        times = self.times[1:] or self.times
-        return self.examples_per_epoch * len(times) / sum(times)
+        epochs, seconds, _ = self._timed()
+        return self.examples_per_epoch * epochs / seconds
+
+    @property
+    def steps_examples_per_sec(self):
+        epochs, _, steps = self._timed()
+        return self.examples_per_epoch * epochs / steps
 
 
 def _dataset(x, y, global_batch_size, strategy, *, shuffle_seed=None, training=True,
@@ -167,6 +197,8 @@ def _fit(strategy, prepared, *, epochs, verbose, backup_dir, monitor=False,
         "strategy": strategies.strategy_kind(strategy),
         "replicas": strategy.num_replicas_in_sync,
         "examples_per_sec": throughput.examples_per_sec,
+        "steps_examples_per_sec": throughput.steps_examples_per_sec,
+        "fit_seconds": throughput.fit_seconds,
         "test_loss": float(loss),
         "test_accuracy": float(accuracy),
     }
@@ -179,8 +211,9 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
     The options are the flags of the same names (`jit_compile` and `steps_per_execution` go to
-    `model.compile`). Returns `{"strategy", "replicas", "examples_per_sec", "test_loss",
-    "test_accuracy"}`.
+    `model.compile`). Returns `{"strategy", "replicas", "examples_per_sec",
+    "steps_examples_per_sec", "fit_seconds", "test_loss", "test_accuracy"}` (the first three
+    as in the module's docstring).
     """
     prepared = _prepare(strategy, dataset=dataset, global_batch_size=global_batch_size,
                         width=width, learning_rate=learning_rate,
@@ -196,6 +229,8 @@ def format_result(result):
     """The job's last line."""
     return (f"done: strategy={result['strategy']} replicas={result['replicas']} "
             f"examples_per_sec={result['examples_per_sec']:.1f} "
+            f"steps_examples_per_sec={result['steps_examples_per_sec']:.1f} "
+            f"fit_seconds={result['fit_seconds']:.2f} "
             f"test_loss={result['test_loss']:.4f} test_accuracy={result['test_accuracy']:.4f}")
 
 

@@ -48,6 +48,12 @@ def _run_timed(*args, timeout=600):
         return process.returncode, "".join(text for _, text in lines), errors.read(), lines
 
 
+def _examples_per_epoch(lines):
+    steps = [re.findall(r"(\d+)/(\d+)", line) for _, line in lines
+             if not line.startswith("Epoch")]
+    return int(next(found[-1][1] for found in steps if found)) * GLOBAL_BATCH
+
+
 def _throughput_from_the_output(lines):
     """Examples per second over epochs 2 to EPOCHS, timed here from Keras' progress lines.
 
@@ -81,6 +87,11 @@ def test_main_job_learns_the_digits(argv, strategy, replicas):
     # to well within a factor of 2 (a wrong count or epoch is off by far more).
     reference = _throughput_from_the_output(lines)
     assert 0.5 < done["examples_per_sec"] / reference < 2.0, (done, reference)
+    # The steps alone take part of that wall clock; the whole fit, its first epoch
+    # included, takes longer than the epochs from the second on, and less than the run.
+    assert done["examples_per_sec"] <= done["steps_examples_per_sec"], done
+    later_epochs = (EPOCHS - 1) * _examples_per_epoch(lines) / reference
+    assert 0.5 * later_epochs < done["fit_seconds"] < lines[-1][0], (done, later_epochs)
     # Nothing but the job's own lines: no Keras warning about shuffling a data set and
     # none of TensorFlow's C++ start-up lines (oneDNN, CUDA) on this CPU-only machine.
     assert "`shuffle=True` was passed" not in err, err[-3000:]
@@ -94,8 +105,10 @@ def test_the_done_line_says_its_loss_and_accuracy_are_the_held_out_splits():
     from mgpu_tf import train
 
     line = train.format_result({"strategy": "default", "replicas": 1, "examples_per_sec": 812.5,
+                                "steps_examples_per_sec": 900.0, "fit_seconds": 3.0,
                                 "test_loss": 0.25, "test_accuracy": 0.9})
     assert line == ("done: strategy=default replicas=1 examples_per_sec=812.5 "
+                    "steps_examples_per_sec=900.0 fit_seconds=3.00 "
                     "test_loss=0.2500 test_accuracy=0.9000")
     assert main_job.parse_done(line)["test_accuracy"] == 0.9
 

@@ -1,6 +1,7 @@
 """The last line of the main job (`python -m mgpu_tf.train`), read back.
 
-    done: strategy=NAME replicas=N examples_per_sec=X test_loss=Y test_accuracy=Z
+    done: strategy=NAME replicas=N examples_per_sec=X steps_examples_per_sec=S fit_seconds=F
+          test_loss=Y test_accuracy=Z  (one line)
 """
 
 import re
@@ -10,10 +11,13 @@ __all__ = ["DONE", "parse_done", "assert_trained_alike"]
 _NUMBER = r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|nan|inf"
 DONE = re.compile(rf"^done: strategy=(?P<strategy>\w+) replicas=(?P<replicas>\d+) "
                   rf"examples_per_sec=(?P<examples_per_sec>-?(?:{_NUMBER})) "
+                  rf"steps_examples_per_sec=(?P<steps_examples_per_sec>-?(?:{_NUMBER})) "
+                  rf"fit_seconds=(?P<fit_seconds>-?(?:{_NUMBER})) "
                   rf"test_loss=(?P<test_loss>-?(?:{_NUMBER})) "
                   rf"test_accuracy=(?P<test_accuracy>-?(?:{_NUMBER}))$",
                   re.MULTILINE)
-_TYPES = {"strategy": str, "replicas": int, "examples_per_sec": float, "test_loss": float,
+_TYPES = {"strategy": str, "replicas": int, "examples_per_sec": float,
+          "steps_examples_per_sec": float, "fit_seconds": float, "test_loss": float,
           "test_accuracy": float}
 
 
