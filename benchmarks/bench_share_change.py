@@ -1,0 +1,109 @@
+"""What a change of adaptive shares costs: the first step after it against a normal step.
+
+Mirrored on 2 logical CPU devices, a small MLP, `shard_dataset(..., weights="adaptive")`
+with a fixed schedule of shares (restored into the data set's `AdaptiveShares`, so no
+monitor decides): even, even, then sizes never used, back to even, back to the new
+sizes, then sizes never used again. Each epoch's first step (the time from the batch's
+begin hook to its end hook) is set against the median of the epoch's other steps, with
+`jit_compile` off and on, in fresh models of one process. Also noted: the input shapes
+the model is traced at. Quote the ratios; the machine may be shared.
+
+Usage: python benchmarks/bench_share_change.py [--batch 2048] [--width 256] [--rounds 2]
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import tensorflow as tf  # noqa: E402
+
+import mgpu_tf  # noqa: E402
+
+mgpu_tf.simulate_devices(2)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mgpu_tf.data import adaptive  # noqa: E402
+
+# (share of replica 0, what the epoch's sizes are): the schedule every run follows.
+_SCHEDULE = ((0.5, "start"), (0.5, "same sizes"), (0.6875, "new sizes"), (0.6875, "same sizes"),
+             (0.5, "sizes seen before"), (0.6875, "sizes seen before"), (0.75, "new sizes"),
+             (0.75, "same sizes"))
+
+
+class _Traced(keras.layers.Layer):
+    """Passes its input through; notes the input's static shape each time it is traced."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.shapes = []
+
+    def call(self, x):
+        self.shapes.append(tuple(x.shape))
+        return x
+
+
+class _StepTimes(keras.callbacks.Callback):
+    """Each step's time, from its batch-begin hook to its batch-end hook, by epoch."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epochs = getattr(self, "epochs", []) + [[]]
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._begin = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.epochs[-1].append(time.perf_counter() - self._begin)
+
+
+def _run(args, jit_compile):
+    strategy = mgpu_tf.make_strategy("mirrored")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(args.batch * args.steps, args.width)).astype("float32")
+    y = rng.normal(size=(args.batch * args.steps, 1)).astype("float32")
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                 args.batch, weights="adaptive")
+    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    shares.restore({"schedule": {str(e): [s, 1.0 - s] for e, (s, _) in enumerate(_SCHEDULE)}})
+    with strategy.scope():
+        traced = _Traced()
+        model = keras.Sequential([keras.Input((args.width,)), traced] + [
+            keras.layers.Dense(args.width, activation="relu") for _ in range(3)] + [
+            keras.layers.Dense(1)])
+        model.compile("sgd", "mse", jit_compile=jit_compile)
+    times = _StepTimes()
+    model.fit(data, epochs=len(_SCHEDULE), verbose=0,
+              callbacks=[mgpu_tf.callbacks.DataOrder(), times])
+    traces = traced.shapes
+    sizes = [shares.batch_sizes(e, wait=False) for e in range(len(_SCHEDULE))]
+    return times.epochs, traces, sizes
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    print(f"mirrored, 2 logical CPU devices; MLP 3x{args.width}; global batch {args.batch}, "
+          f"{args.steps} steps an epoch; {args.rounds} round(s), median", flush=True)
+    for jit_compile in (False, True):
+        runs = [_run(args, jit_compile) for _ in range(args.rounds)]
+        print(f"jit_compile={jit_compile}: model traced at input shapes {runs[0][1]}",
+              flush=True)
+        for epoch, (_, what) in enumerate(_SCHEDULE):
+            first = statistics.median(r[0][epoch][0] for r in runs)
+            normal = statistics.median(statistics.median(r[0][epoch][1:]) for r in runs)
+            print(f"  epoch {epoch} sizes {list(runs[0][2][epoch])} ({what}): first step "
+                  f"{1000 * first:.0f} ms, normal step {1000 * normal:.0f} ms, "
+                  f"first - normal {1000 * (first - normal):.0f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
