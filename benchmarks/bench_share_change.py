@@ -97,12 +97,21 @@ def main():
         runs = [_run(args, jit_compile) for _ in range(args.rounds)]
         print(f"jit_compile={jit_compile}: model traced at input shapes {runs[0][1]}",
               flush=True)
+        excess = {}
         for epoch, (_, what) in enumerate(_SCHEDULE):
             first = statistics.median(r[0][epoch][0] for r in runs)
             normal = statistics.median(statistics.median(r[0][epoch][1:]) for r in runs)
+            excess.setdefault(what, []).append(first - normal)
             print(f"  epoch {epoch} sizes {list(runs[0][2][epoch])} ({what}): first step "
                   f"{1000 * first:.0f} ms, normal step {1000 * normal:.0f} ms, "
                   f"first - normal {1000 * (first - normal):.0f} ms", flush=True)
+        # Every epoch's first step also starts its iterator: the epochs of the same sizes
+        # show what that costs alone.
+        usual = statistics.median(excess["same sizes"])
+        print(f"  first step over a normal step: {1000 * usual:.0f} ms with the same sizes, "
+              f"{1000 * statistics.median(excess['sizes seen before']):.0f} ms with sizes "
+              f"seen before, {1000 * statistics.median(excess['new sizes']):.0f} ms with new "
+              "sizes", flush=True)
 
 
 if __name__ == "__main__":

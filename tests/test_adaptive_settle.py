@@ -154,7 +154,7 @@ class _Decide(keras.callbacks.Callback):
         self.shares.decide(epoch + 1, figure, steps=4, jit_compile=self.model.jit_compile)
 
 
-def test_a_real_run_takes_sizes_from_the_set_and_traces_once():
+def test_a_real_run_takes_sizes_from_the_set_and_traces_once(caplog):
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 3)).astype("float32")
@@ -171,7 +171,12 @@ def test_a_real_run_takes_sizes_from_the_set_and_traces_once():
     # epoch's move (24 * 1.5 = 36), then reached: [20, 44].
     figures = [[180, 100], [180, 100], [100, 200], [100, 200], [100, 200]]
     decide = _Decide(shares, figures, rows)
-    shares.drive()
+    with caplog.at_level("INFO", logger="mgpu_tf"):
+        shares.drive()
+        shares.drive()
+    assert [r.getMessage() for r in caplog.records if "grains" in r.getMessage()] == [
+        "mgpu_tf: adaptive shards move in grains of 4 examples per unit; per-replica batch "
+        f"sizes from {list(range(4, 64, 4))}."]
     try:
         model.fit(data, epochs=6, verbose=0,
                   callbacks=[mgpu_tf.callbacks.DataOrder(), decide])

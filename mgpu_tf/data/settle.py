@@ -11,7 +11,7 @@ import statistics
 
 import numpy as np
 
-__all__ = ["Settle", "SpeedWindow", "grains", "next_shares", "step_seconds", "usable",
+__all__ = ["Settle", "SpeedWindow", "compute_seconds", "grains", "next_shares", "usable",
            "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
 
 # A share moves by at most this factor per epoch (x1.5 or /1.5).
@@ -110,7 +110,7 @@ def usable(speeds, units):
         and math.isfinite(s) and s > 0 for s in speeds)
 
 
-def step_seconds(sizes, speeds):
+def compute_seconds(sizes, speeds):
     """Compute time of a step: its slowest unit's examples over that unit's speed."""
     return max(b / s for b, s in zip(sizes, speeds))
 
@@ -122,6 +122,7 @@ class SpeedWindow:
         self.figures = []
 
     def add(self, speeds):
+        """Takes one figure per unit; keeps only the last two when they show a clear change."""
         self.figures = (self.figures + [tuple(float(s) for s in speeds)])[-WINDOW:]
         if len(self.figures) >= 3:
             before = [statistics.median(p) for p in zip(*map(_normalised, self.figures[:-2]))]
@@ -182,7 +183,7 @@ class Settle:
 
     def worth(self, now, proposed, speeds, *, cost, steps):
         """True when unit sizes `proposed` beat `now` by the band and pay back `cost`."""
-        before, after = step_seconds(now, speeds), step_seconds(proposed, speeds)
+        before, after = compute_seconds(now, speeds), compute_seconds(proposed, speeds)
         band = GO_ON_BAND if self.moving else self.start_band
         if before - after <= band * before:
             return False
