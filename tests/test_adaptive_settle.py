@@ -52,6 +52,16 @@ def test_the_size_set_is_whole_grains_and_unit_0_takes_the_rest():
     assert sizes == sorted({32 * k for k in range(1, 15)} | {32 * k + 20 for k in range(1, 15)})
 
 
+def test_several_replicas_of_a_worker_each_get_a_size_from_the_set():
+    shares = adaptive.AdaptiveShares(1000, 2, 2)
+    # Grains of 64 (32 a replica), 15 of them and 40 left over for worker 0. The target
+    # 0.25 of worker 1 is cut to 0.5 / 1.5, 5 grains: 10 * 64 + 40 = 680 and 5 * 64 = 320,
+    # each split in two.
+    shares.decide(1, [300.0, 100.0], steps=10)
+    assert shares.batch_sizes(1, wait=False) == (340, 340, 160, 160)
+    assert set(shares.batch_sizes(1, wait=False)) <= set(shares.size_set())
+
+
 def test_a_steady_slowdown_settles_at_once_and_never_moves():
     shares = adaptive.AdaptiveShares(2048, 1, 2)
     # 16 grains of 128; the first figure's target is 16 * 210 / 305 = 11.0 grains. After it,
