@@ -6,7 +6,9 @@ monitor decides): even, even, then sizes never used, back to even, back to the n
 sizes, then sizes never used again. Each epoch's first step (the time from the batch's
 begin hook to its end hook) is set against the median of the epoch's other steps, with
 `jit_compile` off and on, in fresh models of one process. Also noted: the input shapes
-the model is traced at. Quote the ratios; the machine may be shared.
+the model is traced at. Last, the same model under `TrainingMonitor`, which decides the
+shares: the two logical devices share the same cores, identical workers whose shares
+should never move. Quote the ratios; the machine may be shared.
 
 Usage: python benchmarks/bench_share_change.py [--batch 2048] [--width 256] [--rounds 2]
 """
@@ -61,7 +63,8 @@ class _StepTimes(keras.callbacks.Callback):
         self.epochs[-1].append(time.perf_counter() - self._begin)
 
 
-def _run(args, jit_compile):
+def _setup(args, jit_compile):
+    """A mirrored strategy, its adaptive data set and shares, and a model with `_Traced`."""
     strategy = mgpu_tf.make_strategy("mirrored")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch * args.steps, args.width)).astype("float32")
@@ -69,13 +72,33 @@ def _run(args, jit_compile):
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  args.batch, weights="adaptive")
     shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
-    shares.restore({"schedule": {str(e): [s, 1.0 - s] for e, (s, _) in enumerate(_SCHEDULE)}})
     with strategy.scope():
         traced = _Traced()
         model = keras.Sequential([keras.Input((args.width,)), traced] + [
             keras.layers.Dense(args.width, activation="relu") for _ in range(3)] + [
             keras.layers.Dense(1)])
         model.compile("sgd", "mse", jit_compile=jit_compile)
+    return data, shares, model, traced
+
+
+def _monitored(args):
+    """Replica 0's size in each epoch when `TrainingMonitor` decides, and what moving to
+    each single figure's target (`next_shares`, the rule before the size set) would give."""
+    data, shares, model, _ = _setup(args, False)
+    monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
+    model.fit(data, epochs=args.monitor_epochs, verbose=0, callbacks=[monitor])
+    decided = [shares.batch_sizes(e, wait=False)[0] for e in range(args.monitor_epochs)]
+    single, followed = (0.5, 0.5), [args.batch // 2]
+    for record in monitor.history[:-1]:
+        speeds = [u["batch"] / u["compute_ms"] for u in record["units"]]
+        single = adaptive.next_shares(single, speeds)
+        followed.append(round(single[0] * args.batch))
+    return decided, followed
+
+
+def _run(args, jit_compile):
+    data, shares, model, traced = _setup(args, jit_compile)
+    shares.restore({"schedule": {str(e): [s, 1.0 - s] for e, (s, _) in enumerate(_SCHEDULE)}})
     times = _StepTimes()
     model.fit(data, epochs=len(_SCHEDULE), verbose=0,
               callbacks=[mgpu_tf.callbacks.DataOrder(), times])
@@ -90,6 +113,7 @@ def main():
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--monitor_epochs", type=int, default=10)
     args = parser.parse_args()
     print(f"mirrored, 2 logical CPU devices; MLP 3x{args.width}; global batch {args.batch}, "
           f"{args.steps} steps an epoch; {args.rounds} round(s), median", flush=True)
@@ -112,6 +136,9 @@ def main():
               f"{1000 * statistics.median(excess['sizes seen before']):.0f} ms with sizes "
               f"seen before, {1000 * statistics.median(excess['new sizes']):.0f} ms with new "
               "sizes", flush=True)
+    decided, followed = _monitored(args)
+    print(f"TrainingMonitor deciding, {args.monitor_epochs} epochs, replica 0's size: "
+          f"{decided}; moving to each figure's target: {followed}", flush=True)
 
 
 if __name__ == "__main__":
