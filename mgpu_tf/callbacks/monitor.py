@@ -203,11 +203,25 @@ class _Run:
     def end_epoch(self, epoch, logs):
         try:
             figures = self._flush(logs, final=True)
+            if self.shares:
+                # The epoch's first step holds any compile of new sizes; every worker
+                # decides from the same (exchanged) figures.
+                first = (self._ends[0][1] - self._window_start
+                         if self._ends and self._ends[0][0] == 0 else -1.0)
+                first = float(np.max(measure.exchange(
+                    self.strategy, self._kind, self._units, self._per_unit,
+                    {unit: [first] for unit in self._local})))
+                model = self.monitor.model
+                pace = {"steps": self._steps_done - self._epoch_base,
+                        "step_seconds": max(u["step_ms"] for u in figures["units"]) / 1000.0,
+                        "first_step_seconds": first if first >= 0 else None,
+                        "jit_compile": bool(model.jit_compile and not model.run_eagerly)}
             for shares in self.shares:
                 speeds = [u["batch"] / (u["compute_ms"] / 1000.0) if u["compute_ms"] > 0
                           else float("nan") for u in figures["units"]]
                 shares.decide(epoch + 1, speeds,
-                              {"straggler_ratio": round(figures["straggler_ratio"], 3)})
+                              {"straggler_ratio": round(figures["straggler_ratio"], 3)},
+                              **pace)
         finally:
             # A pipeline may be waiting for the next epoch's shares.
             for shares in self.shares:

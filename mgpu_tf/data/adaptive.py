@@ -1,8 +1,9 @@
 """Adaptive shard weights: each worker's share of the global batch follows its speed.
 
 `shard_dataset(..., weights="adaptive")` keeps an `AdaptiveShares`; between epochs
-`TrainingMonitor` measures each worker's speed and every worker computes the same new shares
-with `next_shares`.
+`TrainingMonitor` measures each worker's speed and every worker computes the same new shares:
+sizes from a fixed set (`mgpu_tf.data.split.grain`), moved when `mgpu_tf.data.settle` says a
+move pays.
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -19,77 +20,21 @@ from mgpu_tf.cluster import detect
 from mgpu_tf.compat import attached
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import settle
 from mgpu_tf.data import split
+from mgpu_tf.data.settle import DEFAULT_MAX_CHANGE, DEFAULT_TOLERANCE, next_shares
 
 __all__ = ["AdaptiveShares", "next_shares", "hold", "live_shares", "from_weights",
            "choose_policy", "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
 
 logger = logging.getLogger("mgpu_tf")
 
-# A share moves by at most this factor per epoch (x1.5 or /1.5).
-DEFAULT_MAX_CHANGE = 0.5
-# Shares within 10% of their targets stay as they are.
-DEFAULT_TOLERANCE = 0.1
 _WAIT_SECONDS = 600.0
 
 
 def _normalised(values):
     total = float(sum(values))
     return tuple(float(v) / total for v in values)
-
-
-def _at_least(shares, minimum):
-    """`shares` (summing to 1) with none below `minimum`: the others give up the difference."""
-    fixed = set()
-    while True:
-        low = {i for i, v in enumerate(shares) if v < minimum and i not in fixed}
-        if not low:
-            return shares
-        fixed |= low
-        free = sum(v for i, v in enumerate(shares) if i not in fixed)
-        scale = (1.0 - minimum * len(fixed)) / free if free else 0.0
-        shares = tuple(minimum if i in fixed else v * scale for i, v in enumerate(shares))
-
-
-def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE,
-                minimum=0.0):
-    """The shares for the next epoch, from this epoch's shares and measured speeds.
-
-    Example:
-
-    ```python
-    next_shares([0.5, 0.5], [200.0, 100.0])  # (0.666667, 0.333333): the target
-    next_shares([0.5, 0.5], [400.0, 100.0])  # (0.666667, 0.333333): 0.5 / 1.5 at most
-    ```
-
-    Args:
-        shares: this epoch's shares (any positive scale).
-        speeds: each unit's measured examples per second; a unit without a usable
-            figure (not a positive finite number) keeps the shares as they are.
-        max_change: largest relative move of a share in one epoch. Defaults to `0.5`.
-        tolerance: relative distance to the target below which nothing moves.
-            Defaults to `0.1`.
-        minimum: smallest share a unit keeps. Defaults to `0`.
-
-    Returns:
-        A tuple of shares summing to 1.
-    """
-    current = _normalised(shares)
-    if len(speeds) != len(current) or not all(
-            isinstance(s, (int, float, np.floating)) and math.isfinite(s) and s > 0
-            for s in speeds):
-        return current
-    target = _at_least(_normalised(speeds), minimum)
-    if max(abs(t - c) / c for t, c in zip(target, current)) <= tolerance:
-        return current
-    bound = 1.0 + max_change
-    step = 1.0
-    for t, c in zip(target, current):
-        if t > c * bound:
-            step = min(step, c * (bound - 1.0) / (t - c))
-        elif t < c / bound:
-            step = min(step, c * (1.0 - 1.0 / bound) / (c - t))
-    return tuple(round(c + step * (t - c), 6) for t, c in zip(target, current))
 
 
 def from_weights(weights, global_batch_size, num_workers, replicas_per_worker):
@@ -153,8 +98,8 @@ class AdaptiveShares:
             machine). Defaults to `None` (even).
         max_change: largest relative move of a share in one epoch (`next_shares`).
             Defaults to `0.5`.
-        tolerance: relative distance to the target below which nothing moves
-            (`next_shares`). Defaults to `0.1`.
+        tolerance: predicted step gain (relative) below which settled shares stay.
+            Defaults to `0.1`.
     """
 
     def __init__(self, global_batch_size, num_workers, replicas_per_worker, initial=None, *,
@@ -168,9 +113,14 @@ class AdaptiveShares:
         self.num_workers = num_workers
         self.replicas_per_worker = replicas_per_worker
         self.max_change, self.tolerance = max_change, tolerance
-        # Every unit keeps at least one example per replica per step.
-        per_unit = replicas_per_worker if num_workers > 1 else 1
-        self.minimum = per_unit / self.global_batch_size
+        # Sizes move in whole grains (the same few sizes, so each compiles once); every unit
+        # keeps one.
+        self._per_unit = replicas_per_worker if num_workers > 1 else 1
+        self.grain = split.grain(self.global_batch_size, self.units, self._per_unit)
+        self.grain_count = self.global_batch_size // self.grain
+        self.minimum = self.grain / self.global_batch_size
+        self._settle = settle.Settle(start_band=tolerance)
+        self._logged = False
         self._schedule = {0: start}
         self.changes = []
         self._driven = False
@@ -211,6 +161,16 @@ class AdaptiveShares:
             return split.worker_batch_sizes(sizes, self.replicas_per_worker)
         return tuple(sizes)
 
+    def size_set(self):
+        """Every per-replica batch size a decision can give (the start's sizes aside)."""
+        sizes = set()
+        rest = self.global_batch_size - self.grain * self.grain_count
+        for k in range(1, self.grain_count - self.units + 2):
+            for extra in {0, rest}:
+                total, per = k * self.grain + extra, self._per_unit
+                sizes |= {total // per, -(-total // per)}
+        return sorted(sizes)
+
     def positions(self, epoch, worker, replica):
         """Where one replica's examples sit in each block of `global_batch_size`.
 
@@ -231,6 +191,10 @@ class AdaptiveShares:
         """A monitor decides the shares from now on: pipelines wait for its decisions."""
         with self._cond:
             self._driven = True
+        if not self._logged:
+            self._logged = True
+            logger.info("mgpu_tf: adaptive shards move in grains of %d examples per unit; "
+                        "per-replica batch sizes from %s.", self.grain, self.size_set())
 
     def release(self):
         """Nothing decides any more: waiting pipelines take the latest shares."""
@@ -238,21 +202,34 @@ class AdaptiveShares:
             self._driven = False
             self._cond.notify_all()
 
-    def decide(self, epoch, speeds, figures=None):
-        """Sets the shares of `epoch` from the speeds measured in the epoch before.
+    def decide(self, epoch, speeds, figures=None, *, steps=None, step_seconds=None,
+               first_step_seconds=None, jit_compile=False):
+        """Sets the shares of `epoch` from the speeds measured in the epochs before.
+
+        The speeds are smoothed over epochs; the shares move, in whole grains, when the
+        move is predicted to make the step `tolerance` faster and to pay back what it
+        costs within `steps` (`mgpu_tf.data.settle`). Every worker must pass the same
+        figures, so that all decide the same.
 
         Args:
             epoch: the epoch the new shares are for.
             speeds: each unit's examples per second of compute.
             figures: what else to log beside the change (a dict).
+            steps: steps of an epoch. Defaults to `None` (a move need not pay back).
+            step_seconds: the last epoch's step time. Defaults to `None`.
+            first_step_seconds: the last epoch's first step time, which holds any compile
+                of new sizes. Defaults to `None`.
+            jit_compile: whether the step is compiled by XLA, once per new size.
+                Defaults to `False`.
 
         Returns:
             The shares in force for `epoch`.
         """
         epoch = int(epoch)
         before = self.shares_for(epoch - 1, wait=False)
-        after = next_shares(before, speeds, max_change=self.max_change,
-                            tolerance=self.tolerance, minimum=self.minimum)
+        self._settle.observe(self.batch_sizes(epoch - 1, wait=False), first_step_seconds,
+                             step_seconds)
+        after = self._proposal(epoch, before, speeds, steps, jit_compile)
         with self._cond:
             self._schedule[epoch] = after
             self._cond.notify_all()
@@ -269,6 +246,29 @@ class AdaptiveShares:
                         change["speeds"], "".join(f", {k} {v}" for k, v in (figures or {})
                                                   .items()))
         return after
+
+    def _proposal(self, epoch, before, speeds, steps, jit_compile):
+        """The shares `decide` sets: `before`, or the sizes of smoothed speeds when they pay."""
+        if not settle.usable(speeds, self.units):
+            return before
+        self._settle.window.add(speeds)
+        smoothed = self._settle.window.speeds()
+        bounded, target = (next_shares(before, smoothed, max_change=change, tolerance=0.0,
+                                       minimum=self.minimum)
+                           for change in (self.max_change, math.inf))
+        now = self.unit_batch_sizes(epoch - 1, wait=False)
+        grains = settle.grains(bounded, self.grain_count)
+        proposed = split.grain_sizes(grains, self.grain, self.global_batch_size)
+        shares = tuple(size / self.global_batch_size for size in proposed)
+        per_replica = split.replica_batch_sizes(self.global_batch_size, self.num_workers,
+                                                self.replicas_per_worker, list(shares))
+        if proposed == now or not self._settle.worth(
+                now, proposed, smoothed, cost=self._settle.cost(per_replica, jit_compile),
+                steps=steps):
+            self._settle.moving = False
+            return before
+        self._settle.moving = grains != settle.grains(target, self.grain_count)
+        return shares
 
     # ------------------------------------------------------------------ backups
 

@@ -8,8 +8,13 @@ import math
 import numbers
 from fractions import Fraction
 
+# The global batch is cut into about this many grains (`grain`).
+_GRAINS = 16
+
 __all__ = [
     "assign_files",
+    "grain",
+    "grain_sizes",
     "piece_size",
     "replica_batch_sizes",
     "smooth_pattern",
@@ -129,6 +134,48 @@ def replica_batch_sizes(global_batch_size, num_workers, replicas_per_worker, wei
             "or more."
         )
     return tuple(sizes)
+
+
+def grain(global_batch_size, units, per_unit=1):
+    """Examples of one grain of a unit (worker, or replica on one machine): the step of its size.
+
+    About 16 grains make the global batch, each a whole number of examples for every
+    replica of a unit, and every unit can keep one. What 16 grains leave over (`rest`)
+    always goes to unit 0, so every unit's size is `k * grain` (plus `rest` for unit 0)
+    and the sizes a replica can get form a set of about 16.
+
+    Example:
+
+    ```python
+    grain(2048, 2)  # 128: sizes 128, 256, ..., 1920
+    grain(1000, 2)  # 63: 15 grains and a rest of 55
+    ```
+
+    Args:
+        global_batch_size: examples per step over all replicas.
+        units: units sharing it.
+        per_unit: replicas of one unit. Defaults to `1`.
+
+    Returns:
+        The grain, a multiple of `per_unit`.
+    """
+    size = per_unit * math.ceil(global_batch_size / (_GRAINS * per_unit))
+    if global_batch_size // size < units:
+        size = per_unit * (global_batch_size // (units * per_unit))
+    return max(size, per_unit)
+
+
+def grain_sizes(grains, size, global_batch_size):
+    """Each unit's examples per step for its number of grains: `rest` goes to unit 0.
+
+    Example:
+
+    ```python
+    grain_sizes([11, 5], 128, 2048)  # (1408, 640)
+    ```
+    """
+    rest = global_batch_size - size * (global_batch_size // size)
+    return tuple(k * size + (rest if u == 0 else 0) for u, k in enumerate(grains))
 
 
 def smooth_pattern(shares):
