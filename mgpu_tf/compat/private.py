@@ -18,6 +18,7 @@ __all__ = [
     "dataset_inputs",
     "default_strategy",
     "functional_nodes",
+    "global_shuffle",
     "is_functional",
     "nested_layers",
     "optimizer_class_method",
@@ -204,6 +205,24 @@ def dataset_inputs(dataset):
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
+
+
+def global_shuffle(dataset, seed):
+    """`dataset` in an order drawn from `seed`, read by index: no shuffle buffer to fill.
+
+    `global_shuffle_op._global_shuffle` (TensorFlow 2.17-2.21), which `tf.data` has not made
+    public yet. Every step before it must support random access; an iterator of the result
+    fails when one does not.
+    """
+    name = "tensorflow.python.data.experimental.ops.global_shuffle_op._global_shuffle"
+    check(name)
+    try:
+        from tensorflow.python.data.experimental.ops import global_shuffle_op
+
+        shuffle = global_shuffle_op._global_shuffle
+    except (ImportError, AttributeError):
+        raise missing(name, f"dataset={describe(dataset)}") from None
+    return shuffle(dataset, seed=seed, reshuffle_each_iteration=False)
 
 
 def set_optional_spec(optional, spec):

@@ -108,6 +108,9 @@ KNOWN = {
     "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
     "Optional._element_spec": _tensorflow(_STEP_FIX),
+    "tensorflow.python.data.experimental.ops.global_shuffle_op._global_shuffle": _tensorflow(
+        "shard_dataset shuffles a source it can read by index without a buffer",
+        first=(2, 17)),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),

@@ -10,6 +10,7 @@ import logging
 
 import tensorflow as tf
 
+from mgpu_tf.compat import private
 from mgpu_tf.data import ahead
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
@@ -62,6 +63,10 @@ def _global_examples(request, plan, parse, epoch):
     """All examples, in an order that is the same on every worker."""
     if request.source_kind == "files":
         return _file_examples(request, request.files, plan.num_examples, parse, epoch)
+    if request.random_access:
+        # Read by index in the epoch's order: the first batch needs no buffer filled.
+        shuffled = private.global_shuffle(request.source, order.epoch_seed(request.seed, epoch))
+        return _parsed(request, shuffled, parse)
     return _shuffle(_parsed(request, probe_all(request), parse), request, plan.num_examples,
                     epoch)
 

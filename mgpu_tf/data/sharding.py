@@ -67,6 +67,9 @@ class _Request:
         self.policy, self.reason = _choose_policy(policy, self)
         if self.source_kind == "dataset":
             shard_source.check_dataset(source)
+        # Shuffled by index where the source allows: no buffer fills as an epoch starts.
+        self.random_access = (self.source_kind == "dataset" and self.seed is not None
+                              and shard_source.random_access(source))
         spec = self.examples(self._probe_input()).element_spec
         shard_source.check_spec(spec)
         self.spec = spec

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from mgpu_tf.compat import private
 
-__all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file"]
+__all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file",
+           "random_access"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -99,3 +100,23 @@ def count_file(path, known):
     if key not in known:
         known[key] = count(tf.data.TFRecordDataset(path))
     return known[key]
+
+
+def random_access(dataset):
+    """Whether each epoch of `dataset` can be shuffled by index (`private.global_shuffle`).
+
+    True when every step of `dataset` can be read at any index (`from_tensor_slices`,
+    `range`, `map`, `zip`, `take`, `skip`, `concatenate`, `enumerate`, in-memory `cache`,
+    ...); `filter`, `interleave`, file readers and generators cannot.
+    """
+    try:
+        probe = private.global_shuffle(dataset, seed=0)
+        next(iter(probe.take(1)))  # random access is checked when an iterator starts
+    except private.PrivateNameError as error:
+        if not _reported:
+            _reported.add(True)
+            logger.warning("mgpu_tf: shard_dataset shuffles through a buffer: %s", error)
+        return False
+    except (tf.errors.OpError, ValueError, TypeError):
+        return False
+    return True
