@@ -1,14 +1,10 @@
 """The main training job: `python -m mgpu_tf.train [--strategy=...]`.
 
 Trains a small Keras classifier under the strategy the flags choose, on scikit-learn's 8x8
-digits or synthetic data, and ends with one line (test_: on the held-out split):
+digits or synthetic data, and ends with one line, its fields described in docs/cli.md:
 
-    done: strategy=NAME replicas=N examples_per_sec=X steps_examples_per_sec=S fit_seconds=F \
-          test_loss=Y test_accuracy=Z
-
-`examples_per_sec` is the wall clock's rate from the second epoch's start to the end of
-`fit` (the first epoch traces the step); `steps_examples_per_sec` counts the steps' own time
-only, so the two differ by what happens between steps; `fit_seconds` is the whole `fit`.
+    done: strategy=NAME replicas=N examples_per_sec=X steps_examples_per_sec=S \
+          fit_seconds=F test_loss=Y test_accuracy=Z
 
 Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """

@@ -67,3 +67,35 @@ def test_each_epoch_read_by_index_is_a_new_permutation_of_the_source():
     again = np.concatenate([b.numpy() for b in mgpu_tf.shard_dataset(
         tf.data.Dataset.range(N), strategy, BATCH, shuffle_seed=7)])
     np.testing.assert_array_equal(again, epochs[1])
+
+
+def _sources():
+    x = tf.data.Dataset.from_tensor_slices(np.arange(8, dtype="int64"))
+    r = tf.data.Dataset.range(8)
+    return {
+        "range": r, "from_tensor_slices": x, "map": x.map(lambda a: a + 1),
+        "parallel map": x.map(lambda a: a, num_parallel_calls=2),
+        "zip": tf.data.Dataset.zip((x, r)), "take": x.take(5), "skip": x.skip(2),
+        "concatenate": x.concatenate(r), "enumerate": x.enumerate(), "prefetch": x.prefetch(2),
+        "repeat": x.repeat(2), "with_options": x.with_options(tf.data.Options()),
+        "filter": x.filter(lambda a: a > 1), "shuffle": x.shuffle(4),
+        "interleave": r.interleave(lambda i: tf.data.Dataset.range(i)),
+        "cache": x.cache(), "map of filter": x.filter(lambda a: a > 1).map(lambda a: a),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_sources()))
+def test_random_access_is_claimed_only_where_tensorflow_reads_by_index(name):
+    # TensorFlow itself is the reference: an iterator of its index shuffle works or fails.
+    from mgpu_tf.compat import private
+
+    dataset = _sources()[name]
+    try:
+        list(private.global_shuffle(dataset, seed=1))
+        works = True
+    except tf.errors.OpError:
+        works = False
+    claimed = shard_source.random_access(dataset)
+    assert not claimed or works, f"{name}: claimed, but TensorFlow cannot read it by index"
+    if name in ("range", "from_tensor_slices", "map", "zip", "concatenate", "take"):
+        assert claimed, f"{name}: TensorFlow reads it by index, yet it fills a buffer"

@@ -71,7 +71,7 @@ class EpochsAhead:
         """The iterator of the epoch starting now; starts making the next one."""
         driven = self.position.driven() is not None
         handed, self._handed = self._handed, None
-        if driven and handed is not None and self._reads() == handed[1]:
+        if driven and handed is not None and self.reads() == handed[1]:
             # Keras makes a spare iterator at each epoch's end and a new one when the next
             # begins; the spare was never read, so it serves as the new one.
             self._handed = handed
@@ -85,8 +85,8 @@ class EpochsAhead:
         if iterator is not None:
             self.handed_ahead += 1
         else:
-            iterator = self._iterate(dataset)
-        reads = self._reads()
+            iterator = self.fresh(dataset)
+        reads = self.reads()
         if driven:
             self._handed = (iterator, reads)
             if self.position.epochs_left():
@@ -96,8 +96,13 @@ class EpochsAhead:
                 making.start()
         return iterator
 
-    def _reads(self):
+    def reads(self):
+        """How often each pipeline has read the position so far."""
         return [reader.reads for reader in self.readers]
+
+    def fresh(self, dataset):
+        """A new iterator of `dataset`, made now."""
+        return self._iterate(dataset)
 
 
 class _Making:
@@ -122,7 +127,7 @@ class _Making:
         if self._made.is_set():
             self._thread.join()
         iterator, self._iterator = self._iterator, None
-        if iterator is not None and self._owner._reads() != self._expected:
+        if iterator is not None and self._owner.reads() != self._expected:
             return None  # it read its epoch before it was handed out
         return iterator
 
@@ -133,11 +138,11 @@ class _Making:
             if self._cancel.is_set() or time.monotonic() > deadline:
                 return
             time.sleep(_POLL)
-        if (self._owner._reads() != self._expected
+        if (self._owner.reads() != self._expected
                 or not self._owner.position.epochs_left()):
             return  # another iterator read meanwhile, or the last epoch began
         self._made.set()
         try:
-            self._iterator = self._owner._iterate(self._dataset)
+            self._iterator = self._owner.fresh(self._dataset)
         except Exception as error:  # noqa: BLE001 - the iterator is then made when needed
             logger.debug("mgpu_tf: the next epoch's iterator was not made ahead: %s", error)

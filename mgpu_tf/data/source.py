@@ -15,6 +15,12 @@ __all__ = ["check_dataset", "check_spec", "call_function", "count", "count_file"
 logger = logging.getLogger("mgpu_tf")
 
 _reported = set()  # log-once
+# tf.data steps that TensorFlow can read at any index (2.17-2.21), by class name; an
+# in-memory `cache` can too, a file cache cannot, and both are one class.
+_RANDOM_ACCESS = frozenset((
+    "TensorSliceDataset", "TensorDataset", "RangeDataset", "MapDataset", "ParallelMapDataset",
+    "ZipDataset", "TakeDataset", "SkipDataset", "ConcatenateDataset", "PrefetchDataset",
+    "BatchDataset", "ShardDataset", "RepeatDataset", "OptionsDataset"))
 
 
 def _batch_op(dataset):
@@ -105,18 +111,17 @@ def count_file(path, known):
 def random_access(dataset):
     """Whether each epoch of `dataset` can be shuffled by index (`private.global_shuffle`).
 
-    True when every step of `dataset` can be read at any index (`from_tensor_slices`,
-    `range`, `map`, `zip`, `take`, `skip`, `concatenate`, `enumerate`, in-memory `cache`,
-    ...); `filter`, `interleave`, file readers and generators cannot.
+    True when every step of `dataset` is one TensorFlow can read at any index
+    (`_RANDOM_ACCESS`); `filter`, `interleave`, `shuffle`, file readers and generators
+    cannot. The steps are looked at, not run: a failed try logs a TensorFlow warning.
     """
-    try:
-        probe = private.global_shuffle(dataset, seed=0)
-        next(iter(probe.take(1)))  # random access is checked when an iterator starts
-    except private.PrivateNameError as error:
-        if not _reported:
-            _reported.add(True)
-            logger.warning("mgpu_tf: shard_dataset shuffles through a buffer: %s", error)
-        return False
-    except (tf.errors.OpError, ValueError, TypeError):
-        return False
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        if type(node).__name__.strip("_") not in _RANDOM_ACCESS:
+            return False
+        try:
+            pending += private.dataset_inputs(node)
+        except private.PrivateNameError:
+            return False
     return True
