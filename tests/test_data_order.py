@@ -100,14 +100,14 @@ def _model():
     return model
 
 
-def test_fit_trains_on_iterators_made_an_epoch_ahead_in_the_epochs_order():
+def test_fit_trains_from_one_stream_of_epochs_in_each_epochs_order():
     strategy = mgpu_tf.make_strategy("default")
     data = mgpu_tf.shard_dataset(_examples(), strategy, 8, shuffle_seed=3)
     model = _model()
     model.fit(data, epochs=4, verbose=0, shuffle=False,
               callbacks=[mgpu_tf.callbacks.DataOrder()])
-    # Epochs 1-3 found their iterators made during the epoch before.
-    assert type(data).epochs_ahead.handed_ahead == 3
+    # One iterator served every epoch: each began as the one before it ended.
+    assert type(data).epoch_stream.streams_made == 1
 
     # Reference: one batch at a time, each epoch from a new iterator made when it begins.
     reference = _model()
@@ -121,10 +121,10 @@ def test_fit_trains_on_iterators_made_an_epoch_ahead_in_the_epochs_order():
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_nothing_is_made_ahead_without_a_callback_that_knows_the_epochs():
+def test_epochs_stream_only_under_a_callback_that_knows_the_epochs():
     strategy = mgpu_tf.make_strategy("default")
     data = mgpu_tf.shard_dataset(_examples(), strategy, 8)
     _model().fit(data, epochs=3, verbose=0, shuffle=False)
-    assert type(data).epochs_ahead.handed_ahead == 0
+    assert type(data).epoch_stream.streams_made == 0
     batches = [b[0].shape[0] for b in data]  # a loop of its own: a new iterator each time
     assert batches == [8] * 6 and [b[0].shape[0] for b in data] == batches

@@ -153,26 +153,31 @@ def _tell_once(message):
     logger.info(message)
 
 
-def follow(build, reader, steps=None, *, skip_unit=1):
+def follow(build, reader, steps=None, *, skip_unit=1, endless=False):
     """Batches of the epoch `reader` gives: `build(epoch)` with the done steps skipped.
 
     Args:
         build: a function of the epoch (a scalar `tf.int64` tensor) returning the
             epoch's batches.
-        reader: the `Reader` of the position, called once per iterator.
+        reader: the `Reader` of the position, called once per epoch.
         steps: batches per epoch, when known: the result then says so
             (`cardinality()`) though a resumed epoch yields fewer.
         skip_unit: batches per step. Defaults to 1.
+        endless: go on with the next epoch, read from `reader` again, after each one
+            ends, instead of ending. Defaults to `False`.
 
     Returns:
-        A `tf.data.Dataset` that reads the position each time it is iterated.
+        A `tf.data.Dataset` that reads the position each time an epoch of it starts.
     """
 
     def read(_):
         epoch, skip = tf.numpy_function(reader, [], (tf.int64, tf.int64), stateful=True)
         return tf.reshape(epoch, []), tf.reshape(skip, []) * skip_unit
 
-    start = tf.data.Dataset.from_tensors(np.int64(0)).map(read)
+    start = tf.data.Dataset.from_tensors(np.int64(0))
+    if endless:
+        start = start.repeat()
+    start = start.map(read)
 
     def epoch_batches(epoch, skip):
         # The graph of this function gets its own graph-level seed: `shuffle` takes a
@@ -184,7 +189,7 @@ def follow(build, reader, steps=None, *, skip_unit=1):
 
     # The pipeline code is graph code already: autograph need not rewrite it.
     batches = start.flat_map(tf.autograph.experimental.do_not_convert(epoch_batches))
-    if steps is None:
+    if steps is None or endless:
         return batches
     # A data set that claims to be endless and is empty: `take(steps)` after it
     # states the cardinality Keras reads, and a short (resumed) epoch still ends.

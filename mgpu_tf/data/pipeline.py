@@ -11,11 +11,11 @@ import logging
 import tensorflow as tf
 
 from mgpu_tf.compat import private
-from mgpu_tf.data import ahead
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import split
+from mgpu_tf.data import stream
 
 __all__ = ["distribute", "probe_all"]
 
@@ -218,11 +218,12 @@ def _replica_epoch(request, plan, worker, replica, epoch):
     return _padded(request, plan, batches.take(share.batches), share.batches)
 
 
-def _replica_dataset(request, plan, worker, replica, epochs):
-    """One replica's batches of the epoch at its strategy's position (`mgpu_tf.data.order`)."""
+def _replica_dataset(request, plan, worker, replica, epochs, endless=False):
+    """One replica's batches of the epoch at its strategy's position (`mgpu_tf.data.order`),
+    or, `endless`, of each epoch after it in turn."""
     return _finish(order.follow(
         lambda epoch: _replica_epoch(request, plan, worker, replica, epoch),
-        epochs.reader(shuffled=request.seed is not None), plan.steps))
+        epochs.reader(shuffled=request.seed is not None), plan.steps, endless=endless))
 
 
 def _worker_epoch(request, plan, worker, epoch):
@@ -242,15 +243,17 @@ def _worker_epoch(request, plan, worker, epoch):
         lambda step, batch: _step_pieces(request, plan, step, batch, mine))
 
 
-def _worker_dataset(request, plan, worker, epochs):
-    """One multi-worker input pipeline: its replicas' batches of the epoch at the position."""
+def _worker_dataset(request, plan, worker, epochs, endless=False):
+    """One multi-worker input pipeline: its replicas' batches of the epoch at the position
+    (or, `endless`, of each epoch after it in turn)."""
     if plan.replicas_per_worker == 1:
-        return _replica_dataset(request, plan, worker, 0, epochs)
+        return _replica_dataset(request, plan, worker, 0, epochs, endless)
     # The cardinality stays unknown: TensorFlow would count batches, not steps. A
     # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
     return _finish(order.follow(
         lambda epoch: _worker_epoch(request, plan, worker, epoch),
-        epochs.reader(shuffled=request.seed is not None), skip_unit=plan.replicas_per_worker))
+        epochs.reader(shuffled=request.seed is not None), skip_unit=plan.replicas_per_worker,
+        endless=endless))
 
 
 def distribute(request, plan):
@@ -260,14 +263,19 @@ def distribute(request, plan):
             "mgpu_tf: examples are not (x, y) tuples, so replicas' unequal batches in the "
             "last step(s) are not reweighted; their loss is slightly biased.")
     strategy = request.strategy
-    epochs = ahead.EpochsAhead(order.position_of(strategy))
-    if request.kind == "default":
-        return epochs.attach(_replica_dataset(request, plan, 0, 0, epochs))
-    if request.kind == "mirrored":
-        return epochs.attach(strategy.distribute_datasets_from_function(
-            lambda context: _replica_dataset(request, plan, 0, context.input_pipeline_id,
-                                             epochs),
-            options=tf.distribute.InputOptions(
-                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)))
-    return epochs.attach(strategy.distribute_datasets_from_function(
-        lambda context: _worker_dataset(request, plan, context.input_pipeline_id, epochs)))
+
+    def make(endless):
+        if request.kind == "default":
+            return _replica_dataset(request, plan, 0, 0, epochs, endless)
+        if request.kind == "mirrored":
+            return strategy.distribute_datasets_from_function(
+                lambda context: _replica_dataset(request, plan, 0, context.input_pipeline_id,
+                                                 epochs, endless),
+                options=tf.distribute.InputOptions(experimental_replication_mode=(
+                    tf.distribute.InputReplicationMode.PER_REPLICA)))
+        return strategy.distribute_datasets_from_function(
+            lambda context: _worker_dataset(request, plan, context.input_pipeline_id, epochs,
+                                            endless))
+
+    epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True))
+    return epochs.attach(make(endless=False))
