@@ -7,6 +7,7 @@ the monitor is checked in tests/test_adaptive_shards.py.
 """
 
 import os
+import re
 import time
 
 import numpy as np
@@ -43,7 +44,8 @@ def test_figures_reach_history_tensorboard_and_the_table(tmp_path, capsys):
     with strategy.scope():
         model = sharding_problem.build_model(initial)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32)
-    monitor = mgpu_tf.callbacks.TrainingMonitor(global_batch_size=32, log_dir=tmp_path)
+    monitor = mgpu_tf.callbacks.TrainingMonitor(global_batch_size=32, log_dir=tmp_path,
+                                                probe_budget=None)
     begin = time.perf_counter()
     history = model.fit(data, epochs=2, callbacks=[monitor], verbose=0, shuffle=False)
     wall = time.perf_counter() - begin
@@ -56,7 +58,7 @@ def test_figures_reach_history_tensorboard_and_the_table(tmp_path, capsys):
     assert logs["examples_per_sec"][1] == pytest.approx(16 * 1000.0 / logs["step_ms"][1])
     assert logs["straggler_ratio"][1] >= 1.0
     table = capsys.readouterr().out
-    assert "worker  batch  step ms" in table and "straggler ratio" in table
+    assert "worker  examples/step  step ms" in table and "straggler ratio" in table
     assert 0 < monitor.own_seconds < monitor.train_seconds
     files = sorted(tmp_path.glob("events.out.tfevents.*"))
     assert len(files) == 2 and not list(tmp_path.glob(".tmp-*"))
@@ -65,9 +67,79 @@ def test_figures_reach_history_tensorboard_and_the_table(tmp_path, capsys):
     assert {"monitor/worker_0/step_ms", "monitor/worker_1/peak_memory_mb"} <= tags
 
 
+def _fit_mirrored(epochs=2, **options):
+    x, y, initial = sharding_problem.problem(256)
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = sharding_problem.build_model(initial)
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32)
+    monitor = mgpu_tf.callbacks.TrainingMonitor(global_batch_size=32, probe_budget=None)
+    history = model.fit(data, epochs=epochs, callbacks=[monitor], **options)
+    return monitor, history
+
+
+def test_the_progress_bar_keeps_to_one_line(capsys):
+    _, history = _fit_mirrored(verbose=1)
+    shown = re.sub(r"\x1b\[[0-9;]*m|\x08", "", capsys.readouterr().out)
+    ends = [line.rstrip() for line in re.split(r"[\r\n]", shown) if line.startswith("8/8")]
+    assert ends and all("step_ms" in line and "wait_ms" in line for line in ends), ends
+    # Keras' own bar with the loss is about 60 characters; the monitor adds two figures.
+    assert max(len(line) for line in ends) <= 100, ends
+    assert all("compute_ms" not in line and "memory" not in line for line in ends), ends
+    # The figures the bar leaves out are in History, at full precision.
+    for name in ("compute_ms", "examples_per_sec", "memory_mb", "straggler_ratio"):
+        assert len(history.history[name]) == 2, name
+
+
+def test_history_holds_the_monitors_own_figures_unrounded():
+    monitor, history = _fit_mirrored(verbose=0)
+    own = [record["units"][0] for record in monitor.history]
+    for name in ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "peak_memory_mb"):
+        assert history.history[name] == [unit[name] for unit in own], name
+
+
+def test_the_table_says_what_its_figures_are(capsys):
+    _fit_mirrored(epochs=3, verbose=0)
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:2] == ["worker", "examples/step"]
+    assert "means over epochs 2-3 (epoch 1 traces)" in table[3], table
+
+
+def test_one_worker_is_not_probed():
+    # Nothing waits for another worker, so the probe's trace would buy nothing.
+    x, y, initial = sharding_problem.problem(64)
+    model = sharding_problem.build_model(initial)
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)),
+                                 mgpu_tf.make_strategy("default"), 16)
+    monitor = mgpu_tf.callbacks.TrainingMonitor(global_batch_size=16, print_table=False)
+    history = model.fit(data, epochs=2, callbacks=[monitor], verbose=0)
+    unit = monitor.history[-1]["units"][0]
+    assert np.isnan(unit["compute_ms"]) and np.isnan(unit["wait_ms"]), unit
+    assert np.isnan(history.history["compute_ms"]).all() and history.history["step_ms"][1] > 0
+    assert monitor.table().splitlines()[1].split()[3:5] == ["-", "-"]
+
+
+def test_the_probe_keeps_within_its_budget():
+    # A 2% budget: the probe's first pass counts as Keras' first step, so a short fit
+    # never probes; at 100% it probes once the first step's time has passed.
+    for budget, probed in ((0.02, False), (1.0, True)):
+        x, y, initial = sharding_problem.problem(256)
+        strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+        with strategy.scope():
+            model = sharding_problem.build_model(initial)
+        data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32)
+        monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False, probe_budget=budget)
+        model.fit(data, epochs=3, callbacks=[monitor], verbose=0)
+        computes = [record["units"][0]["compute_ms"] for record in monitor.history]
+        assert np.isfinite(computes[-1]) == probed, (budget, computes)
+        if probed:
+            assert monitor.own_seconds < monitor.train_seconds
+
+
 @pytest.mark.parametrize("arguments, message", [
     ({"every_n_steps": 0}, "`every_n_steps` must be a positive number of steps or None"),
     ({"global_batch_size": 2.5}, "`global_batch_size` must be a positive integer or None"),
+    ({"probe_budget": 0}, "`probe_budget` must be a share of the training time in"),
 ])
 def test_bad_arguments_are_named(arguments, message):
     with pytest.raises(ValueError, match=message):

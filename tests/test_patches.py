@@ -19,7 +19,8 @@ def test_installing_twice_changes_nothing():
              for name in ("build", "apply", "_all_reduce_sum_gradients")}
     assert patches.install() == patches.installed()
     assert {name: private.optimizer_class_method(name) for name in first} == first
-    assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile"}
+    assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile",
+                                         "shuffle"}
 
 
 def test_an_unknown_patch_is_refused_with_the_known_ones():

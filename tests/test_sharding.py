@@ -7,6 +7,7 @@ same global batches (tests/support/sharding_problem.py).
 
 import collections
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -104,6 +105,49 @@ def test_auto_says_which_policy(caplog, tmp_path):
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
         mgpu_tf.shard_dataset(files, _strategy("mirrored-2"), 4, parse=sharding_problem.parse_xy)
     assert "sharding policy 'auto' chose 'file': 2 files for 1 worker(s)" in caplog.text
+
+
+def test_auto_says_it_once_per_strategy_and_choice(caplog, tmp_path):
+    x, y, _ = sharding_problem.problem(20)
+    files = sharding_problem.write_records(tmp_path, x, y, [10, 10])
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    strategy = _strategy("mirrored-2")
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        # Training and test data of one run, then files: a different choice, said again.
+        mgpu_tf.shard_dataset(examples, strategy, 4)
+        mgpu_tf.shard_dataset(examples.take(8), strategy, 4, training=False)
+        mgpu_tf.shard_dataset(files, strategy, 4, parse=sharding_problem.parse_xy)
+        # A new strategy is a new run.
+        mgpu_tf.shard_dataset(examples, _strategy("mirrored-2"), 4)
+    chose = [r.getMessage() for r in caplog.records if "sharding policy 'auto'" in r.getMessage()]
+    assert chose == ["mgpu_tf: sharding policy 'auto' chose 'data': the source is a data set, "
+                     "not files.",
+                     "mgpu_tf: sharding policy 'auto' chose 'file': 2 files for 1 worker(s).",
+                     "mgpu_tf: sharding policy 'auto' chose 'data': the source is a data set, "
+                     "not files."], chose
+
+
+@pytest.mark.parametrize("name", ["default", "mirrored-2"])
+def test_fit_on_sharded_data_warns_nothing(name):
+    x, y, initial = sharding_problem.problem(24)
+    strategy = _strategy(name)
+    with strategy.scope():
+        model = sharding_problem.build_model(initial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # Keras' fit defaults to shuffle=True, which a data set cannot take.
+        model.fit(mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 8),
+                  epochs=1, verbose=0)
+
+
+def test_keras_still_warns_that_it_cannot_shuffle_another_data_set():
+    # Why mgpu_tf patches Keras' get_data_adapter: when this fails, Keras no longer warns
+    # and compat/shuffle_hook.py can go.
+    x, y, initial = sharding_problem.problem(24)
+    mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), _strategy("default"), 8)
+    model = sharding_problem.build_model(initial)
+    with pytest.warns(UserWarning, match="`shuffle=True` was passed, but will be ignored"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)
 
 
 def test_function_source_is_called_with_the_input_context():

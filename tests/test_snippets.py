@@ -56,10 +56,34 @@ def test_the_blocks_are_found_and_most_run():
     assert run >= _AT_LEAST_RUN
 
 
-@pytest.mark.parametrize("code", _params())
-def test_the_block_runs_as_copied(code, tmp_path):
+def _run(code, tmp_path, *options):
     script = tmp_path / "snippet.py"
     script.write_text(code)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, timeout=180,
+    result = subprocess.run([sys.executable, *options, str(script)], cwd=tmp_path, timeout=180,
                             env=workers.environment(), capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("code", _params())
+def test_the_block_runs_as_copied(code, tmp_path):
+    _run(code, tmp_path)
+
+
+def _sharded_fits():
+    """The runnable blocks that fit a model on shard_dataset's data."""
+    for name, code, reason in _blocks():
+        if not reason and "shard_dataset(" in code and ".fit(" in code:
+            yield pytest.param(code, id=name)
+
+
+@pytest.mark.parametrize("code", _sharded_fits())
+def test_fitting_on_sharded_data_warns_nothing(code, tmp_path):
+    # Keras' fit defaults to shuffle=True and warns that a data set cannot be shuffled.
+    result = _run(code, tmp_path, "-W", "error::UserWarning")
+    assert "Warning" not in result.stderr, result.stderr[-3000:]
+
+
+def test_the_readme_script_is_among_the_quiet_fits():
+    names = [param.id for param in _sharded_fits()]
+    assert any(name.startswith("README.md:") for name in names), names

@@ -12,10 +12,11 @@ import tensorflow as tf
 
 from mgpu_tf.strategies import factory as strategies_lib
 
-__all__ = ["memory_bytes", "ComputeProbe", "exchange", "local_units"]
+__all__ = ["memory_bytes", "ComputeProbe", "exchange", "local_units", "SHORTEST_SAMPLE"]
 
 _PROC_STATUS = "/proc/self/status"
-_SHORTEST_SAMPLE = 0.002  # seconds
+# Seconds: a timed sample of the probe repeats shorter passes up to this.
+SHORTEST_SAMPLE = 0.002
 
 
 def memory_bytes():
@@ -79,7 +80,8 @@ class ComputeProbe:
     def _function(self):
         model = self.model
 
-        @tf.function(reduce_retracing=True)
+        # No control flow to convert: autograph would only lengthen the trace.
+        @tf.function(reduce_retracing=True, autograph=False)
         def step(inputs):
             with tf.GradientTape() as tape:
                 outputs = model(inputs, training=False)
@@ -116,7 +118,7 @@ class ComputeProbe:
                 self._step(inputs).numpy()
                 # A sample of a pass that short repeats it, so timer noise stays small.
                 self._warm[batch, device] = max(
-                    1, math.ceil(_SHORTEST_SAMPLE / max(time.perf_counter() - start, 1e-6)))
+                    1, math.ceil(SHORTEST_SAMPLE / max(time.perf_counter() - start, 1e-6)))
             passes = self._warm[batch, device]
             times = []
             for _ in range(self.repeats):

@@ -20,12 +20,16 @@ from mgpu_tf.callbacks import measure
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
-__all__ = ["TrainingMonitor", "FIGURES"]
+__all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
 
 logger = logging.getLogger("mgpu_tf")
 
 # The figures of each unit in an exchange, in order.
 FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb")
+# This worker's figures in `History` each epoch, with the straggler ratio; the progress
+# bar shows `SHOWN` only, so that it keeps to one line.
+LOGGED = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb")
+SHOWN = ("step_ms", "wait_ms")
 _MB = 1024.0 * 1024.0
 
 
@@ -61,17 +65,24 @@ class TrainingMonitor(keras.callbacks.Callback):
             Defaults to `True`.
         probe_repeats: timed compute passes per interval. Defaults to `1`: the
             bounded, dead-banded share moves of adaptive shards absorb its noise.
+        probe_budget: the share of the training time the compute probe may take.
+            Its first pass traces, and counts as long as Keras' first step, which
+            traced the train step the probe's pass is a part of; until the budget
+            allows it, and between probes, compute and wait are left out or last
+            measured. Adaptive shares probe at every interval, one worker never.
+            Defaults to `0.02`; `None` probes at every interval.
 
     Attributes:
         history: one dict per interval: `epoch`, `step`, `units` (one dict of
             `FIGURES` plus `wait_ms` and `examples_per_sec` per worker) and
             `straggler_ratio`.
-        own_seconds: time the monitor spent in its hooks.
+        own_seconds: time the monitor spent in its epoch and interval hooks (the
+            batch hook only notes the time).
         train_seconds: wall time of the training it watched.
     """
 
     def __init__(self, every_n_steps=None, *, global_batch_size=None, log_dir=None,
-                 print_table=True, probe_repeats=1):
+                 print_table=True, probe_repeats=1, probe_budget=0.02):
         super().__init__()
         if every_n_steps is not None and (isinstance(every_n_steps, bool) or not isinstance(
                 every_n_steps, int) or every_n_steps < 1):
@@ -84,6 +95,11 @@ class TrainingMonitor(keras.callbacks.Callback):
             raise ValueError(
                 "`global_batch_size` must be a positive integer or None. Received: "
                 f"global_batch_size={global_batch_size!r}.")
+        if probe_budget is not None and (isinstance(probe_budget, bool) or not isinstance(
+                probe_budget, (int, float)) or not 0 < probe_budget <= 1):
+            raise ValueError(
+                "`probe_budget` must be a share of the training time in (0, 1] or None. "
+                f"Received: probe_budget={probe_budget!r}. Use 0.02 for 2%.")
         self.every_n_steps = every_n_steps
         self.global_batch_size = global_batch_size
         self.log_dir = None if log_dir is None else os.fspath(log_dir)
@@ -91,6 +107,7 @@ class TrainingMonitor(keras.callbacks.Callback):
         # Without a per-step exchange, the batch hook only notes the time, from any thread.
         self.async_safe = every_n_steps is None
         self.probe_repeats = probe_repeats
+        self.probe_budget = probe_budget
         self.run = None
         self.history = []
         self.own_seconds = 0.0
@@ -108,9 +125,13 @@ class TrainingMonitor(keras.callbacks.Callback):
         self.run.begin_epoch(epoch)
 
     def on_train_batch_end(self, batch, logs=None):
-        now = time.perf_counter()
-        self.run.step_ended(batch, now, logs)
-        self.own_seconds += time.perf_counter() - now
+        # Only the time, at every step; the rest waits for the interval's end.
+        self.run.ends.append((batch, time.perf_counter()))
+        every = self.every_n_steps
+        if every and (batch + 1) % every == 0:
+            begin = time.perf_counter()
+            self.run.interval_ended(logs)
+            self.own_seconds += time.perf_counter() - begin
 
     def on_epoch_end(self, epoch, logs=None):
         begin = time.perf_counter()
@@ -125,21 +146,26 @@ class TrainingMonitor(keras.callbacks.Callback):
 
     # -------------------------------------------------------------------- table
 
+    def _summarised(self):
+        """The epochs' records the summary averages: the first, which traces, is left out
+        when there are others."""
+        ends = [r for r in self.history if r.get("final", True)]
+        return ends[1:] if len(ends) > 1 else ends
+
     def summary(self):
         """Each worker's figures, averaged over the epochs (the first, which traces,
         is left out when there are others)."""
-        ends = [r for r in self.history if r.get("final", True)]
-        kept = ends[1:] if len(ends) > 1 else ends
+        kept = self._summarised()
         if not kept:
             return []
         names = FIGURES + ("wait_ms", "examples_per_sec")
-        return [{name: float(np.mean([r["units"][u][name] for r in kept])) for name in names}
+        return [{name: _finite_mean([r["units"][u][name] for r in kept]) for name in names}
                 for u in range(len(kept[0]["units"]))]
 
     def table(self):
         """The summary as text: one line per worker, then the straggler ratio and cost."""
         rows = self.summary()
-        columns = ("worker", "batch", "step ms", "compute ms", "wait ms", "examples/s",
+        columns = ("worker", "examples/step", "step ms", "compute ms", "wait ms", "examples/s",
                    "memory MB", "peak MB")
         names = ("batch", "step_ms", "compute_ms", "wait_ms", "examples_per_sec",
                  "memory_mb", "peak_memory_mb")
@@ -148,6 +174,12 @@ class TrainingMonitor(keras.callbacks.Callback):
         widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(columns)]
         text = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
         text += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines]
+        epochs = sorted({r["epoch"] + 1 for r in self._summarised()})
+        if epochs:
+            span = f"epoch {epochs[0]}" if len(epochs) == 1 else (
+                f"epochs {epochs[0]}-{epochs[-1]}")
+            text.append(f"means over {span}{' (epoch 1 traces)' if epochs[0] > 1 else ''}; "
+                        "each epoch's figures: monitor.history, History, TensorBoard")
         computes = [row["compute_ms"] for row in rows]
         if rows and all(np.isfinite(computes)) and statistics.median(computes) > 0:
             text.append(f"straggler ratio {max(computes) / statistics.median(computes):.2f} "
@@ -162,6 +194,12 @@ class TrainingMonitor(keras.callbacks.Callback):
         return "\n".join(text)
 
 
+def _finite_mean(values):
+    """The mean of the measured values (the probe skips intervals), or nan."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 class _Run:
     """One `fit` watched by a `TrainingMonitor`: what it measured so far."""
 
@@ -173,32 +211,31 @@ class _Run:
         (self._kind, self._units, self._per_unit,
          self._local) = measure.local_units(self.strategy)
         self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
-        self._probing = True
         self.position = order.position_of(monitor.model.distribute_strategy)
         self.shares = [s for s in adaptive.live_shares(monitor.model.distribute_strategy)
                        if s.units == self._units]
         for shares in self.shares:
             shares.drive()
+        # The probe's first pass traces, the monitor's largest cost: it runs where a unit
+        # can hold others back, or adaptive shares need the speeds.
+        self._probing = self._units > 1 or bool(self.shares)
+        self._probe_seconds = 0.0  # spent probing so far
+        self._probe_cost = None  # what the next probe may cost
+        self._computed = {}  # unit: its last measured compute seconds
 
     def begin_epoch(self, epoch):
         if self.shares:
             self.position.set_epoch(epoch)
         self._epoch = epoch
         self._epoch_base = self._steps_done
-        self._ends = []
+        # (batch, time) at each step's end, in the order Keras' batch hooks ran.
+        self.ends = []
         self._window_start = time.perf_counter()
 
-    def step_ended(self, batch, now, logs):
-        self._ends.append((batch, now))
-        self._steps_done = max(self._steps_done, self._epoch_base + batch + 1)
-        if logs is not None and len(self._ends) > 1:
-            (b0, t0), (b1, t1) = self._ends[0], max(self._ends)
-            if b1 > b0:
-                logs["step_ms"] = 1000.0 * (t1 - t0) / (b1 - b0)
-        every = self.monitor.every_n_steps
-        if every and (batch + 1) % every == 0:
-            self._flush(logs, final=False)
-            self._ends = self._ends[-1:]
+    def interval_ended(self, logs):
+        """Measures and records an interval of `every_n_steps` steps within the epoch."""
+        self._flush(logs, final=False)
+        self.ends = self.ends[-1:]
 
     def end_epoch(self, epoch, logs):
         try:
@@ -248,11 +285,22 @@ class _Run:
         return None
 
     def _step_seconds(self):
-        ends = sorted(self._ends)
+        ends = sorted(self.ends)
         if len(ends) > 1 and ends[-1][0] > ends[0][0]:
             return (ends[-1][1] - ends[0][1]) / (ends[-1][0] - ends[0][0])
         steps = (ends[-1][0] + 1) if ends else 1
         return (time.perf_counter() - self._window_start) / max(steps, 1)
+
+    def _probe_due(self):
+        """Whether this interval's end probes: adaptive shares need it, else the budget says."""
+        budget = self.monitor.probe_budget
+        if not self._probing or self.shares or budget is None:
+            return self._probing
+        if self._probe_cost is None:
+            # Keras' first step traced its train step, of which the probe's pass is a part.
+            self._probe_cost = min(self.ends)[1] - self.start if self.ends else float("inf")
+        elapsed = time.perf_counter() - self.start
+        return self._probe_seconds + self._probe_cost <= budget * elapsed
 
     def _compute_seconds(self, unit_batch, devices):
         """This unit's compute per step: its slowest replica's probe, or nan."""
@@ -269,18 +317,32 @@ class _Run:
 
     def _flush(self, logs, *, final):
         """Measures, exchanges and records one interval; returns its record."""
+        if self.ends:
+            self._steps_done = max(self._steps_done,
+                                   self._epoch_base + max(b for b, _ in self.ends) + 1)
         step = self._step_seconds()
         batches = self._unit_batches()
         memory, peak = measure.memory_bytes()
+        probe = self._probe_due()
+        begin = time.perf_counter()
         rows = {}
         for unit, devices in self._local.items():
             batch = batches[unit] if batches else 32.0 * self._per_unit
-            compute = self._compute_seconds(batch, devices)
+            if probe:
+                self._computed[unit] = self._compute_seconds(batch, devices)
+            compute = self._computed.get(unit, float("nan"))
             rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB]
+        if probe:
+            self._probe_seconds += time.perf_counter() - begin
+            # Warm, a probe takes `probe_repeats` samples of at least the shortest per device.
+            self._probe_cost = sum(
+                len(devices) * self.monitor.probe_repeats * max(
+                    measure.SHORTEST_SAMPLE, self._computed.get(unit, 0.0) or 0.0)
+                for unit, devices in self._local.items())
         table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
         record = self._record(table, batches is not None, final)
         self.monitor.history.append(record)
-        self._log(logs, record)
+        self._log(logs, record, final)
         self._write_scalars(record)
         return record
 
@@ -288,7 +350,8 @@ class _Run:
         units = []
         for row in table:
             unit = dict(zip(FIGURES, (float(v) for v in row)))
-            unit["wait_ms"] = max(0.0, unit["step_ms"] - unit["compute_ms"])
+            unit["wait_ms"] = (max(0.0, unit["step_ms"] - unit["compute_ms"])
+                               if np.isfinite(unit["compute_ms"]) else float("nan"))
             unit["examples_per_sec"] = (1000.0 * unit["batch"] / unit["step_ms"]
                                         if known_batches and unit["step_ms"] > 0 else
                                         float("nan"))
@@ -299,15 +362,24 @@ class _Run:
         return {"epoch": self._epoch, "step": self._steps_done, "final": final,
                 "units": units, "straggler_ratio": ratio}
 
-    def _log(self, logs, record):
-        if logs is None:
-            return
+    def _log(self, logs, record, final):
+        """This worker's figures: `SHOWN` into `logs`, the others into this fit's `History`.
+
+        Keras' progress bar prints every key of `logs` with four decimals; `History` and
+        the progress bar both read `logs`, so the others go to `History` directly.
+        """
         own = record["units"][min(self._local)]
-        for name in ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb",
-                     "peak_memory_mb"):
-            if np.isfinite(own[name]):
-                logs[name] = own[name]
-        logs["straggler_ratio"] = record["straggler_ratio"]
+        figures = {name: own[name] for name in LOGGED}
+        figures["straggler_ratio"] = record["straggler_ratio"]
+        shown = {name: figures[name] for name in SHOWN if np.isfinite(figures[name])}
+        if logs is not None:
+            logs.update(shown)
+        history = getattr(self.monitor.model, "history", None)
+        if final and isinstance(history, keras.callbacks.History):
+            # One value per epoch, nan where not measured, as the lists of Keras' logs.
+            for name, value in figures.items():
+                if name not in shown:
+                    history.history.setdefault(name, []).append(value)
 
     def _write_scalars(self, record):
         """The interval's scalars, chief only, in a new events file renamed into place."""

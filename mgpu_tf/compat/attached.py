@@ -8,10 +8,13 @@ Design: docs/design.md#state-on-objects
 
 import dataclasses
 
-__all__ = ["StrategyRecord", "OptimizerRecord", "of_strategy", "of_optimizer"]
+__all__ = ["StrategyRecord", "OptimizerRecord", "of_strategy", "of_optimizer", "mark_sharded",
+           "is_sharded"]
 
 # Set with object.__setattr__: Keras' optimizer would track the record as its own state.
 _ATTRIBUTE = "_mgpu_tf_record"
+# On a data set shard_dataset returned, which orders its own examples (compat.shuffle_hook).
+_SHARDED = "_mgpu_tf_sharded"
 
 
 @dataclasses.dataclass(eq=False)
@@ -32,6 +35,8 @@ class StrategyRecord:
     ready_optimizer: object = None
     # Records in the TFRecord files sharded for it, by (path, size, modification time).
     record_counts: dict = dataclasses.field(default_factory=dict)
+    # The sharding policies 'auto' chose for its data sets and logged: each shows once.
+    logged_policies: set = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass(eq=False)
@@ -64,3 +69,14 @@ def of_strategy(strategy):
 def of_optimizer(optimizer):
     """The `OptimizerRecord` of `optimizer`, made empty on first use."""
     return _record(optimizer, OptimizerRecord)
+
+
+def mark_sharded(data):
+    """Marks `data` as made by `shard_dataset`; returns it."""
+    object.__setattr__(data, _SHARDED, True)
+    return data
+
+
+def is_sharded(data):
+    """True for a data set `mark_sharded` marked."""
+    return getattr(data, _SHARDED, False) is True

@@ -3,7 +3,7 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import compile_hook, keras_steps, multi_worker, optimizer_hooks
+from mgpu_tf.compat import compile_hook, keras_steps, multi_worker, optimizer_hooks, shuffle_hook
 
 __all__ = ["PATCHES", "install", "installed"]
 
@@ -24,6 +24,10 @@ PATCHES = (
         "compile readies the optimizer of a model made under a strategy with communication "
         "options (compression, steps_per_sync, transport)",
         compile_hook.install, compile_hook.installed),
+    ("shuffle",
+        "fit's shuffle does not apply to data sets from shard_dataset, which order their own "
+        "examples (shuffle_seed): Keras does not warn that it cannot shuffle them",
+        shuffle_hook.install, shuffle_hook.installed),
 )
 
 

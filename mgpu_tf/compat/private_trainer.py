@@ -12,10 +12,12 @@ __all__ = [
     "PrivateNameError",
     "autoconvert_optionals",
     "compute_loss",
+    "get_data_adapter",
     "is_multi_worker",
     "keras_trainer",
     "loss_tracker",
     "model_strategy",
+    "set_get_data_adapter",
     "set_trainer_function",
     "trainer_function",
     "unscale_loss",
@@ -70,6 +72,31 @@ def set_trainer_function(name, function):
     """
     trainer_function(name)
     setattr(_trainer_owner(name)[0], name.rpartition(".")[2], function)
+
+
+def _data_adapters():
+    name = "keras.src.trainers.data_adapters.get_data_adapter"
+    check(name)
+    try:
+        return importlib.import_module("keras.src.trainers.data_adapters")
+    except ImportError:
+        raise missing(name, "the Keras installation") from None
+
+
+def get_data_adapter():
+    """Returns Keras' `get_data_adapter(x, ..., shuffle=..., ...)`, as it is now (patched or not).
+
+    `keras.src.trainers.data_adapters.get_data_adapter` (Keras 3.0-3.15), which Keras'
+    epoch iterators call by module-level name with keyword arguments.
+    """
+    return method(_data_adapters(), "keras.src.trainers.data_adapters.get_data_adapter",
+                  "the Keras installation")
+
+
+def set_get_data_adapter(function):
+    """Puts `function` in place of the one `get_data_adapter()` returns."""
+    get_data_adapter()
+    _data_adapters().get_data_adapter = function
 
 
 def is_multi_worker(strategy):

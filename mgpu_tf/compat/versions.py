@@ -100,6 +100,8 @@ KNOWN = {
     # Patched on the base class itself: Keras loads a model's compile config only when
     # the model's class has Trainer.compile, so a patch on a subclass would stop that.
     "Trainer.compile": _keras("Communication options reach the optimizer compile makes"),
+    "keras.src.trainers.data_adapters.get_data_adapter": _keras(
+        "fit leaves out its shuffle warning for data sets from shard_dataset"),
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
     "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),

@@ -12,7 +12,7 @@ import os
 
 import tensorflow as tf
 
-from mgpu_tf.compat import attached
+from mgpu_tf.compat import attached, patches
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
@@ -196,7 +196,10 @@ def _choose_policy(policy, request):
             chosen, why = plan_lib.ShardPolicy.DATA, f"{files} files < {workers} workers"
         else:
             chosen, why = plan_lib.ShardPolicy.DATA, "the source is a data set, not files"
-        logger.info("mgpu_tf: sharding policy 'auto' chose %r: %s.", chosen.value, why)
+        logged = attached.of_strategy(request.strategy).logged_policies
+        if (chosen, why) not in logged:  # the training and the test data set, once
+            logged.add((chosen, why))
+            logger.info("mgpu_tf: sharding policy 'auto' chose %r: %s.", chosen.value, why)
         return chosen, f"auto: {why}"
     if policy == plan_lib.ShardPolicy.FILE:
         if kind != "files":
@@ -337,4 +340,5 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     distributed = shard_pipeline.distribute(request, _make_plan(request))
     if request.adaptive is not None:
         adaptive.hold(strategy, request.adaptive)
-    return distributed
+    patches.install("shuffle")
+    return attached.mark_sharded(distributed)
