@@ -128,3 +128,19 @@ def test_epochs_stream_only_under_a_callback_that_knows_the_epochs():
     assert type(data).epoch_stream.streams_made == 0
     batches = [b[0].shape[0] for b in data]  # a loop of its own: a new iterator each time
     assert batches == [8] * 6 and [b[0].shape[0] for b in data] == batches
+
+
+def test_the_stream_of_epochs_ends_with_the_fits_last_epoch():
+    import threading
+
+    strategy = mgpu_tf.make_strategy("default")
+    data = mgpu_tf.shard_dataset(_examples(), strategy, 8, shuffle_seed=3)
+    _model().fit(data, epochs=2, verbose=0, shuffle=False,
+                 callbacks=[mgpu_tf.callbacks.DataOrder()])
+    left = []
+    reader = threading.Thread(target=lambda: left.extend(type(data).epoch_stream.current()),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    # Nothing past epoch 2, and no pipeline waits for an epoch that will not come.
+    assert not reader.is_alive() and left == []

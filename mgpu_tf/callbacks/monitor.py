@@ -225,7 +225,7 @@ class _Run:
 
     def begin_epoch(self, epoch):
         if self.shares:
-            self.position.set_epoch(epoch)
+            self.position.set_epoch(epoch, (self.monitor.params or {}).get("epochs"))
         self._epoch = epoch
         self._epoch_base = self._steps_done
         # (batch, time) at each step's end, in the order Keras' batch hooks ran.
@@ -243,8 +243,8 @@ class _Run:
             if self.shares:
                 # The epoch's first step holds any compile of new sizes; every worker
                 # decides from the same (exchanged) figures.
-                first = (self._ends[0][1] - self._window_start
-                         if self._ends and self._ends[0][0] == 0 else -1.0)
+                first = (self.ends[0][1] - self._window_start
+                         if self.ends and self.ends[0][0] == 0 else -1.0)
                 first = float(np.max(measure.exchange(
                     self.strategy, self._kind, self._units, self._per_unit,
                     {unit: [first] for unit in self._local})))

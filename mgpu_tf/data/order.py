@@ -103,10 +103,14 @@ class Reader:
         shuffled: the epoch decides the order; then a second iterator with nothing
             driving the position logs, once per process, how to make the order
             follow the epoch.
+        stream: it reads for a stream of epochs (`follow(..., endless=True)`), which
+            ends, read as epoch -1, once the fit that drives the position has no more
+            epochs or has ended.
     """
 
-    def __init__(self, position, shuffled=False):
+    def __init__(self, position, shuffled=False, stream=False):
         self._position = position
+        self._stream = stream
         self._iterators = 0
         self._shuffled = shuffled
         self._last = None  # (epoch, run) of the previous iterator read while driven
@@ -123,12 +127,14 @@ class Reader:
     def _read(self):
         driven = self._position.driven()
         if driven is None:
-            return self._next_iterator(), 0, None
+            return (-1 if self._stream else self._next_iterator()), 0, None
         epoch, skip, run = driven
         if self._last is not None and self._last[1] == run and self._last[0] >= epoch:
             # This epoch's iterator was made already: this one is the next epoch's,
             # made before Keras' on_epoch_begin says so.
             epoch, skip = self._last[0] + 1, 0
+        if self._stream and epoch > driven[0] + (self._position.epochs_left() or 0):
+            return -1, 0, run  # past the fit's last epoch
         self._last = (epoch, run)
         return epoch, skip, run
 
@@ -164,7 +170,7 @@ def follow(build, reader, steps=None, *, skip_unit=1, endless=False):
             (`cardinality()`) though a resumed epoch yields fewer.
         skip_unit: batches per step. Defaults to 1.
         endless: go on with the next epoch, read from `reader` again, after each one
-            ends, instead of ending. Defaults to `False`.
+            ends, until it reads epoch -1 (a stream `Reader`). Defaults to `False`.
 
     Returns:
         A `tf.data.Dataset` that reads the position each time an epoch of it starts.
@@ -176,8 +182,9 @@ def follow(build, reader, steps=None, *, skip_unit=1, endless=False):
 
     start = tf.data.Dataset.from_tensors(np.int64(0))
     if endless:
-        start = start.repeat()
-    start = start.map(read)
+        start = start.repeat().map(read).take_while(lambda epoch, skip: epoch >= 0)
+    else:
+        start = start.map(read)
 
     def epoch_batches(epoch, skip):
         # The graph of this function gets its own graph-level seed: `shuffle` takes a

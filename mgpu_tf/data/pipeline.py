@@ -223,7 +223,7 @@ def _replica_dataset(request, plan, worker, replica, epochs, endless=False):
     or, `endless`, of each epoch after it in turn."""
     return _finish(order.follow(
         lambda epoch: _replica_epoch(request, plan, worker, replica, epoch),
-        epochs.reader(shuffled=request.seed is not None), plan.steps, endless=endless))
+        epochs.reader(request.seed is not None, endless), plan.steps, endless=endless))
 
 
 def _worker_epoch(request, plan, worker, epoch):
@@ -252,7 +252,7 @@ def _worker_dataset(request, plan, worker, epochs, endless=False):
     # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
     return _finish(order.follow(
         lambda epoch: _worker_epoch(request, plan, worker, epoch),
-        epochs.reader(shuffled=request.seed is not None), skip_unit=plan.replicas_per_worker,
+        epochs.reader(request.seed is not None, endless), skip_unit=plan.replicas_per_worker,
         endless=endless))
 
 

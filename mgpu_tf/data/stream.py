@@ -35,9 +35,9 @@ class EpochStream:
         self._stream = None  # (the fit it serves, its data set, its iterator)
         self._iterate = None
 
-    def reader(self, shuffled):
-        """A new pipeline's `Reader` of the position."""
-        return order.Reader(self.position, shuffled)
+    def reader(self, shuffled, stream=False):
+        """A new pipeline's `Reader` of the position (of a stream of epochs, `stream`)."""
+        return order.Reader(self.position, shuffled, stream)
 
     def attach(self, dataset):
         """`dataset` (what `fit` takes), whose iterators now come from this object."""
@@ -52,6 +52,11 @@ class EpochStream:
         Streamed.epoch_stream = self
         dataset.__class__ = Streamed
         return dataset
+
+    def current(self):
+        """The iterator of the latest fit's stream, or `None`."""
+        with self._lock:
+            return self._stream and self._stream[2]
 
     def iterator(self, dataset):
         """The stream's iterator inside a fit that a callback drives with its epoch count;
