@@ -3,12 +3,9 @@
 Design: docs/design.md#training-monitor
 """
 
-import glob
 import logging
 import os
-import shutil
 import statistics
-import tempfile
 import time
 
 import keras
@@ -17,6 +14,7 @@ import tensorflow as tf
 
 from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks import measure
+from mgpu_tf.callbacks import scalars
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
@@ -343,7 +341,7 @@ class _Run:
         record = self._record(table, batches is not None, final)
         self.monitor.history.append(record)
         self._log(logs, record, final)
-        self._write_scalars(record)
+        scalars.write(self.monitor.log_dir, self.strategy, record)
         return record
 
     def _record(self, table, known_batches, final):
@@ -380,27 +378,3 @@ class _Run:
             for name, value in figures.items():
                 if name not in shown:
                     history.history.setdefault(name, []).append(value)
-
-    def _write_scalars(self, record):
-        """The interval's scalars, chief only, in a new events file renamed into place."""
-        if self.monitor.log_dir is None or not chief_lib.is_chief(self.strategy):
-            return
-        scratch = tempfile.mkdtemp(prefix="mgpu_tf-monitor-")
-        try:
-            writer = tf.summary.create_file_writer(scratch)
-            with writer.as_default():
-                step = record["step"]
-                tf.summary.scalar("monitor/straggler_ratio", record["straggler_ratio"], step)
-                for index, unit in enumerate(record["units"]):
-                    for name in ("step_ms", "compute_ms", "wait_ms", "examples_per_sec",
-                                 "memory_mb", "peak_memory_mb"):
-                        if np.isfinite(unit[name]):
-                            tf.summary.scalar(f"monitor/worker_{index}/{name}", unit[name], step)
-            writer.close()
-            for path in glob.glob(os.path.join(scratch, "events.out.tfevents.*")):
-                name = f"{os.path.basename(path)}.step{record['step']}"
-                with chief_lib.chief_path(os.path.join(self.monitor.log_dir, name),
-                                          self.strategy) as target:
-                    shutil.copyfile(path, target)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,12 +1,9 @@
 """One iterator for all the epochs of a `fit`: the next epoch's batches are ready as it starts.
 
-Keras makes a new iterator of its data set at every epoch's start (and a spare one at its end),
-and a new iterator of a sharded data set takes a while to give its first batch: a distributed
-iterator's set-up and start, the epoch's pipeline. While a callback drives the data's position
-and knows how many epochs the fit has, `EpochStream` hands Keras, at each of these calls, the
-same iterator of a stream of epochs: each epoch, read from the position when the one before it
-ends, follows without a break, and prefetching fills the next epoch's first batches while the
-current one trains.
+Keras makes a new iterator at every epoch's start (and a spare at its end), and a new iterator
+of a sharded data set is slow to give its first batch. While a callback drives the data's
+position and knows the fit's epochs, `EpochStream` hands Keras one iterator of a stream of
+epochs, each read from the position as the one before ends, prefetched while it trains.
 
 Design: docs/design.md#epoch-boundaries
 """
