@@ -11,7 +11,9 @@ alternating fresh processes so that all see the same machine load:
   fit fails there);
 - mgpu_tf: `make_strategy(...)` and Keras `fit`.
 
-Prints examples/s per round, the medians, and the ratios of mgpu_tf to each.
+Prints per round the timed steps' examples/s and the whole run's seconds (the hand
+loop's every step, its warm-up with the tracing included; the whole `fit` of both
+epochs), their medians, and the ratios of mgpu_tf to each by both figures.
 
     python benchmarks/bench_overhead.py --rounds 3
 """
@@ -88,13 +90,15 @@ def _hand(strategy_name, batch, steps, warmup):
     def train_step(iterator):
         return strategy.run(step, args=next(iterator))
 
+    started = time.perf_counter()
     for _ in range(warmup):
         train_step(iterator)
     start = time.perf_counter()
     for _ in range(steps):
         loss = train_step(iterator)
     strategy.reduce("SUM", loss, axis=None).numpy()
-    return batch * steps / (time.perf_counter() - start)
+    end = time.perf_counter()
+    return batch * steps / (end - start), end - started
 
 
 def _fit(strategy, batch, steps):
@@ -106,10 +110,11 @@ def _fit(strategy, batch, steps):
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     timer = _epoch_timer()
-    # Epoch 1 traces and warms up; epoch 2 is timed, without fit's own set-up.
+    # Epoch 1 traces and warms up; epoch 2 is timed, without fit's own set-up; and the whole fit.
+    start = time.perf_counter()
     model.fit(_dataset(x, y, batch), epochs=2, steps_per_epoch=steps, verbose=0,
               callbacks=[timer])
-    return batch * steps / timer.seconds[-1]
+    return batch * steps / timer.seconds[-1], time.perf_counter() - start
 
 
 def _toolkit(strategy_name, batch, steps, warmup):
@@ -150,19 +155,24 @@ def _epoch_timer():
 
 
 def run_one(payload):
-    """Runs in a fresh process (a worker, for multi_worker); returns the figure."""
+    """Runs in a fresh process (a worker, for multi_worker); returns the figures."""
     run = {"hand": _hand, "hand_fit": _hand_fit, "mgpu_tf": _toolkit}[payload["variant"]]
-    speed = run(payload["strategy"], payload["batch"], payload["steps"], payload["warmup"])
-    return {"examples_per_sec": speed}
+    speed, seconds = run(payload["strategy"], payload["batch"], payload["steps"],
+                         payload["warmup"])
+    return {"examples_per_sec": speed, "run_seconds": seconds}
 
 
 def _measure(variant, strategy, args):
+    """`(examples/s of the timed steps, seconds of the whole run)` of one fresh run."""
+    # As many warm-up steps as fit's untimed first epoch, so that whole runs train as long.
+    warmup = args.steps if args.warmup is None else args.warmup
     payload = {"variant": variant, "strategy": strategy, "batch": args.batch,
-               "steps": args.steps, "warmup": args.warmup}
+               "steps": args.steps, "warmup": warmup}
     # One thread per worker process, like one device each.
     workers, threads = (1, None) if strategy == "mirrored" else (2, 1)
-    return runner.run_in_fresh_process(run_one, payload, workers=workers, threads=threads,
-                                       label=f"{variant} on {strategy}")["examples_per_sec"]
+    result = runner.run_in_fresh_process(run_one, payload, workers=workers, threads=threads,
+                                         label=f"{variant} on {strategy}")
+    return result["examples_per_sec"], result["run_seconds"]
 
 
 def main():
@@ -170,24 +180,33 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="the hand loop's untimed steps (default: --steps, as fit's "
+                        "first epoch)")
     parser.add_argument("--strategies", default="mirrored,multi_worker")
     args = parser.parse_args()
     print(f"model: MLP {DEPTH}x{WIDTH}, global batch {args.batch}, {args.steps} timed steps, "
           f"{args.rounds} alternating rounds")
-    print(f"{'setting':<14}{'round':>6}{'hand loop':>11}{'hand + fit':>12}{'mgpu_tf':>10}  ex/s")
+    print(f"{'':<20}{'timed steps, ex/s':^33}{'whole run, s':^33}")
+    columns = f"{'hand loop':>11}{'hand + fit':>12}{'mgpu_tf':>10}"
+    print(f"{'setting':<14}{'round':>6}{columns}{columns}")
     for strategy in args.strategies.split(","):
-        hand, hand_fit, tool = [], [], []
+        runs = {"hand": [], "hand_fit": [], "mgpu_tf": []}
         for round_index in range(args.rounds):
-            hand.append(_measure("hand", strategy, args))
-            hand_fit.append(_measure("hand_fit", strategy, args))
-            tool.append(_measure("mgpu_tf", strategy, args))
-            print(f"{strategy:<14}{round_index:>6}{hand[-1]:>11.0f}{hand_fit[-1]:>12.0f}"
-                  f"{tool[-1]:>10.0f}", flush=True)
-        medians = [statistics.median(v) for v in (hand, hand_fit, tool)]
-        print(f"{strategy:<14}{'median':>6}{medians[0]:>11.0f}{medians[1]:>12.0f}"
-              f"{medians[2]:>10.0f}   mgpu_tf / hand loop = {medians[2] / medians[0]:.3f}, "
-              f"mgpu_tf / hand + fit = {medians[2] / medians[1]:.3f}", flush=True)
+            for variant, figures in runs.items():
+                figures.append(_measure(variant, strategy, args))
+            speeds = "".join(f"{v[-1][0]:>{w}.0f}" for v, w in zip(runs.values(), (11, 12, 10)))
+            wall = "".join(f"{v[-1][1]:>{w}.2f}" for v, w in zip(runs.values(), (11, 12, 10)))
+            print(f"{strategy:<14}{round_index:>6}{speeds}{wall}", flush=True)
+        speed = [statistics.median(r[0] for r in v) for v in runs.values()]
+        wall = [statistics.median(r[1] for r in v) for v in runs.values()]
+        print(f"{strategy:<14}{'median':>6}{speed[0]:>11.0f}{speed[1]:>12.0f}{speed[2]:>10.0f}"
+              f"{wall[0]:>11.2f}{wall[1]:>12.2f}{wall[2]:>10.2f}", flush=True)
+        # Whole-run ratios are seconds the other way round, so that above 1 is faster too.
+        print(f"{'':<20}mgpu_tf / hand loop = {speed[2] / speed[0]:.3f} by steps, "
+              f"{wall[0] / wall[2]:.3f} by whole run; mgpu_tf / hand + fit = "
+              f"{speed[2] / speed[1]:.3f} by steps, {wall[1] / wall[2]:.3f} by whole run",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ pipeline stages uses one core (inter-op 4 leaves threads for the loss, the
 optimizer and the transfers between devices). Every comparison runs side by side
 in this one process, interleaved over rounds, and the fastest round counts; quote
 the ratios. The "cores used" column (process CPU time over wall time) shows
-whether a second core was free for the stages to overlap on.
+whether a second core was free for the stages to overlap on. Beside the fastest
+round's step, each pipeline's whole run: building and tracing it, its warm-up
+steps and every timed step of every round, what a user waits for (after one
+throwaway build, so that the process' own start-up falls on no setting).
 """
 
 import argparse
@@ -55,14 +58,20 @@ def speed_up(args):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.batch, args.width)).astype("float32")
     y = rng.normal(size=(args.batch, args.width)).astype("float32")
-    models = {}
-    for m in args.microbatches:
+    def build(m):
         model = mgpu_tf.ModelParallel(_dense_stack(args.width, widths), ["CPU:0", "CPU:1"],
                                       balance="uniform", microbatches=m)
         model.compile(optimizer=keras.optimizers.SGD(1e-4), loss="mse")
         for _ in range(2):
             model.train_on_batch(x, y)
-        models[m] = model
+        return model
+
+    build(1)  # the process' one-off start-up, which would fall on the first setting alone
+    models, whole = {}, {}
+    for m in args.microbatches:
+        start = time.perf_counter()
+        models[m] = build(m)
+        whole[m] = time.perf_counter() - start
     best = {m: (float("inf"), 0.0) for m in models}
     for _ in range(args.rounds):
         for m, model in models.items():
@@ -70,15 +79,18 @@ def speed_up(args):
             for _ in range(args.steps):
                 model.train_on_batch(x, y)
             wall = time.perf_counter() - start
+            whole[m] += wall
             best[m] = min(best[m], (wall / args.steps, (_cpu_seconds() - cpu) / wall))
     stages = 2
     print(f"\nPipeline speed-up: 2 stages x 4 Dense({args.width}), batch {args.batch}, "
-          f"best of {args.rounds} rounds of {args.steps} steps")
-    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12} {'cores used':>11}")
+          f"best of {args.rounds} rounds of {args.steps} steps; whole run: build, 2 warm-up "
+          f"and {args.rounds * args.steps} timed steps")
+    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12} {'cores used':>11} "
+          f"{'whole s':>8} {'whole speed-up':>15}")
     for m in models:
         bound = m * stages / (m + stages - 1)
         print(f"{m:>3} {best[m][0] * 1e3:>9.1f} {best[1][0] / best[m][0]:>9.2f} {bound:>12.2f} "
-              f"{best[m][1]:>11.2f}")
+              f"{best[m][1]:>11.2f} {whole[m]:>8.2f} {whole[1] / whole[m]:>15.2f}")
 
 
 def _cpu_seconds():
@@ -88,32 +100,40 @@ def _cpu_seconds():
 
 def schedule(args):
     """The same speed-up with stages that wait instead of compute: the schedule alone."""
-    def build():
+    x = np.ones((256, 4), "float32")
+
+    def build(m):
         keras.utils.set_random_seed(0)
         waits = [Wait(2e-4, stateful=False) for _ in range(4)]
-        return keras.Sequential([keras.Input((4,)), *waits[:2], keras.layers.Dense(4),
-                                 *waits[2:]])
-
-    x = np.ones((256, 4), "float32")
-    models = {}
-    for m in args.microbatches:
-        model = mgpu_tf.ModelParallel(build(), ["CPU:0", "CPU:1"], balance=[2, 3],
-                                      microbatches=m)
+        model = mgpu_tf.ModelParallel(
+            keras.Sequential([keras.Input((4,)), *waits[:2], keras.layers.Dense(4), *waits[2:]]),
+            ["CPU:0", "CPU:1"], balance=[2, 3], microbatches=m)
         model.compile(optimizer="sgd", loss="mse")
         model.train_on_batch(x, x)
-        models[m] = model
+        return model
+
+    build(1)  # as in speed_up: the process' start-up is no setting's
+    models, whole = {}, {}
+    for m in args.microbatches:
+        start = time.perf_counter()
+        models[m] = build(m)
+        whole[m] = time.perf_counter() - start
     best = {m: float("inf") for m in models}
     for _ in range(args.rounds):
         for m, model in models.items():
             start = time.perf_counter()
             model.train_on_batch(x, x)
-            best[m] = min(best[m], time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            whole[m] += wall
+            best[m] = min(best[m], wall)
     print(f"\nSchedule alone: 2 stages x 2 waits of 0.2 ms per row (forward), batch {len(x)}, "
-          "no cores needed")
-    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12}")
+          f"no cores needed; whole run: build, 1 warm-up and {args.rounds} timed steps")
+    print(f"{'M':>3} {'step ms':>9} {'speed-up':>9} {'GPipe bound':>12} {'whole s':>8} "
+          f"{'whole speed-up':>15}")
     for m in models:
         bound = m * 2 / (m + 1)
-        print(f"{m:>3} {best[m] * 1e3:>9.1f} {best[1] / best[m]:>9.2f} {bound:>12.2f}")
+        print(f"{m:>3} {best[m] * 1e3:>9.1f} {best[1] / best[m]:>9.2f} {bound:>12.2f} "
+              f"{whole[m]:>8.2f} {whole[1] / whole[m]:>15.2f}")
 
 
 def _ratio(per_stage):

@@ -227,6 +227,18 @@ def test_bench_ratios_are_against_one_process_of_two_threads_in_the_same_round(b
 
 
 @pytest.mark.multiworker
+def test_bench_whole_run_ratios_are_the_baselines_fit_over_the_settings(bench_run):
+    rows = _rows(bench_run)
+    base = rows["processN"]["fit_seconds"]
+    assert "fit_ratio" not in rows["processN"]
+    for key, row in rows.items():
+        # The whole fit holds the timed epoch and the untimed one before it (2 steps each).
+        assert row["fit_seconds"] > 2 * row["step_seconds"], key
+    for key in ("process1", "workers-float16", "workers-tcp-float16", "model_parallel"):
+        assert rows[key]["fit_ratio"] == pytest.approx(base / rows[key]["fit_seconds"]), key
+
+
+@pytest.mark.multiworker
 @pytest.mark.parametrize("key", ["workers-float16", "workers-tcp-float16"])
 def test_bench_model_figures_follow_the_ring_formula_by_hand(bench_run, key):
     rows = _rows(bench_run)
@@ -257,9 +269,10 @@ def _table(out):
     start = next(i for i, line in enumerate(lines) if line.startswith("setting "))
     header, cells = lines[start], {}
     ends = [header.index(label) + len(label) for label in (
-        "ex/s", "ratio", "step ms", "comm ms", "tcp ms", "link ms", "pred ms")]
+        "ex/s", "ratio", "fit s", "fit ratio", "step ms", "comm ms", "tcp ms", "link ms",
+        "pred ms")]
     for line in lines[start + 1:]:
-        if line.startswith("loopback bandwidth"):
+        if line.startswith(("loopback bandwidth", "fit s:")):
             break
         bounds = zip([ends[0] - 9] + ends[:-1], ends)
         cells[line[:ends[0] - 9].rstrip()] = [line[a:b].strip() for a, b in bounds]
@@ -272,8 +285,9 @@ def test_bench_table_rows_show_the_json_figures(bench_run):
     table = _table(out)
     assert list(table) == [r["name"] for r in rows.values()]
     for row in rows.values():
-        expected = [f"{row['examples_per_sec']:.0f}",
-                    f"{row['ratio']:.2f}" if "ratio" in row else ""]
+        expected = [f"{row['examples_per_sec']:.0f}"]
+        expected += [f"{row[k]:.2f}" if k in row else "" for k in (
+            "ratio", "fit_seconds", "fit_ratio")]
         expected += [f"{row[k] * 1e3:.1f}" if k in row else "" for k in (
             "step_seconds", "all_reduce_seconds", "model_all_reduce_seconds",
             "link_model_all_reduce_seconds", "predicted_step_seconds")]
@@ -281,6 +295,24 @@ def test_bench_table_rows_show_the_json_figures(bench_run):
     ring = rows["workers-tcp-float16"]["transport_bandwidth"] / 1e9
     assert f"{ring:.2f} GB/s through the tcp ring" in out
     assert f"loopback bandwidth: {rows['workers-float16']['bandwidth'] / 1e9:.2f} GB/s" in out
+
+
+def test_whole_run_ratios_come_from_the_fits_seconds_paired_by_round():
+    chosen = [s for s in bench.default_settings(2) if s.key in ("processN", "process1")]
+    # The 1-thread process steps slower but, here, fits faster in two rounds of three.
+    figures = {"processN": [(1000, 4.0), (1000, 5.0), (1000, 6.0)],
+               "process1": [(500, 3.0), (500, 6.0), (500, 4.0)]}
+    runs = {s.name: [{"examples_per_sec": e, "step_seconds": 256 / e, "fit_seconds": f}
+                     for e, f in figures[s.key]] for s in chosen}
+    rows = {r["key"]: r for r in bench.summarise(chosen, runs)}
+    # By hand: 4/3, 5/6 and 6/4, median 4/3; the median fit, 5.0 s for both.
+    assert rows["process1"]["fit_ratio"] == pytest.approx(4.0 / 3.0)
+    assert rows["process1"]["ratio"] == pytest.approx(0.5)
+    assert rows["process1"]["fit_seconds"] == pytest.approx(4.0)
+    assert rows["processN"]["fit_seconds"] == pytest.approx(5.0)
+    assert "fit_ratio" not in rows["processN"]
+    table = bench.format_table(list(rows.values()))
+    assert re.search(r"1 process x 1 thread +500 +0\.50 +4\.00 +1\.33 ", table), table
 
 
 def test_the_plot_draws_ratios_to_one_process_beside_the_cost_models(tmp_path):

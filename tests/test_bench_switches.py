@@ -59,3 +59,31 @@ def test_speed_ups_are_paired_by_round():
     table = bench.format_table(list(rows.values()))
     assert "with the speed switches" in table
     assert f"{statistics.median([2.0 / 1.5, 2.5 / 1.25]):.2f}" in table
+
+
+def test_whole_run_speed_ups_come_from_the_fits_seconds_paired_by_round():
+    chosen = {s.key: s for s in bench.default_settings(2) if s.key in ("processN", "mirrored")}
+    twins = {t.key: t for t in bench.switched(list(chosen.values()))}
+    settings = [*chosen.values(), *twins.values()]
+    # Steps twice as fast with the switches, but the compile makes the whole fit slower.
+    figures = {"processN": [(100, 10.0), (100, 12.0)],
+               "processN+switches": [(200, 8.0), (200, 15.0)],
+               "mirrored": [(50, 20.0), (50, 20.0)],
+               "mirrored+switches": [(100, 25.0), (100, 16.0)]}
+    keys = {s.name: s.key for s in settings}
+    runs = {s.name: [{**_run(e), "fit_seconds": f} for e, f in figures[s.key]]
+            for s in settings}
+    rows = {keys[r["name"]]: r for r in bench.summarise(settings, runs)}
+    # By hand, without over with: the default 10/8 and 12/15, mirrored 20/25 and 20/16.
+    assert rows["processN+switches"]["fit_switch_speedup"] == pytest.approx(
+        statistics.median([1.25, 0.8]))
+    assert rows["mirrored+switches"]["fit_switch_speedup"] == pytest.approx(
+        statistics.median([0.8, 1.25]))
+    assert rows["mirrored+switches"]["fit_speedup_vs_default"] == pytest.approx(
+        statistics.median([0.8 / 1.25, 1.25 / 0.8]))
+    assert rows["mirrored+switches"]["switch_speedup"] == pytest.approx(2.0)
+    # The twin's whole-run ratio is against the default strategy with the same switches.
+    assert rows["mirrored+switches"]["fit_ratio"] == pytest.approx(
+        statistics.median([8 / 25, 15 / 16]))
+    table = bench.format_table(list(rows.values()))
+    assert "fit speed-up" in table

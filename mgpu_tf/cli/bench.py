@@ -4,7 +4,9 @@ pipeline stages, each communication option on and off.
 Train one MLP under each setting in fresh processes (N local workers of one thread each
 against one process of N threads, each communication option on and off, N simulated
 devices, N model_parallel stages), alternating rounds, and print the medians with the
-ring all-reduce cost model's figures. Writes OUT/bench.json and OUT/bench.png. Example:
+ring all-reduce cost model's figures: the timed epoch's examples/s and step, and the whole
+fit's seconds (tracing and compiles included). Writes OUT/bench.json and OUT/bench.png.
+Example:
 mgpu-tf bench --workers 2 --rounds 3
 """
 
@@ -26,7 +28,8 @@ def add_parser(subparsers):
                         dest="global_batch", metavar="B",
                         help="examples per step over all replicas (default 256)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each setting (default 3)")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per run, after an untimed epoch of as many; the whole "
+                        "fit of both is timed too (default 30)")
     parser.add_argument("--width", type=int, default=1024, help="MLP width (default 1024)")
     parser.add_argument("--depth", type=int, default=4, help="Dense layers (default 4)")
     parser.add_argument("--only", default=None,
@@ -114,7 +117,8 @@ def bench_command(args):
     spec = bench_lib.ModelSpec(width=args.width, depth=args.depth)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"model: MLP {args.depth} x {args.width}, global batch {args.global_batch}, "
-          f"{args.steps} timed steps, {args.rounds} alternating rounds, load {load:.2f}",
+          f"{args.steps} timed steps of a {2 * args.steps}-step fit, {args.rounds} alternating "
+          f"rounds, load {load:.2f}",
           flush=True)
     started = time.time()
     rows = bench_lib.run_benchmark(settings, rounds=args.rounds, steps=args.steps, spec=spec,

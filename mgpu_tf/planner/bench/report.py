@@ -14,13 +14,14 @@ def summarise(settings, runs):
 
     `runs` is `{setting name: [the figures of each round]}`, as `scaling.measure` returns
     them. A ratio is the median over rounds of the setting's examples/s over the
-    1-process row's in the same round.
+    1-process row's in the same round; a whole-run ratio (`fit_ratio`) is the median of
+    the 1-process row's `fit_seconds` over the setting's, so that above 1 is faster too.
 
     Returns:
         One dictionary per setting: its fields, the median of each figure,
-        `examples_per_sec_by_round`, and where they apply `ratio`, `bandwidth` (TCP over
-        loopback), `model_all_reduce_seconds`, `link_model_all_reduce_seconds` and
-        `predicted_step_seconds`.
+        `examples_per_sec_by_round`, and where they apply `ratio`, `fit_ratio`,
+        `bandwidth` (TCP over loopback), `model_all_reduce_seconds`,
+        `link_model_all_reduce_seconds` and `predicted_step_seconds`.
     """
     from mgpu_tf.planner import cost_model
 
@@ -50,9 +51,12 @@ def summarise(settings, runs):
                              keys.get("processN"))
         if base in names and row["group"] != base and row["group"] != "process":
             # Paired by round: each round ran both settings minutes apart, under one load.
-            pairs = zip(runs[row["name"]], runs[names[base]])
+            pairs = list(zip(runs[row["name"]], runs[names[base]]))
             row["ratio"] = statistics.median(
                 r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
+            if _whole_runs(pairs):
+                row["fit_ratio"] = statistics.median(
+                    b["fit_seconds"] / r["fit_seconds"] for r, b in pairs)
         if "all_reduce_seconds" in row and row["count"] > 1:
             row["bandwidth"] = bandwidth
             row["model_all_reduce_seconds"] = cost_model.ring_all_reduce_seconds(
@@ -70,31 +74,48 @@ def summarise(settings, runs):
     return rows
 
 
+def _whole_runs(pairs):
+    """Whether every run of `pairs` (tuples of one round's figures) timed its whole fit."""
+    return all("fit_seconds" in figures for pair in pairs for figures in pair)
+
+
 def _switch_speedups(row, runs, without, default_with, default_without):
-    """Adds the speed-up the switches give `row`, and its share of the default strategy's."""
+    """Adds the speed-up the switches give `row`, and its share of the default strategy's,
+    by steps (examples/s of the timed epoch) and by whole run (the fit's seconds)."""
     pairs = list(zip(runs[row["name"]], runs[without]))
     row["switch_speedup"] = statistics.median(
         r["examples_per_sec"] / b["examples_per_sec"] for r, b in pairs)
+    if _whole_runs(pairs):
+        row["fit_switch_speedup"] = statistics.median(
+            b["fit_seconds"] / r["fit_seconds"] for r, b in pairs)
     if default_with and default_without and default_with != row["name"]:
         # Paired by round: (with / without here) / (with / without for the default strategy).
-        rounds = zip(runs[row["name"]], runs[without], runs[default_with], runs[default_without])
+        rounds = list(zip(runs[row["name"]], runs[without], runs[default_with],
+                          runs[default_without]))
         row["speedup_vs_default"] = statistics.median(
             (r["examples_per_sec"] / b["examples_per_sec"])
             / (d["examples_per_sec"] / e["examples_per_sec"]) for r, b, d, e in rounds)
+        if _whole_runs(rounds):
+            row["fit_speedup_vs_default"] = statistics.median(
+                (b["fit_seconds"] / r["fit_seconds"]) / (e["fit_seconds"] / d["fit_seconds"])
+                for r, b, d, e in rounds)
 
 
 def format_table(rows):
     """The summary rows as a compact table, with a note on the bandwidths."""
     width = max([len("setting")] + [len(r["name"]) for r in rows]) + 1
-    lines = [f"{'setting':<{width}}{'ex/s':>9}{'ratio':>7}{'step ms':>9}{'comm ms':>9}"
-             f"{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
+    lines = [f"{'setting':<{width}}{'ex/s':>9}{'ratio':>7}{'fit s':>8}{'fit ratio':>10}"
+             f"{'step ms':>9}{'comm ms':>9}{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
 
     def ms(row, key):
         return f"{row[key] * 1e3:>9.1f}" if key in row else f"{'':>9}"
 
+    def cell(row, key, width, digits=2):
+        return f"{row[key]:>{width}.{digits}f}" if key in row else f"{'':>{width}}"
+
     for r in rows:
-        ratio = f"{r['ratio']:>7.2f}" if "ratio" in r else f"{'':>7}"
-        lines.append(f"{r['name']:<{width}}{r['examples_per_sec']:>9.0f}{ratio}"
+        lines.append(f"{r['name']:<{width}}{r['examples_per_sec']:>9.0f}{cell(r, 'ratio', 7)}"
+                     f"{cell(r, 'fit_seconds', 8)}{cell(r, 'fit_ratio', 10)}"
                      f"{ms(r, 'step_seconds')}{ms(r, 'all_reduce_seconds')}"
                      f"{ms(r, 'model_all_reduce_seconds')}"
                      f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
@@ -116,16 +137,22 @@ def format_table(rows):
             "measured step alone under multi_worker, else its 1-thread computation, + link "
             "model). ratio: against the 1-process row of the same precision, median of the "
             "rounds' ratios.")
+    lines.append("fit s: the whole model.fit (both epochs: tracing, compiles and epoch "
+                 "starts included); fit ratio: the 1-process row's fit seconds over this "
+                 "row's, median of the rounds' ratios (above 1: the whole run is faster).")
     switched = [r for r in rows if "switch_speedup" in r]
     if switched:
-        lines.append(f"{'with the speed switches':<{width}}{'speed-up':>9}{'vs default':>11}")
+        lines.append(f"{'with the speed switches':<{width}}{'speed-up':>9}{'vs default':>11}"
+                     f"{'fit speed-up':>13}{'fit vs default':>15}")
         for r in switched:
-            share = (f"{r['speedup_vs_default']:>11.2f}" if "speedup_vs_default" in r
-                     else f"{'':>11}")
-            lines.append(f"{r['name']:<{width}}{r['switch_speedup']:>9.2f}{share}")
+            lines.append(f"{r['name']:<{width}}{r['switch_speedup']:>9.2f}"
+                         f"{cell(r, 'speedup_vs_default', 11)}"
+                         f"{cell(r, 'fit_switch_speedup', 13)}"
+                         f"{cell(r, 'fit_speedup_vs_default', 15)}")
         lines.append("speed-up: examples/s with the switches over the same setting without; "
                      "vs default: that speed-up over the one the default strategy (1 process) "
-                     "gets from the same switches.")
+                     "gets from the same switches; fit: the same by the whole fit's seconds "
+                     "(without over with).")
     return "\n".join(lines)
 
 
