@@ -118,7 +118,7 @@ def _multi_worker(out):
     assert all(len(v) == 1 for v in losses.values()), f"the workers disagree: {losses}"
     assert "[1] worker 1 is killed in epoch 3" in out and "restarting" in out
     assert "[0] finished" in out and "[1] finished" in out and "exit code: 0" in out
-    assert re.search(r"^ +1 +32\.0 .*\nstraggler ratio \d", out, re.M), out  # the monitor's table
+    assert re.search(r"^ +1 +32\.0 .*\nmeans over .*\nstraggler ratio \d", out, re.M), out  # the monitor's table
     predictions = re.search(r"^2 replicas; \[(.*)\]$", out, re.M)
     assert predictions and len(set(predictions.group(1).split())) == 1, out
 

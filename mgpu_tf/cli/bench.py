@@ -1,13 +1,11 @@
 """`mgpu-tf bench`: measure examples/s on 1 and N simulated devices, local workers and
 pipeline stages, each communication option on and off.
 
-Train one MLP under each setting in fresh processes (N local workers of one thread each
-against one process of N threads, each communication option on and off, N simulated
-devices, N model_parallel stages), alternating rounds, and print the medians with the
-ring all-reduce cost model's figures: the timed epoch's examples/s and step, and the whole
-fit's seconds (tracing and compiles included). Writes OUT/bench.json and OUT/bench.png.
-Example:
-mgpu-tf bench --workers 2 --rounds 3
+Trains one MLP under each setting in fresh processes (N workers of one thread against one
+process of N threads, each communication option, N devices, N pipeline stages), alternating
+rounds; prints medians of the timed epoch and of the whole fit (tracing and compiles
+included) with the cost model's figures. Writes OUT/bench.json and OUT/bench.png.
+Example: mgpu-tf bench --workers 2 --rounds 3
 """
 
 import os
