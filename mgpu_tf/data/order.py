@@ -44,7 +44,7 @@ class Position:
         """Epoch `epoch` starts: from its first step, or where `resume_at` said.
 
         `epochs`, the fit's number of epochs when known, tells pipelines whether
-        another epoch follows (`mgpu_tf.data.ahead` then prepares it).
+        another epoch follows (`mgpu_tf.data.stream` then streams the epochs).
         """
         with self._lock:
             resume = self._resume
@@ -114,29 +114,24 @@ class Reader:
         self._iterators = 0
         self._shuffled = shuffled
         self._last = None  # (epoch, run) of the previous iterator read while driven
-        self._lock = threading.Lock()
-        # Reads so far, and what the latest gave: (epoch, skip, run), run None when undriven.
-        self.reads, self.latest = 0, None
 
     def __call__(self):
-        with self._lock:
-            epoch, skip, run = self._read()
-            self.reads, self.latest = self.reads + 1, (epoch, skip, run)
+        epoch, skip = self._read()
         return np.int64(epoch), np.int64(skip)
 
     def _read(self):
         driven = self._position.driven()
         if driven is None:
-            return (-1 if self._stream else self._next_iterator()), 0, None
+            return (-1 if self._stream else self._next_iterator()), 0
         epoch, skip, run = driven
         if self._last is not None and self._last[1] == run and self._last[0] >= epoch:
             # This epoch's iterator was made already: this one is the next epoch's,
             # made before Keras' on_epoch_begin says so.
             epoch, skip = self._last[0] + 1, 0
         if self._stream and epoch > driven[0] + (self._position.epochs_left() or 0):
-            return -1, 0, run  # past the fit's last epoch
+            return -1, 0  # past the fit's last epoch
         self._last = (epoch, run)
-        return epoch, skip, run
+        return epoch, skip
 
     def _next_iterator(self):
         """Nothing drives the position: every iterator is the next epoch."""
