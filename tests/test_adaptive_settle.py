@@ -86,6 +86,50 @@ def test_a_slowdown_from_epoch_5_is_followed_within_two_epochs():
     assert _decided(shares, IDENTICAL[:5] + STEADY[:7], steps=20) == [1024] * 7 + [1408] * 6
 
 
+def _steered(shares, figures, step_seconds):
+    """Unit 0's batch size in every epoch, and the epochs timed, as the monitor steers:
+    speeds only where the shares ask for them, or where the step time jumped."""
+    timed = []
+    for epoch, (speeds, step) in enumerate(zip(figures, step_seconds)):
+        jumped = shares.jumped(epoch, step)
+        if shares.wants_speeds(epoch) or jumped:
+            timed.append(epoch)
+        shares.epoch_ended(epoch, speeds if timed[-1:] == [epoch] else [], steps=20,
+                           step_seconds=step, jumped=jumped)
+    return [shares.batch_sizes(e, wait=False)[0] for e in range(len(figures) + 2)], timed
+
+
+def test_settled_shares_are_timed_after_2_4_8_epochs_and_decided_an_epoch_ahead():
+    shares = adaptive.AdaptiveShares(2048, 1, 2)
+    sizes, timed = _steered(shares, IDENTICAL + IDENTICAL, [0.2] * 20)
+    assert sizes == [1024] * 22 and timed == [0, 2, 6, 14]
+    # Epoch 0's figures decided epochs 1 and 2; epoch 19's, epoch 21.
+    assert shares.decided(21) and not shares.decided(22)
+
+
+def test_a_slowdown_from_epoch_5_jumps_the_step_time_and_is_followed_two_epochs_on():
+    shares = adaptive.AdaptiveShares(2048, 1, 2)
+    # Epoch 5's step is 1.4 times epoch 4's under the same sizes: timed at once, the
+    # speeds before it dropped. [218, 101] (figure 6 of STEADY) gives 16 * 0.683 = 10.9
+    # grains: 11 from epoch 7, since epoch 6's shares were decided with epoch 4's figures.
+    figures = IDENTICAL[:5] + STEADY[6:12]
+    sizes, timed = _steered(shares, figures, [0.2] * 5 + [0.28] + [0.2] * 5)
+    assert timed[:4] == [0, 2, 5, 6]
+    assert sizes[:7] == [1024] * 7 and sizes[7:] == [1408] * 6
+
+
+def test_a_move_needs_the_latest_figure_too():
+    shares = adaptive.AdaptiveShares(2048, 1, 2)
+    # [150, 80] would give 10 grains, but under XLA a new size was seen to cost 99.9 s.
+    shares.decide(1, [150.0, 80.0], steps=20, step_seconds=0.1, first_step_seconds=100.0,
+                  jit_compile=True)
+    # The median of [150, 80] and [100, 100] is [125, 90]: 9 grains, a step of
+    # max(1152 / 125, 896 / 90) = 9.96 against 1024 / 90 = 11.4, 12% faster. The latest
+    # figure predicts 9 grains slower: 1152 / 100 against 1024 / 100. Nothing moves.
+    shares.decide(2, [100.0, 100.0], steps=20)
+    assert [shares.batch_sizes(e, wait=False) for e in range(3)] == [(1024, 1024)] * 3
+
+
 def test_every_decided_size_is_from_the_set():
     shares = adaptive.AdaptiveShares(2048, 1, 2)
     rng = np.random.default_rng(3)

@@ -106,8 +106,9 @@ class ComputeProbe:
                         else tf.zeros(shape, dtype))
         return made[0] if len(made) == 1 else made
 
-    def seconds(self, batch, device=None):
-        """Median seconds of one forward and backward pass on `batch` examples."""
+    def seconds(self, batch, device=None, repeats=None):
+        """Median seconds of one forward and backward pass on `batch` examples, over
+        `repeats` samples (defaults to the probe's `repeats`)."""
         if self._step is None:
             self._step = self._function()
         with tf.device(device):
@@ -121,7 +122,7 @@ class ComputeProbe:
                     1, math.ceil(SHORTEST_SAMPLE / max(time.perf_counter() - start, 1e-6)))
             passes = self._warm[batch, device]
             times = []
-            for _ in range(self.repeats):
+            for _ in range(repeats or self.repeats):
                 start = time.perf_counter()
                 for _ in range(passes):
                     self._step(inputs).numpy()

@@ -15,6 +15,7 @@ import tensorflow as tf
 from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks import measure
 from mgpu_tf.callbacks import scalars
+from mgpu_tf.callbacks import steering
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
@@ -23,12 +24,14 @@ __all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
 logger = logging.getLogger("mgpu_tf")
 
 # The figures of each unit in an exchange, in order.
-FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb")
+FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb", "first_step_ms")
 # This worker's figures in `History` each epoch, with the straggler ratio; the progress
 # bar shows `SHOWN` only, so that it keeps to one line.
 LOGGED = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb")
 SHOWN = ("step_ms", "wait_ms")
 _MB = 1024.0 * 1024.0
+# Compute samples of speeds that decide alone (the first, or after a jump of the step).
+_DECISIVE_REPEATS = 3
 
 
 class TrainingMonitor(keras.callbacks.Callback):
@@ -67,7 +70,8 @@ class TrainingMonitor(keras.callbacks.Callback):
             Its first pass traces, and counts as long as Keras' first step, which
             traced the train step the probe's pass is a part of; until the budget
             allows it, and between probes, compute and wait are left out or last
-            measured. Adaptive shares probe at every interval, one worker never.
+            measured. Adaptive shares probe at the epochs whose speeds they ask
+            for, one worker never.
             Defaults to `0.02`; `None` probes at every interval.
 
     Attributes:
@@ -209,11 +213,10 @@ class _Run:
         (self._kind, self._units, self._per_unit,
          self._local) = measure.local_units(self.strategy)
         self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
-        self.position = order.position_of(monitor.model.distribute_strategy)
-        self.shares = [s for s in adaptive.live_shares(monitor.model.distribute_strategy)
-                       if s.units == self._units]
-        for shares in self.shares:
-            shares.drive()
+        strategy = monitor.model.distribute_strategy
+        self.shares = [s for s in adaptive.live_shares(strategy) if s.units == self._units]
+        self.steering = steering.ShareSteering(
+            self.shares, order.position_of(strategy), monitor.model) if self.shares else None
         # The probe's first pass traces, the monitor's largest cost: it runs where a unit
         # can hold others back, or adaptive shares need the speeds.
         self._probing = self._units > 1 or bool(self.shares)
@@ -222,8 +225,8 @@ class _Run:
         self._computed = {}  # unit: its last measured compute seconds
 
     def begin_epoch(self, epoch):
-        if self.shares:
-            self.position.set_epoch(epoch, (self.monitor.params or {}).get("epochs"))
+        if self.steering:
+            self.steering.begin_epoch(epoch, (self.monitor.params or {}).get("epochs"))
         self._epoch = epoch
         self._epoch_base = self._steps_done
         # (batch, time) at each step's end, in the order Keras' batch hooks ran.
@@ -237,37 +240,26 @@ class _Run:
 
     def end_epoch(self, epoch, logs):
         try:
-            figures = self._flush(logs, final=True)
-            if self.shares:
-                # The epoch's first step holds any compile of new sizes; every worker
-                # decides from the same (exchanged) figures.
-                first = (self.ends[0][1] - self._window_start
-                         if self.ends and self.ends[0][0] == 0 else -1.0)
-                first = float(np.max(measure.exchange(
-                    self.strategy, self._kind, self._units, self._per_unit,
-                    {unit: [first] for unit in self._local})))
-                model = self.monitor.model
-                pace = {"steps": self._steps_done - self._epoch_base,
-                        "step_seconds": max(u["step_ms"] for u in figures["units"]) / 1000.0,
-                        "first_step_seconds": first if first >= 0 else None,
-                        "jit_compile": bool(model.jit_compile and not model.run_eagerly)}
-            for shares in self.shares:
-                speeds = [u["batch"] / (u["compute_ms"] / 1000.0) if u["compute_ms"] > 0
-                          else float("nan") for u in figures["units"]]
-                shares.decide(epoch + 1, speeds,
-                              {"straggler_ratio": round(figures["straggler_ratio"], 3)},
-                              **pace)
+            probe = self._probe_due(final=True)
+            # The first speeds decide alone: samples enough for a median.
+            first = bool(self.steering) and probe and epoch == 0
+            record = self._measured(probe, repeats=_DECISIVE_REPEATS if first else None)
+            jumped = bool(self.steering) and self.steering.jumped(epoch, record)
+            if jumped and self._probing:
+                # A unit's speed changed: its new speed, now, which decides alone.
+                probe = True
+                record = self._measured(probe, repeats=_DECISIVE_REPEATS)
+            self._publish(logs, record, final=True)
+            if self.steering:
+                self.steering.decide(epoch, record, probed=probe, jumped=jumped,
+                                     steps=self._steps_done - self._epoch_base)
         finally:
-            # A pipeline may be waiting for the next epoch's shares.
-            for shares in self.shares:
-                if not shares.decided(epoch + 1):
-                    shares.decide(epoch + 1, [])
+            if self.steering:  # a pipeline may be waiting for the next epoch's shares
+                self.steering.unblock(epoch)
 
     def end(self):
-        for shares in self.shares:
-            shares.release()
-        if self.shares:
-            self.position.release()
+        if self.steering:
+            self.steering.release()
 
     def _unit_batches(self):
         """Examples per step of each unit, or `None` when unknown."""
@@ -289,10 +281,13 @@ class _Run:
         steps = (ends[-1][0] + 1) if ends else 1
         return (time.perf_counter() - self._window_start) / max(steps, 1)
 
-    def _probe_due(self):
-        """Whether this interval's end probes: adaptive shares need it, else the budget says."""
+    def _probe_due(self, final):
+        """Whether this interval's end probes: as adaptive shares ask at an epoch's end,
+        else as the budget allows."""
         budget = self.monitor.probe_budget
-        if not self._probing or self.shares or budget is None:
+        if self._probing and final and self.steering:
+            return self.steering.probe_due(self._epoch)
+        if not self._probing or budget is None:
             return self._probing
         if self._probe_cost is None:
             # Keras' first step traced its train step, of which the probe's pass is a part.
@@ -300,13 +295,13 @@ class _Run:
         elapsed = time.perf_counter() - self.start
         return self._probe_seconds + self._probe_cost <= budget * elapsed
 
-    def _compute_seconds(self, unit_batch, devices):
+    def _compute_seconds(self, unit_batch, devices, repeats=None):
         """This unit's compute per step: its slowest replica's probe, or nan."""
         if not self._probing:
             return float("nan")
         try:
             per_replica = max(1, round(unit_batch / len(devices)))
-            return max(self._probe.seconds(per_replica, d) for d in devices)
+            return max(self._probe.seconds(per_replica, d, repeats) for d in devices)
         except (ValueError, TypeError, tf.errors.OpError) as error:
             self._probing = False
             logger.warning("mgpu_tf: TrainingMonitor cannot time the compute alone (%s); "
@@ -314,22 +309,28 @@ class _Run:
             return float("nan")
 
     def _flush(self, logs, *, final):
-        """Measures, exchanges and records one interval; returns its record."""
+        """Measures, exchanges and records one interval."""
+        self._publish(logs, self._measured(self._probe_due(final)), final)
+
+    def _measured(self, probe, repeats=None):
+        """This interval's figures of every unit, exchanged; `probe` times the compute."""
         if self.ends:
             self._steps_done = max(self._steps_done,
                                    self._epoch_base + max(b for b, _ in self.ends) + 1)
         step = self._step_seconds()
+        first = (self.ends[0][1] - self._window_start
+                 if self.ends and self.ends[0][0] == 0 else float("nan"))
         batches = self._unit_batches()
         memory, peak = measure.memory_bytes()
-        probe = self._probe_due()
         begin = time.perf_counter()
         rows = {}
         for unit, devices in self._local.items():
             batch = batches[unit] if batches else 32.0 * self._per_unit
             if probe:
-                self._computed[unit] = self._compute_seconds(batch, devices)
+                self._computed[unit] = self._compute_seconds(batch, devices, repeats)
             compute = self._computed.get(unit, float("nan"))
-            rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB]
+            rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB,
+                          1000.0 * first]
         if probe:
             self._probe_seconds += time.perf_counter() - begin
             # Warm, a probe takes `probe_repeats` samples of at least the shortest per device.
@@ -338,13 +339,15 @@ class _Run:
                     measure.SHORTEST_SAMPLE, self._computed.get(unit, 0.0) or 0.0)
                 for unit, devices in self._local.items())
         table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
-        record = self._record(table, batches is not None, final)
+        return self._record(table, batches is not None)
+
+    def _publish(self, logs, record, final):
+        record["final"] = final
         self.monitor.history.append(record)
         self._log(logs, record, final)
         scalars.write(self.monitor.log_dir, self.strategy, record)
-        return record
 
-    def _record(self, table, known_batches, final):
+    def _record(self, table, known_batches):
         units = []
         for row in table:
             unit = dict(zip(FIGURES, (float(v) for v in row)))
@@ -357,7 +360,7 @@ class _Run:
         computes = [u["compute_ms"] for u in units]
         ratio = (max(computes) / statistics.median(computes)
                  if all(np.isfinite(computes)) and statistics.median(computes) > 0 else 1.0)
-        return {"epoch": self._epoch, "step": self._steps_done, "final": final,
+        return {"epoch": self._epoch, "step": self._steps_done, "final": None,
                 "units": units, "straggler_ratio": ratio}
 
     def _log(self, logs, record, final):

@@ -120,6 +120,9 @@ class AdaptiveShares:
         self.grain_count = self.global_batch_size // self.grain
         self.minimum = self.grain / self.global_batch_size
         self._settle = settle.Settle(start_band=tolerance)
+        self._steps = {}  # epoch: its step seconds, as measured
+        self._probed = None  # the last epoch whose figures had speeds
+        self._kept = 0  # decisions in a row that had speeds and kept the shares
         self._logged = False
         self._schedule = {0: start}
         self.changes = []
@@ -202,8 +205,53 @@ class AdaptiveShares:
             self._driven = False
             self._cond.notify_all()
 
+    def wants_speeds(self, epoch):
+        """Whether the figures of `epoch` should bring speeds (the compute probe's).
+
+        Always while the shares move or have not settled; once a decision kept them,
+        after 2, 4, 8 and at most 16 epochs (`epoch_ended` also asks for them when the
+        step time jumps). Every worker answers the same.
+        """
+        if self._probed is None or self._kept == 0 or self._settle.moving:
+            return True
+        return int(epoch) - self._probed >= 2 ** min(self._kept, settle.LONGEST_BACKOFF)
+
+    def jumped(self, epoch, step_seconds):
+        """True when `epoch`'s step time moved clearly from the epoch before's, under the
+        same sizes: something other than the shares changed a unit's speed."""
+        epoch = int(epoch)
+        before = self._steps.get(epoch - 1)
+        if (before is None or step_seconds is None or not before > 0
+                or self.batch_sizes(epoch, wait=False) != self.batch_sizes(epoch - 1,
+                                                                           wait=False)):
+            return False
+        return abs(step_seconds - before) > settle.CLEAR_CHANGE * before
+
+    def epoch_ended(self, epoch, speeds, figures=None, *, steps=None, step_seconds=None,
+                    first_step_seconds=None, jit_compile=False, jumped=False):
+        """Decides from the figures of `epoch` the shares of the first epoch not yet read.
+
+        That is `epoch + 1` only after epoch 0; its shares then also hold for `epoch + 2`,
+        and from there on the figures of `epoch` decide `epoch + 2`, so that no pipeline
+        waits at an epoch's end for a decision. `jumped` (`jumped`) drops the speeds
+        measured before the jump. Arguments as `decide`'s.
+
+        Returns:
+            The epoch decided.
+        """
+        epoch = int(epoch)
+        target = epoch + 1 if not self.decided(epoch + 1) else epoch + 2
+        self.decide(target, speeds, figures, steps=steps, step_seconds=step_seconds,
+                    first_step_seconds=first_step_seconds, jit_compile=jit_compile,
+                    measured=epoch, restart=jumped)
+        if target == epoch + 1:
+            with self._cond:
+                self._schedule[epoch + 2] = self._schedule[target]
+                self._cond.notify_all()
+        return target
+
     def decide(self, epoch, speeds, figures=None, *, steps=None, step_seconds=None,
-               first_step_seconds=None, jit_compile=False):
+               first_step_seconds=None, jit_compile=False, measured=None, restart=False):
         """Sets the shares of `epoch` from the speeds measured in the epochs before.
 
         The speeds are smoothed over epochs; the shares move, in whole grains, when the
@@ -221,15 +269,26 @@ class AdaptiveShares:
                 of new sizes. Defaults to `None`.
             jit_compile: whether the step is compiled by XLA, once per new size.
                 Defaults to `False`.
+            measured: the epoch the figures are of. Defaults to `epoch - 1`.
+            restart: forget the speeds of earlier epochs. Defaults to `False`.
 
         Returns:
             The shares in force for `epoch`.
         """
         epoch = int(epoch)
+        measured = epoch - 1 if measured is None else int(measured)
         before = self.shares_for(epoch - 1, wait=False)
-        self._settle.observe(self.batch_sizes(epoch - 1, wait=False), first_step_seconds,
+        self._steps[measured] = step_seconds
+        self._settle.observe(self.batch_sizes(measured, wait=False), first_step_seconds,
                              step_seconds)
+        if settle.usable(speeds, self.units):
+            if restart:
+                self._settle.window.restart()
+                self._kept = 0
+            self._probed = measured
         after = self._proposal(epoch, before, speeds, steps, jit_compile)
+        if settle.usable(speeds, self.units):
+            self._kept = self._kept + 1 if after == before and not self._settle.moving else 0
         with self._cond:
             self._schedule[epoch] = after
             self._cond.notify_all()
@@ -262,9 +321,13 @@ class AdaptiveShares:
         shares = tuple(size / self.global_batch_size for size in proposed)
         per_replica = split.replica_batch_sizes(self.global_batch_size, self.num_workers,
                                                 self.replicas_per_worker, list(shares))
-        if proposed == now or not self._settle.worth(
-                now, proposed, smoothed, cost=self._settle.cost(per_replica, jit_compile),
-                steps=steps):
+        cost = self._settle.cost(per_replica, jit_compile, planned=self.batch_sizes(
+            epoch - 1, wait=False))
+        # The latest figure must agree: one probe timed beside a busy neighbour moves a
+        # median of two.
+        if proposed == now or not all(
+                self._settle.worth(now, proposed, figure, cost=cost, steps=steps)
+                for figure in (smoothed, self._settle.window.figures[-1])):
             self._settle.moving = False
             return before
         self._settle.moving = grains != settle.grains(target, self.grain_count)

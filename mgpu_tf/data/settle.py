@@ -30,6 +30,8 @@ START_BAND = DEFAULT_TOLERANCE
 GO_ON_BAND = 0.03
 # Cost of a new size under XLA before any was measured: a compile of a small model.
 DEFAULT_COMPILE_SECONDS = 1.0
+# Settled shares take speeds again after 2, 4, ... 2 ** LONGEST_BACKOFF epochs.
+LONGEST_BACKOFF = 4
 
 
 def _normalised(values):
@@ -132,6 +134,10 @@ class SpeedWindow:
                    for a, b in zip(*moved)):
                 self.figures = self.figures[-2:]
 
+    def restart(self):
+        """Forgets every figure: the speeds changed for a known reason."""
+        self.figures = []
+
     def speeds(self):
         """The smoothed speeds, or `None` before any figure."""
         if not self.figures:
@@ -173,9 +179,10 @@ class Settle:
         else:
             self._usual = (self._usual + [excess])[-WINDOW:]
 
-    def cost(self, sizes, jit_compile):
-        """Seconds a change to per-replica `sizes` is expected to cost once."""
-        if not jit_compile or set(sizes) <= self.seen:
+    def cost(self, sizes, jit_compile, planned=()):
+        """Seconds a change to per-replica `sizes` is expected to cost once; the sizes of
+        `planned` epochs compile anyway."""
+        if not jit_compile or set(sizes) <= self.seen | set(planned):
             return 0.0
         if self._new is None:
             return DEFAULT_COMPILE_SECONDS
