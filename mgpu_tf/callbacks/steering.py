@@ -21,19 +21,27 @@ class ShareSteering:
 
     def __init__(self, shares, position, model):
         self.shares, self.position, self.model = shares, position, model
+        self.epochs = None  # of this `fit`, when Keras says
         for each in shares:
             each.drive()
 
     def begin_epoch(self, epoch, epochs):
         self.position.set_epoch(epoch, epochs)
+        self.epochs = epochs
+
+    def _useful(self, epoch):
+        """Whether the figures of `epoch` decide an epoch this `fit` still trains."""
+        return self.epochs is None or any(s.next_open(epoch) < self.epochs
+                                          for s in self.shares)
 
     def probe_due(self, epoch):
         """Whether the end of `epoch` times the compute (`AdaptiveShares.wants_speeds`)."""
-        return any(s.wants_speeds(epoch) for s in self.shares)
+        return self._useful(epoch) and any(s.wants_speeds(epoch) for s in self.shares)
 
     def jumped(self, epoch, record):
         """Whether the step time of `epoch` (the slowest unit's) jumped under the same sizes."""
-        return any(s.jumped(epoch, _step_seconds(record)) for s in self.shares)
+        return self._useful(epoch) and any(s.jumped(epoch, _step_seconds(record))
+                                           for s in self.shares)
 
     def decide(self, epoch, record, *, probed, jumped, steps):
         """The shares that the figures of `epoch` (a monitor record) decide."""

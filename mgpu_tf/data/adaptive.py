@@ -227,6 +227,10 @@ class AdaptiveShares:
             return False
         return abs(step_seconds - before) > settle.CLEAR_CHANGE * before
 
+    def next_open(self, epoch):
+        """The epoch that the figures of `epoch` decide (`epoch_ended`)."""
+        return int(epoch) + 1 if not self.decided(int(epoch) + 1) else int(epoch) + 2
+
     def epoch_ended(self, epoch, speeds, figures=None, *, steps=None, step_seconds=None,
                     first_step_seconds=None, jit_compile=False, jumped=False):
         """Decides from the figures of `epoch` the shares of the first epoch not yet read.
@@ -240,7 +244,7 @@ class AdaptiveShares:
             The epoch decided.
         """
         epoch = int(epoch)
-        target = epoch + 1 if not self.decided(epoch + 1) else epoch + 2
+        target = self.next_open(epoch)
         self.decide(target, speeds, figures, steps=steps, step_seconds=step_seconds,
                     first_step_seconds=first_step_seconds, jit_compile=jit_compile,
                     measured=epoch, restart=jumped)
