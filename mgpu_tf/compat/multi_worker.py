@@ -202,8 +202,9 @@ def _mean_logs(values, strategy):
     if floats:
         packed = strategy.run(lambda *logs: pack_logs(logs),
                               args=tuple(flat[i] for i in floats))
-        if log_mean_function(strategy) is not None:
-            mean = log_mean_function(strategy)(strategy.experimental_local_results(packed)[0])
+        ring_mean = log_mean_function(strategy)
+        if ring_mean is not None:
+            mean = ring_mean(strategy.experimental_local_results(packed)[0])
         else:
             mean = strategy.reduce("MEAN", packed, axis=None)
         for i, piece in zip(floats, unpack_logs(mean, [local[i] for i in floats])):
