@@ -6,6 +6,7 @@ the others, Ctrl-C stops all, and no process is left behind.
 Design: docs/design.md#local-launcher
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -17,13 +18,15 @@ import time
 
 from mgpu_tf.cluster.launch_command import LaunchError, check_command
 
-__all__ = ["LaunchError", "TIMED_OUT", "free_ports", "worker_tf_configs", "launch", "run_alone"]
+__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "free_ports", "worker_tf_configs", "launch", "run_alone"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
 
 # What `run_alone` returns for a worker stopped at its time limit (as GNU timeout does).
 TIMED_OUT = 124
+# What a group stopped by its `stop_when` returns: it is to start again, not a failure.
+REGROUP = -1
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
@@ -217,9 +220,40 @@ def _streams(output, errors):
     return output, output if errors is None else errors
 
 
+@contextlib.contextmanager
+def _interrupts_as_flag():
+    """Ctrl-C and SIGTERM set the event yielded, in the main thread, instead of raising.
+
+    A `KeyboardInterrupt` raised inside `Popen.poll`, just after it took the process'
+    wait lock, leaves the lock taken, and the final `wait` of the stop then hangs.
+    """
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+    previous = {s: signal.signal(s, lambda *_: interrupted.set())
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield interrupted
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
-               errors=None):
-    """Runs one start of the workers of `configs`; returns its exit code."""
+               errors=None, stop_when=None):
+    """Runs one start of the workers of `configs`; returns its exit code.
+
+    When `stop_when()`, called while the workers run, returns True, they are all stopped
+    and `REGROUP` returned.
+    """
+    with _interrupts_as_flag() as interrupted:
+        return _run(command, configs, base, output, grace_seconds, interrupted,
+                    timeout_seconds=timeout_seconds, errors=errors, stop_when=stop_when)
+
+
+def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_seconds,
+         errors, stop_when):
     lock = threading.Lock()
     processes, pumps = {}, []
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
@@ -245,6 +279,11 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
                 pump.start()
                 pumps.append(pump)
         while failed is None and any(p.poll() is None for p in processes.values()):
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+            if stop_when is not None and stop_when():
+                code = REGROUP
+                break
             if deadline is not None and time.monotonic() > deadline:
                 code = TIMED_OUT
                 message = (f"{_workers(processes)} did not finish in {timeout_seconds:g} "
@@ -252,8 +291,10 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
                 break
             time.sleep(0.05)
             failed = _first_failure(processes)
+        if interrupted.is_set():
+            raise KeyboardInterrupt
         failed = failed or _first_failure(processes)
-        if failed is not None and code != TIMED_OUT:
+        if failed is not None and code not in (TIMED_OUT, REGROUP):
             code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
         code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
