@@ -16,9 +16,11 @@ import sys
 import threading
 import time
 
+from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import LaunchError, check_command
 
-__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "free_ports", "worker_tf_configs", "launch", "run_alone"]
+__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
+           "free_ports", "launch", "run_alone", "run_group", "streams", "worker_tf_configs"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
@@ -125,14 +127,22 @@ def _describe_exit(returncode):
     return f"exit code {_exit_code(returncode)} (killed by {name})"
 
 
-def _check_request(command, workers, port, host, env):
+def check_request(command, workers, port, host, env, max_restarts=0):
     """Raises `LaunchError` for a request that cannot start, before anything starts."""
     check_command(command, os.environ if env is None else env)
     worker_tf_configs(workers, port=port, host=host)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise LaunchError(
+            "`max_restarts` must be an integer of at least 0. "
+            f"Received: max_restarts={max_restarts!r}")
 
 
-def _base_environment(env):
-    return dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+def base_environment(env):
+    """The workers' environment before TF_CONFIG: `env` (or this process'), unbuffered,
+    with the job's secret (a new one unless `env` holds one)."""
+    base = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    base.setdefault(job_secret.SECRET_VARIABLE, job_secret.new_secret())
+    return base
 
 
 def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=None,
@@ -171,21 +181,17 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     Raises:
         LaunchError: for an empty or missing command, a bad worker count or a bad port.
     """
-    _check_request(command, workers, port, host, env)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise LaunchError(
-            "`max_restarts` must be an integer of at least 0. "
-            f"Received: max_restarts={max_restarts!r}")
-    output, errors = _streams(output, errors)
+    check_request(command, workers, port, host, env, max_restarts)
+    output, errors = streams(output, errors)
     if host not in _LOOPBACK:
         output.write(
             f"warning: workers use {host}: TensorFlow's gRPC workers accept "
             "unauthenticated connections; use this only on a trusted network.\n"
         )
-    base = _base_environment(env)
+    base = base_environment(env)
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
-        code = _run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
+        code = run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
                           output, grace_seconds, errors=errors)
         if code in (0, 130) or attempt == max_restarts:
             return code
@@ -203,17 +209,17 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
     `TIMED_OUT` returned. Returns the exit code; raises `LaunchError` as `launch` does, and
     for an index outside the group.
     """
-    _check_request(command, workers, None, "127.0.0.1", env)
+    check_request(command, workers, None, "127.0.0.1", env)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
         raise LaunchError(f"`index` must be between 0 and {workers - 1}. "
                           f"Received: index={index!r}")
     config = worker_tf_configs(workers)[index]
-    output, errors = _streams(output, errors)
-    return _run_group(command, [config], _base_environment(env), output, grace_seconds,
+    output, errors = streams(output, errors)
+    return run_group(command, [config], base_environment(env), output, grace_seconds,
                       timeout_seconds=timeout_seconds, errors=errors)
 
 
-def _streams(output, errors):
+def streams(output, errors):
     """`(output, errors)`: stdout and stderr apart by default, one stream when captured."""
     if output is None:
         return sys.stdout, sys.stderr if errors is None else errors
@@ -240,7 +246,7 @@ def _interrupts_as_flag():
             signal.signal(s, handler)
 
 
-def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
+def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
                errors=None, stop_when=None):
     """Runs one start of the workers of `configs`; returns its exit code.
 
