@@ -42,8 +42,8 @@ def parse_workers(text):
         minimum, maximum = 0, -1
     if not 1 <= minimum <= maximum:
         raise LaunchError(
-            "`workers` must be a count N or a range MIN:MAX with 1 <= MIN <= MAX. "
-            f"Received: workers={text!r}. Use e.g. --workers 2 or --workers 1:4.")
+            "`workers` must be an integer of at least 1, or a range MIN:MAX with "
+            f"1 <= MIN <= MAX. Received: workers={text!r}. Use e.g. 2 or 1:4.")
     return minimum, maximum
 
 
