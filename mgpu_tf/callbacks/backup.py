@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -209,7 +210,7 @@ class BackupAndRestore(DataOrder):
             for old in os.listdir(self.backup_dir):
                 if old.startswith("weights-") and old != name:
                     os.remove(os.path.join(self.backup_dir, old))
-            _tell_launcher(epoch, steps_done)
+            _tell_launcher(epoch, steps_done, (self.params or {}).get("epochs"))
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)
@@ -235,13 +236,26 @@ def _describe(world):
             f"replica{'s' * (replicas != 1)})")
 
 
-def _tell_launcher(epoch, steps_done):
-    """Tells an elastic launcher a backup is complete: a group may now grow."""
+def _tell_launcher(epoch, steps_done, epochs):
+    """Tells an elastic launcher a backup is complete; leaves if it waits to regroup.
+
+    Leaving at once, before another step, makes the backup the point where the group
+    grows; the launcher then stops the other workers.
+    """
     marker = detect.environ_value(elastic.BACKUP_MARKER_VARIABLE)
-    if marker:
-        with open(marker + ".tmp", "w") as f:
-            f.write(f"{epoch} {steps_done} {time.time_ns()}\n")
-        os.replace(marker + ".tmp", marker)
+    if not marker:
+        return
+    with open(marker + ".tmp", "w") as f:
+        f.write(f"{epoch} {steps_done} {epochs or 0} {time.time_ns()}\n")
+    os.replace(marker + ".tmp", marker)
+    if os.path.exists(marker + elastic.REGROUP_SUFFIX) and (not epochs or epoch < epochs):
+        logger.info("mgpu_tf: leaving at the backup of epoch %d step %d: the elastic "
+                    "launcher regroups here.", epoch, steps_done)
+        for handler in logger.handlers + logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(elastic.REGROUP_EXIT)
 
 
 def _rng_variables(model):

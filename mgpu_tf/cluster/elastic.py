@@ -7,7 +7,9 @@ its backup (`mgpu_tf.callbacks.BackupAndRestore`). Every change is logged in one
 Design: docs/reliability.md#elastic-training
 """
 
+import contextlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,13 +18,19 @@ import time
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cluster.launch_command import LaunchError
 
-__all__ = ["BACKUP_MARKER_VARIABLE", "DiscoveryError", "parse_workers", "discover",
-           "launch_elastic"]
+__all__ = ["BACKUP_MARKER_VARIABLE", "REGROUP_EXIT", "REGROUP_SUFFIX", "DiscoveryError",
+           "parse_workers", "discover", "launch_elastic"]
 
-# Set by the elastic launcher: the file the chief rewrites after each complete backup.
+# Set by the elastic launcher: the file the chief rewrites after each complete backup,
+# `epoch steps_done epochs time`. While a file of this name plus REGROUP_SUFFIX exists, the
+# chief leaves right after its next backup (but the last), with exit code REGROUP_EXIT.
 BACKUP_MARKER_VARIABLE = "MGPU_TF_BACKUP_MARKER"
+REGROUP_SUFFIX = ".regroup"
+REGROUP_EXIT = 75
 
 _SCRIPT_SECONDS = 30.0
+# `host` or `host:slots`: a name or IPv4 address, or an IPv6 address in brackets.
+_HOST_LINE = re.compile(r"([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::(\d+))?")
 
 
 class DiscoveryError(LaunchError):
@@ -72,8 +80,9 @@ def discover(script):
         return int(lines[0]), []
     hosts, slots = [], 0
     for line in lines:
-        host, _, count = line.partition(":")
-        if not host or (count and not count.isdigit()) or count == "0":
+        match = _HOST_LINE.fullmatch(line)
+        host, count = match.groups() if match else (None, None)
+        if not match or count == "0":
             raise DiscoveryError(
                 "The discovery script must print a worker count, or one 'host' or "
                 f"'host:slots' per line. Received: {done.stdout.strip()[:200]!r}. "
@@ -92,36 +101,62 @@ def _check_script(script):
 
 
 class _Growth:
-    """Called by the running group: True once more workers are offered and a backup is done."""
+    """Asks the script while the group runs; with more workers offered, asks the chief
+    to leave at its next backup. Called by the group: True once it has left there."""
 
     def __init__(self, script, count, maximum, marker, poll_seconds, say):
         self.script, self.count, self.maximum = script, count, maximum
         self.marker, self.poll_seconds, self.say = marker, poll_seconds, say
-        self.target, self.offered, self.seen = None, None, None
+        self.target, self.offered, self.seen, self.at = None, None, None, None
         self._next, self._error = time.monotonic() + poll_seconds, None
 
     def __call__(self):
         if time.monotonic() >= self._next:
             self._next = time.monotonic() + self.poll_seconds
-            try:
-                self.offered = discover(self.script)[0]
-                self._error = None
-            except DiscoveryError as error:
-                if str(error) != self._error:
-                    self.say(f"discovery failed, keeping {self.count} workers: {error}")
-                self._error = str(error)
-                return False
-            target = min(self.offered, self.maximum)
-            if target > self.count and self.target is None:
-                self.target, self.seen = target, _read(self.marker)
-                self.say(f"{self.offered} workers offered; growing from {self.count} to "
-                         f"{target} at the next backup.")
-            elif self.target is not None and target <= self.count:
-                self.say(f"{self.offered} workers offered; staying at {self.count}.")
-                self.target = None
-            elif self.target is not None:
-                self.target = target
-        return self.target is not None and _read(self.marker) not in (None, self.seen)
+            self._ask()
+        return self.ready()
+
+    def ready(self):
+        """True when a backup was completed since the regroup was asked for."""
+        if self.target is None:
+            return False
+        now = _read(self.marker)
+        if now in (None, self.seen):
+            return False
+        epoch, steps, epochs = (int(v) for v in now.split()[:3])
+        if epochs and epoch >= epochs:
+            return False  # the last backup: training ends without regrouping
+        self.at = (epoch, steps)
+        return True
+
+    def _ask(self):
+        try:
+            self.offered = discover(self.script)[0]
+            self._error = None
+        except DiscoveryError as error:
+            if str(error) != self._error:
+                self.say(f"discovery failed, keeping {self.count} workers: {error}")
+            self._error = str(error)
+            return
+        target = min(self.offered, self.maximum)
+        request = self.marker + REGROUP_SUFFIX
+        if target > self.count and self.target is None:
+            self.target, self.seen = target, _read(self.marker)
+            with open(request, "w"):
+                pass
+            self.say(f"{self.offered} workers offered; growing from {self.count} to "
+                     f"{target} at the next backup.")
+        elif self.target is not None and target <= self.count:
+            self.say(f"{self.offered} workers offered; staying at {self.count}.")
+            self.target = None
+            _remove(request)
+        elif self.target is not None:
+            self.target = target
+
+
+def _remove(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
 
 
 def _read(path):
@@ -187,10 +222,10 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
                 dict(base, **{launcher.RESTART_VARIABLE: str(start)}), output, grace_seconds,
                 errors=errors, stop_when=growth)
             start += 1
+            _remove(marker + REGROUP_SUFFIX)
             if code == launcher.REGROUP:
-                epoch, step = (_read(marker) or "? ?").split()[:2]
-                say(f"{count} -> {growth.target} workers at the backup of epoch {epoch} "
-                    f"step {step} ({growth.offered} offered).")
+                say(f"{count} -> {growth.target} workers at the backup of epoch "
+                    f"{growth.at[0]} step {growth.at[1]} ({growth.offered} offered).")
                 count = growth.target
                 continue
             if code in (0, 130) or restarts == max_restarts:

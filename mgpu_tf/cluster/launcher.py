@@ -301,7 +301,11 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
             raise KeyboardInterrupt
         failed = failed or _first_failure(processes)
         if failed is not None and code not in (TIMED_OUT, REGROUP):
-            code, report = _exit_code(failed[1]), True
+            # A worker may leave on purpose for `stop_when`: it is asked once more.
+            if stop_when is not None and stop_when():
+                code = REGROUP
+            else:
+                code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
         code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
     finally:
