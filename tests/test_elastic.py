@@ -50,10 +50,26 @@ def _starts(out):
 
 
 def _assert_close(reference, out):
+    """Checks the run's final weights against the reference; returns the largest difference."""
     weights = failure_worker.weights(out / "final.npz")
     assert len(weights) == len(reference) == 4
     for a, b in zip(reference, weights):
         np.testing.assert_allclose(b, a, **TOLERANCE)
+    return max(float(np.max(np.abs(b - a))) for a, b in zip(reference, weights))
+
+
+def _seconds(out, start):
+    """`(first step, latest step)` wall times of the run's start `start`."""
+    return tuple(float(v) for v in (out / f"times-{start}").read_text().split())
+
+
+def _resume_seconds(out, start, *, after_kill=True):
+    """From the kill (or the previous start's last step) to start `start`'s first step."""
+    if after_kill:
+        before = float((out / "killed_at").read_text())
+    else:
+        before = _seconds(out, start - 1)[1]
+    return _seconds(out, start)[0] - before
 
 
 @pytest.mark.multiworker
@@ -63,8 +79,10 @@ def test_mirrored_then_two_workers_then_three_end_as_the_uninterrupted_run(refer
     out = tmp_path / "run"
     done = workers.run_python("-m", SCRIPT, out, "--mirrored", "2", "--kill", "1:4")
     assert done.returncode == -9, done.stderr[-3000:]
+    killed = float((out / "killed_at").read_text())
     code, log = _launch(2, out, "--kill", "2:1")
     assert code == 137, log[-3000:]
+    to_two = _seconds(out, 1)[0] - killed
     assert "taken on 1 worker (2 replicas), on 2 workers (2 replicas); global batch and " \
            "data order kept" in log, log[-3000:]
     code, log = _launch(3, out)
@@ -73,7 +91,9 @@ def test_mirrored_then_two_workers_then_three_end_as_the_uninterrupted_run(refer
            "workers (3 replicas)" in log, log[-3000:]
     # Backups every 3 steps of 6: the kills after batches 4 and 1 resume at step 3 and 0.
     assert _starts(out) == [(1, 2, 0, 0), (2, 2, 1, 3), (3, 3, 2, 0)]
-    _assert_close(reference, out)
+    difference = _assert_close(reference, out)
+    print(f"mirrored x2 -> 2 workers: first step {to_two:.1f} s after the kill; 2 -> 3 "
+          f"workers: {_resume_seconds(out, 2):.1f} s; final weights within {difference:.1e}")
 
 
 def _discovery(tmp_path, count):
@@ -124,8 +144,11 @@ def test_the_elastic_launcher_shrinks_after_a_failure_and_grows_at_a_backup(refe
     assert _starts(out) == [(2, 2, 0, 0), (1, 1, 1, 3), (3, 3, 2, 0)]
     resumed = [line for line in log if "mgpu_tf: resuming the backup" in line]
     assert len(resumed) == 1 + 3, resumed  # the one worker, then each of the three
-    _assert_close(reference, out)
-    print(f"elastic run: {time.monotonic() - started:.1f} s; " + "; ".join(changes[1:]))
+    difference = _assert_close(reference, out)
+    print(f"elastic run: {time.monotonic() - started:.1f} s; 2 -> 1 workers: first step "
+          f"{_resume_seconds(out, 1):.1f} s after the kill; 1 -> 3 workers: "
+          f"{_resume_seconds(out, 2, after_kill=False):.1f} s after the backup's step; final "
+          f"weights within {difference:.1e}")
 
 
 def test_bad_worker_ranges_and_scripts_fail_before_anything_starts(tmp_path):

@@ -6,9 +6,10 @@ Shuffled data from `shard_dataset`, a global batch of 24 (6 steps per epoch), 4 
 SGD with momentum, and `BackupAndRestore(OUT_DIR/backup, save_freq=3)`. Under TF_CONFIG
 the strategy is multi_worker; with `--mirrored N`, mirrored over N simulated CPUs. On the
 group's first start (MGPU_TF_RESTART unset or 0) the last worker SIGKILLs itself after batch
-BATCH of epoch EPOCH, first writing N to PATH (its slot goes away with it). The chief appends
-`start workers replicas epoch steps_done` to OUT_DIR/starts.txt and writes its final
-weights to OUT_DIR/final.npz.
+BATCH of epoch EPOCH, first writing N to PATH (its slot goes away with it) and the time to
+OUT_DIR/killed_at. The chief appends `start workers replicas epoch steps_done` to
+OUT_DIR/starts.txt, keeps the times of each start's first and latest step in
+OUT_DIR/times-N (N: the start's line there, from 0), and writes its final weights to OUT_DIR/final.npz.
 """
 
 import argparse
@@ -16,6 +17,7 @@ import json
 import os
 import pathlib
 import signal
+import time
 
 import keras
 import numpy as np
@@ -24,6 +26,7 @@ import tensorflow as tf
 import mgpu_tf
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 144, 6, 24, 4
+OUT = None
 
 
 class _Kill(keras.callbacks.Callback):
@@ -39,7 +42,22 @@ class _Kill(keras.callbacks.Callback):
             if self.offer:
                 path, count = self.offer.rsplit(":", 1)
                 pathlib.Path(path).write_text(count + "\n")
+            (OUT / "killed_at").write_text(f"{time.time()}\n")
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Clock(keras.callbacks.Callback):
+    """Keeps the wall time of this start's first and latest step in OUT/times-N, N counting
+    the starts in OUT/starts.txt from 0."""
+
+    def __init__(self, start):
+        super().__init__()
+        self.path, self.first = OUT / f"times-{start}", None
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.time()
+        self.first = self.first or now
+        self.path.write_text(f"{self.first} {now}\n")
 
 
 def main():
@@ -49,6 +67,8 @@ def main():
     parser.add_argument("--kill", default=None)
     parser.add_argument("--offer", default=None)
     args = parser.parse_args()
+    global OUT
+    OUT = args.out
     config = json.loads(os.environ.get("TF_CONFIG", "null"))
     index, workers = 0, 1
     if config:
@@ -68,6 +88,7 @@ def main():
         with open(args.out / "starts.txt", "a") as f:
             f.write(f"{start} {workers} {strategy.num_replicas_in_sync} {where['epoch']} "
                     f"{where['steps_done']}\n")
+        number = len((args.out / "starts.txt").read_text().splitlines()) - 1
     rng = np.random.default_rng(0)
     x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
     y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
@@ -81,6 +102,8 @@ def main():
         model = mgpu_tf.prepare_model(model, strategy)
         model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
     fit_callbacks = [mgpu_tf.callbacks.BackupAndRestore(backup, save_freq=3)]
+    if index == 0:
+        fit_callbacks.append(_Clock(number))
     if args.kill and start == 0 and index == workers - 1:
         epoch, batch = map(int, args.kill.split(":"))
         fit_callbacks.append(_Kill(epoch, batch, args.offer))
