@@ -182,3 +182,77 @@ def test_below_the_minimum_the_launcher_waits_then_fails_clearly(tmp_path):
         "mgpu-tf launch: elastic: waiting up to 0.5 s for 2 workers (1 offered).",
         "mgpu-tf launch: elastic: failed: fewer workers than the minimum 2 for 0.5 s "
         "(1 offered). Add hosts, or lower MIN in --workers 2:3."]
+
+
+def _adaptive_fit(strategy, backup, epochs):
+    import keras
+    import tensorflow as tf
+
+    import mgpu_tf
+    from mgpu_tf.data import adaptive
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((48, 3)).astype("float32")
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, x[:, :1])), strategy,
+                                 12, shuffle_seed=1, weights="adaptive")
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    model.fit(data, epochs=epochs, verbose=0, callbacks=[
+        mgpu_tf.callbacks.BackupAndRestore(backup, delete_checkpoint=False)])
+    return adaptive.live_shares(strategy)[-1]
+
+
+def test_adaptive_shares_start_again_even_on_another_number_of_replicas(tmp_path, caplog):
+    import json
+
+    import mgpu_tf
+
+    backup = tmp_path / "backup"
+    _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=2), backup, 1)
+    metadata = json.loads((backup / "training_metadata.json").read_text())
+    assert metadata["world"] == {"workers": 1, "replicas": 2, "steps_per_sync": 1,
+                                 "shares": [[0.5, 0.5]]}
+    assert metadata["steps_per_epoch"] == 4
+    # Uneven shares in the backup, as a monitor would have decided them for epoch 1.
+    metadata["adaptive"][0]["schedule"]["1"] = [0.75, 0.25]
+    (backup / "training_metadata.json").write_text(json.dumps(metadata))
+    caplog.set_level("INFO", logger="mgpu_tf")
+    shares = _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=3), backup, 2)
+    assert shares.shares_for(1, wait=False) == (1 / 3, 1 / 3, 1 / 3)
+    lines = [r.getMessage() for r in caplog.records if "resuming the backup" in r.getMessage()]
+    assert lines == ["mgpu_tf: resuming the backup of epoch 1 step 0, taken on 1 worker "
+                     "(2 replicas), on 1 worker (3 replicas); global batch and data order "
+                     "kept; adaptive shares start again from even or the deployment's "
+                     "weights."]
+
+
+def test_another_number_of_steps_per_epoch_is_refused(tmp_path):
+    import json
+
+    import mgpu_tf
+
+    backup = tmp_path / "backup"
+    _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=2), backup, 1)
+    metadata = json.loads((backup / "training_metadata.json").read_text())
+    metadata["steps_per_epoch"] = 8
+    (backup / "training_metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match=r"The backup in .* was taken with 8 steps per epoch; "
+                       r"this fit has 4\. Received: a data set of 4 steps\."):
+        _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=2), backup, 2)
+
+
+def test_resuming_in_the_same_world_says_nothing_and_keeps_the_shares(tmp_path, caplog):
+    import json
+
+    import mgpu_tf
+
+    backup = tmp_path / "backup"
+    _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=2), backup, 1)
+    metadata = json.loads((backup / "training_metadata.json").read_text())
+    metadata["adaptive"][0]["schedule"]["1"] = [0.75, 0.25]
+    (backup / "training_metadata.json").write_text(json.dumps(metadata))
+    caplog.set_level("INFO", logger="mgpu_tf")
+    shares = _adaptive_fit(mgpu_tf.make_strategy("mirrored", devices=2), backup, 2)
+    assert shares.shares_for(1, wait=False) == (0.75, 0.25)
+    assert not [r for r in caplog.records if "resuming the backup" in r.getMessage()]

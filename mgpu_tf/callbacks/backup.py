@@ -99,6 +99,7 @@ class BackupAndRestore(DataOrder):
             return
         with open(path) as f:
             metadata = json.load(f)
+        self._check_steps(metadata)
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(self.model.trainable_variables)
@@ -121,12 +122,7 @@ class BackupAndRestore(DataOrder):
         self._position().resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
 
-    def _same_world(self, metadata):
-        """Checks a backup against this fit; says in one line what changed in the world.
-
-        Another number of workers or replicas keeps the global batch (the same steps per
-        epoch) and the order; adaptive shares then start again where the data set starts them.
-        """
+    def _check_steps(self, metadata):
         steps, before = (self.params or {}).get("steps"), metadata.get("steps_per_epoch")
         if steps and before and steps != before:
             raise ValueError(
@@ -134,8 +130,15 @@ class BackupAndRestore(DataOrder):
                 f"this fit has {steps}. Received: a data set of {steps} steps. Resuming on "
                 "another number of workers keeps the global batch: pass the backup's "
                 "global_batch_size and data, or remove the backup directory to start again.")
+
+    def _same_world(self, metadata):
+        """Checks a backup against this fit; says in one line what changed in the world.
+
+        Another number of workers or replicas keeps the global batch (the same steps per
+        epoch) and the order; adaptive shares then start again where the data set starts them.
+        """
         then, now = metadata.get("world"), _world(self.model)
-        if then is None or then == now:
+        if then is None or all(then.get(key) == value for key, value in now.items()):
             return True
         same = (then["workers"], then["replicas"]) == (now["workers"], now["replicas"])
         logger.info(
