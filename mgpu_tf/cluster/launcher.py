@@ -166,6 +166,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         host: address the workers use; any but loopback is warned about. Defaults to
             `"127.0.0.1"`.
         env: base environment for the workers. Defaults to this process' environment.
+            A new `MGPU_TF_JOB_SECRET` is added unless it holds one.
         output: stream for the workers' stdout, each line prefixed `[index] `, and the
             launcher's lines. Defaults to `sys.stdout`.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.

@@ -69,6 +69,9 @@ class Ring:
             that a peer speaks the ring's protocol, which is logged.
         handshake_seconds: how long a connection to the listener may take to prove
             it belongs to the job before it is refused. Defaults to `5`.
+
+    Attributes:
+        refused: how many connections the listener refused (each is logged).
     """
 
     def __init__(self, rank, peers, listener, *, timeout_seconds=60.0, names=None,
