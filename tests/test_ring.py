@@ -198,3 +198,31 @@ def test_a_neighbour_with_another_secret_is_named():
         t.join(timeout=30)
     assert sorted(errors) == [0, 1]
     assert "its handshake failed: the listener does not hold the job's secret" in errors[0]
+
+
+def test_the_neighbour_gets_in_after_strangers_fill_every_handshake_slot():
+    secret = b"s3cret-of-this-job-only"
+    listeners, peers = _listen(2)
+    results, errors = {}, {}
+
+    def worker(rank):
+        try:
+            with ring.Ring(rank, peers, listeners[rank], timeout_seconds=30, secret=secret,
+                           handshake_seconds=1.0) as r:
+                results[rank] = (r.all_reduce(np.ones(2, np.float32)), r.refused)
+        except Exception as error:  # reported below
+            errors[rank] = error
+
+    first = threading.Thread(target=worker, args=(0,))
+    first.start()
+    silent = [socket.create_connection(peers[0]) for _ in range(70)]
+    time.sleep(0.3)  # every slot taken: the neighbour is refused, then tries again
+    second = threading.Thread(target=worker, args=(1,))
+    second.start()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    for sock in silent:
+        sock.close()
+    assert errors == {}
+    np.testing.assert_array_equal(results[0][0], [2.0, 2.0])
+    assert results[0][1] > 0

@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-__all__ = ["Refused", "HELLO_BYTES", "offer", "check"]
+__all__ = ["Refused", "WrongSecret", "HELLO_BYTES", "offer", "check"]
 
 _MAGIC = b"MGP2"
 _HELLO = struct.Struct("!4sII16s")  # magic, sender's rank, ring size, connector's nonce
@@ -26,6 +26,10 @@ HELLO_BYTES = _HELLO.size
 
 class Refused(ConnectionError):
     """The other end did not prove that it belongs to the job; the connection is closed."""
+
+
+class WrongSecret(Refused):
+    """The other end answered, with a proof made from another secret."""
 
 
 def _mac(key, role, hello, nonce):
@@ -59,7 +63,8 @@ def offer(sock, key, rank, size):
     """The connector's side: proves this worker holds `key` to the listener at `sock`.
 
     Raises:
-        Refused: when the listener does not prove it holds `key`, or closes.
+        WrongSecret: when the listener's proof is not made with `key`.
+        Refused: when it closes or is silent (it may be busy: try again).
     """
     hello = _HELLO.pack(_MAGIC, rank, size, os.urandom(_NONCE_BYTES))
     try:
@@ -69,7 +74,7 @@ def offer(sock, key, rank, size):
     answer = _read(sock, _NONCE_BYTES + _MAC_BYTES, "the listener's challenge")
     nonce, mac = answer[:_NONCE_BYTES], answer[_NONCE_BYTES:]
     if not hmac.compare_digest(mac, _mac(key, b"listener", hello, nonce)):
-        raise Refused("the listener does not hold the job's secret")
+        raise WrongSecret("the listener does not hold the job's secret")
     try:
         sock.sendall(_mac(key, b"connector", hello, nonce))
     except OSError as error:

@@ -42,7 +42,7 @@ def listen(host, port=0):
         port: the port; `0` (the default) lets the system pick a free one.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=8)
+    return socket.create_server((host, port), family=family, backlog=128)
 
 
 def _tune(sock, timeout):
@@ -155,7 +155,12 @@ class Ring:
                 handshake.offer(self._right, self._key, self.rank, self.size)
                 return
             except handshake.Refused as error:
-                raise self._lost(self.right, f"its handshake failed: {error}") from None
+                self._right.close()
+                # A listener busy with strangers' handshakes may close on us: try again.
+                if isinstance(error, handshake.WrongSecret) or (
+                        deadline is not None and time.monotonic() > deadline):
+                    raise self._lost(self.right, f"its handshake failed: {error}") from None
+                time.sleep(0.05)
 
     def _admit(self, listener, arrived, stop):
         """Checks each connection to `listener` in its own thread; queues the left one."""
