@@ -158,6 +158,12 @@ def test_bad_worker_ranges_and_scripts_fail_before_anything_starts(tmp_path):
     assert elastic.parse_workers("2") == (2, 2) and elastic.parse_workers("1:4") == (1, 4)
     with pytest.raises(launcher.LaunchError, match="`discovery_script` must be an executable"):
         elastic.launch_elastic(["true"], "1:2", str(tmp_path / "missing.sh"))
+    script, slots = _discovery(tmp_path, 1)
+    with pytest.raises(launcher.LaunchError, match="`poll_seconds` must be a positive number"):
+        elastic.launch_elastic(["true"], "1:2", str(script), poll_seconds=0)
+    slots.write_text("-1\n")
+    with pytest.raises(elastic.DiscoveryError, match="The discovery script must print"):
+        elastic.launch_elastic(["true"], "1:2", str(script))
 
 
 def test_discovery_reads_a_count_or_hosts_and_refuses_anything_else(tmp_path):

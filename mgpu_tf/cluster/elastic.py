@@ -30,7 +30,7 @@ REGROUP_EXIT = 75
 
 _SCRIPT_SECONDS = 30.0
 # `host` or `host:slots`: a name or IPv4 address, or an IPv6 address in brackets.
-_HOST_LINE = re.compile(r"([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(?::(\d+))?")
+_HOST_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::(\d+))?")
 
 
 class DiscoveryError(LaunchError):
@@ -194,12 +194,18 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
         MIN workers were offered for `wait_seconds`; 130 on Ctrl-C).
 
     Raises:
-        LaunchError: for a bad command, range or script, before anything starts.
+        LaunchError: for a bad command, range, script (`DiscoveryError` when it cannot
+            answer) or time, before anything starts.
     """
     minimum, maximum = parse_workers(
         workers if isinstance(workers, str) else ":".join(map(str, workers)))
     _check_script(discovery_script)
     launcher.check_request(command, maximum, port, host, env, max_restarts)
+    for name, value in (("poll_seconds", poll_seconds), ("wait_seconds", wait_seconds)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise LaunchError(f"`{name}` must be a positive number of seconds. Received: "
+                              f"{name}={value!r}")
+    discover(discovery_script)  # a script that cannot answer fails here, before any start
     output, errors = launcher.streams(output, errors)
 
     def say(message):
