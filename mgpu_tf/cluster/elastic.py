@@ -207,6 +207,7 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
                               f"{name}={value!r}")
     discover(discovery_script)  # a script that cannot answer fails here, before any start
     output, errors = launcher.streams(output, errors)
+    launcher.warn_if_reachable(host, output)
 
     def say(message):
         output.write(f"mgpu-tf launch: elastic: {message}\n")

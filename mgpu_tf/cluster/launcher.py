@@ -20,7 +20,8 @@ from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import LaunchError, check_command
 
 __all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
-           "free_ports", "launch", "run_alone", "run_group", "streams", "worker_tf_configs"]
+           "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
+           "worker_tf_configs"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
@@ -184,11 +185,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     """
     check_request(command, workers, port, host, env, max_restarts)
     output, errors = streams(output, errors)
-    if host not in _LOOPBACK:
-        output.write(
-            f"warning: workers use {host}: TensorFlow's gRPC workers accept "
-            "unauthenticated connections; use this only on a trusted network.\n"
-        )
+    warn_if_reachable(host, output)
     base = base_environment(env)
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
@@ -218,6 +215,15 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
     output, errors = streams(output, errors)
     return run_group(command, [config], base_environment(env), output, grace_seconds,
                       timeout_seconds=timeout_seconds, errors=errors)
+
+
+def warn_if_reachable(host, output):
+    """Warns on `output` when the workers' `host` is reachable from beyond this machine."""
+    if host not in _LOOPBACK:
+        output.write(
+            f"warning: workers use {host}: TensorFlow's gRPC workers accept "
+            "unauthenticated connections; use this only on a trusted network.\n"
+        )
 
 
 def streams(output, errors):
