@@ -1,4 +1,5 @@
-"""Backups that resume training exactly where it stopped, at an epoch or mid-epoch.
+"""Backups that resume training exactly where it stopped, at an epoch or mid-epoch, on this
+or another number of workers.
 
 Design: docs/design.md#backup-and-restore
 """
