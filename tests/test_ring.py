@@ -161,7 +161,7 @@ def test_connections_that_do_not_prove_the_secret_are_refused_and_the_ring_forms
     recorded = ring_fuzz.recorded_handshake(secret, 1, 2)
     outcomes = {}
     attackers = [threading.Thread(target=lambda k=kind: outcomes.__setitem__(
-        k, ring_fuzz.attack(peers[0], k, rank=1, size=2, secret=None, recorded=recorded)))
+        k, ring_fuzz.attack(peers[0], k, rank=1, size=2, recorded=recorded)))
         for kind in ring_fuzz.KINDS]
     for t in attackers:
         t.start()

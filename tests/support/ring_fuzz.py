@@ -59,7 +59,7 @@ def _outcome(sock, seconds):
         return "let in"
 
 
-def attack(address, kind, *, rank, size, secret, recorded, hold_seconds=8.0):
+def attack(address, kind, *, rank, size, recorded, hold_seconds=8.0):
     """Opens one connection to `address` and runs one attack of `kind`; returns its outcome."""
     try:
         sock = socket.create_connection(address, timeout=2)
@@ -114,7 +114,7 @@ class Fuzzer:
         while not self._stop.is_set():
             kind = KINDS[turn % len(KINDS)]
             turn += 1
-            outcome = attack(self.address, kind, rank=self.rank, size=self.size, secret=None,
+            outcome = attack(self.address, kind, rank=self.rank, size=self.size,
                              recorded=self.recorded)
             with self._lock:
                 self.outcomes[outcome] += 1
