@@ -237,8 +237,9 @@ def streams(output, errors):
 def _interrupts_as_flag():
     """Ctrl-C and SIGTERM set the event yielded, in the main thread, instead of raising.
 
-    A `KeyboardInterrupt` raised inside `Popen.poll`, just after it took the process'
-    wait lock, leaves the lock taken, and the final `wait` of the stop then hangs.
+    A `KeyboardInterrupt` may land anywhere: inside `Popen` after the fork, before the
+    worker is recorded (the stop would not know it), or inside a pump's `Thread.start`.
+    The group's loop reads the event at one point instead.
     """
     interrupted = threading.Event()
     if threading.current_thread() is not threading.main_thread():
