@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -255,11 +254,8 @@ def _tell_launcher(epoch, steps_done, epochs):
     if os.path.exists(marker + elastic.REGROUP_SUFFIX) and (not epochs or epoch < epochs):
         logger.info("mgpu_tf: leaving at the backup of epoch %d step %d: the elastic "
                     "launcher regroups here.", epoch, steps_done)
-        for handler in logger.handlers + logging.getLogger().handlers:
-            handler.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(elastic.REGROUP_EXIT)
+        # Keras ends `fit` on an exception without `on_train_end`: the backup stays.
+        raise SystemExit(elastic.REGROUP_EXIT)
 
 
 def _rng_variables(model):
