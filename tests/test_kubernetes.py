@@ -437,3 +437,52 @@ def test_two_pods_of_the_manifest_train_to_the_end(capsys):
     # As the pod runs it: the shell exports TF_CONFIG, which make_strategy then reads first.
     results = workers.run_together([[*command, sys.executable, *args[1:]]] * 2, environments)
     main_job.assert_trained_alike(results, "pods")
+
+
+# ------------------------------------------------------------------ closed ports
+
+
+@pytest.mark.parametrize("fmt", ["indexed-job", "jobset", "tfjob"])
+def test_the_job_secret_and_network_policy_are_valid_and_reach_every_worker(capsys, fmt):
+    from mgpu_tf.cluster import network_policy
+
+    documents = _manifests(capsys, "--workers", "2", "--image", "img:1", "--name", "mnist",
+                           "--namespace", "ml", "--format", fmt, "--job_secret", "create",
+                           "--network_policy")
+    secret, policy = documents[:2]
+    assert (secret["kind"], policy["kind"]) == ("Secret", "NetworkPolicy")
+    for document in (secret, policy, *[d for d in documents[2:] if d["kind"] != "TFJob"]):
+        if document["kind"] == "JobSet":
+            _jobset_validator().validate(document)
+        else:
+            _validate(document)
+    assert len(secret["stringData"]["job-secret"]) == 64
+    # Every worker's container reads the secret from the Secret.
+    text = json.dumps(documents[2:])
+    entries = [e for e in re.findall(r'\{"name": "MGPU_TF_JOB_SECRET", "valueFrom": [^}]*\}\}\}',
+                                     text)]
+    entries = [json.loads(e) for e in entries]
+    assert entries and all(e["valueFrom"]["secretKeyRef"] == {
+        "name": "mnist-job-secret", "key": "job-secret"} for e in entries)
+    # Ingress to the job's pods, on every port, from the job's pods only.
+    labels = network_policy.pod_labels("mnist", fmt)
+    assert policy["spec"] == {"podSelector": {"matchLabels": labels},
+                              "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"podSelector": {"matchLabels": labels}}]}]}
+    if fmt == "indexed-job":  # our template labels the pods; the controllers label theirs
+        template = documents[3]["spec"]["template"]["metadata"]["labels"]
+        assert labels.items() <= template.items()
+        env = kubernetes.pod_environment(documents, "mnist", 1)
+        assert env["MGPU_TF_JOB_SECRET"] == secret["stringData"]["job-secret"]
+
+
+def test_an_existing_secret_is_referenced_and_a_bad_name_refused(capsys):
+    documents = _manifests(capsys, "--workers", "2", "--image", "img:1", "--job_secret",
+                           "team-secret")
+    assert [d["kind"] for d in documents] == ["Service", "Job"]
+    container = documents[1]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MGPU_TF_JOB_SECRET", "valueFrom": {"secretKeyRef": {
+        "name": "team-secret", "key": "job-secret"}}} in container["env"]
+    code, _, err = _k8s(capsys, "--workers", "2", "--image", "img:1", "--job_secret",
+                        "Bad_Name", "--", "python", "t.py")
+    assert code == 2 and "`job_secret` (a Secret's name, or 'create') must be a DNS label" in err

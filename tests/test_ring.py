@@ -90,7 +90,9 @@ def test_a_neighbour_that_never_connects_times_out_with_its_name():
     silent = ring.listen("127.0.0.1")  # listens, never accepts nor connects
     peers = [("127.0.0.1", listener.getsockname()[1]), ("127.0.0.1", silent.getsockname()[1])]
     start = time.monotonic()
-    lost = r"ring: lost worker 1 \(127\.0\.0\.1:\d+\): it did not connect"
+    # It accepts no connection, so it never sends the handshake's challenge.
+    lost = (r"ring: lost worker 1 \(127\.0\.0\.1:\d+\): its handshake failed: the "
+            r"listener's challenge: not all sent in time")
     with pytest.raises(ring.PeerLostError, match=lost):
         ring.Ring(0, peers, listener, timeout_seconds=1.0)
     assert time.monotonic() - start < 10
@@ -135,3 +137,92 @@ def test_workers_on_ipv6_loopback_form_a_ring():
     assert errors == [None, None]
     for result in results:
         np.testing.assert_array_equal(result, [3.0] * 3)
+
+
+def test_connections_that_do_not_prove_the_secret_are_refused_and_the_ring_forms(caplog):
+    from support import ring_fuzz
+
+    secret = b"s3cret-of-this-job-only"
+    listeners, peers = _listen(2)
+    rings, results, errors = {}, {}, {}
+
+    def worker(rank):
+        try:
+            with ring.Ring(rank, peers, listeners[rank], timeout_seconds=30, secret=secret,
+                           handshake_seconds=1.0) as r:
+                rings[rank] = r
+                results[rank] = r.all_reduce(np.full(3, rank + 1.0, np.float32))
+        except Exception as error:  # reported below
+            errors[rank] = error
+
+    first = threading.Thread(target=worker, args=(0,))
+    first.start()
+    # Worker 0 waits for its left neighbour while every kind of stranger knocks first.
+    recorded = ring_fuzz.recorded_handshake(secret, 1, 2)
+    outcomes = {}
+    attackers = [threading.Thread(target=lambda k=kind: outcomes.__setitem__(
+        k, ring_fuzz.attack(peers[0], k, rank=1, size=2, recorded=recorded)))
+        for kind in ring_fuzz.KINDS]
+    for t in attackers:
+        t.start()
+    for t in attackers:
+        t.join(timeout=30)
+    second = threading.Thread(target=worker, args=(1,))
+    second.start()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    assert errors == {}
+    assert outcomes == {kind: "refused" for kind in ring_fuzz.KINDS}
+    assert rings[0].refused == len(ring_fuzz.KINDS)
+    for rank in (0, 1):
+        np.testing.assert_array_equal(results[rank], [3.0] * 3)
+    refusals = [r.message for r in caplog.records if "refused a connection" in r.message]
+    assert len(refusals) == len(ring_fuzz.KINDS), refusals
+
+
+def test_a_neighbour_with_another_secret_is_named():
+    listeners, peers = _listen(2)
+    errors = {}
+
+    def worker(rank):
+        try:
+            ring.Ring(rank, peers, listeners[rank], timeout_seconds=3,
+                      secret=b"secret-number-%d-of-two" % rank, handshake_seconds=1.0)
+        except ring.PeerLostError as error:
+            errors[rank] = str(error)
+
+    threads = [threading.Thread(target=worker, args=(rank,)) for rank in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(errors) == [0, 1]
+    assert "its handshake failed: the listener does not hold the job's secret" in errors[0]
+
+
+def test_the_neighbour_gets_in_after_strangers_fill_every_handshake_slot():
+    secret = b"s3cret-of-this-job-only"
+    listeners, peers = _listen(2)
+    results, errors = {}, {}
+
+    def worker(rank):
+        try:
+            with ring.Ring(rank, peers, listeners[rank], timeout_seconds=30, secret=secret,
+                           handshake_seconds=1.0) as r:
+                results[rank] = (r.all_reduce(np.ones(2, np.float32)), r.refused)
+        except Exception as error:  # reported below
+            errors[rank] = error
+
+    first = threading.Thread(target=worker, args=(0,))
+    first.start()
+    silent = [socket.create_connection(peers[0]) for _ in range(70)]
+    time.sleep(0.3)  # every slot taken: the neighbour is refused, then tries again
+    second = threading.Thread(target=worker, args=(1,))
+    second.start()
+    first.join(timeout=60)
+    second.join(timeout=60)
+    for sock in silent:
+        sock.close()
+    assert errors == {}
+    np.testing.assert_array_equal(results[0][0], [2.0, 2.0])
+    assert results[0][1] > 0

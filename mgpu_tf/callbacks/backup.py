@@ -1,21 +1,29 @@
-"""Backups that resume training exactly where it stopped, at an epoch or mid-epoch.
+"""Backups that resume training exactly where it stopped, at an epoch or mid-epoch, on this
+or another number of workers.
 
 Design: docs/design.md#backup-and-restore
 """
 
 import json
+import logging
 import os
 import shutil
+import time
 
 import numpy as np
 
 from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks.data_order import DataOrder
+from mgpu_tf.cluster import detect
+from mgpu_tf.cluster import elastic
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import prepare
 from mgpu_tf.compat import private_callbacks
 from mgpu_tf.data import adaptive
 
 __all__ = ["BackupAndRestore"]
+
+logger = logging.getLogger("mgpu_tf")
 
 
 class _ShortEpoch:
@@ -91,6 +99,7 @@ class BackupAndRestore(DataOrder):
             return
         with open(path) as f:
             metadata = json.load(f)
+        self._check_steps(metadata)
         optimizer = self.model.optimizer
         if optimizer is not None and not optimizer.built:
             optimizer.build(self.model.trainable_variables)
@@ -106,11 +115,41 @@ class BackupAndRestore(DataOrder):
             variable.assign(np.asarray(state, dtype=variable.dtype))
         if optimizer is not None:
             accumulation.reset(optimizer)
-        shares = adaptive.live_shares(self.model.distribute_strategy)
-        for state, live in zip(metadata.get("adaptive", []), shares):
-            live.restore(state)
+        if self._same_world(metadata):
+            shares = adaptive.live_shares(self.model.distribute_strategy)
+            for state, live in zip(metadata.get("adaptive", []), shares):
+                live.restore(state)
         self._position().resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
+
+    def _check_steps(self, metadata):
+        steps, before = (self.params or {}).get("steps"), metadata.get("steps_per_epoch")
+        if steps and before and steps != before:
+            raise ValueError(
+                f"The backup in {self.backup_dir} was taken with {before} steps per epoch; "
+                f"this fit has {steps}. Received: a data set of {steps} steps. Resuming on "
+                "another number of workers keeps the global batch: pass the backup's "
+                "global_batch_size and data, or remove the backup directory to start again.")
+
+    def _same_world(self, metadata):
+        """Checks a backup against this fit; says in one line what changed in the world.
+
+        Another number of workers or replicas keeps the global batch (the same steps per
+        epoch) and the order; adaptive shares then start again where the data set starts them.
+        """
+        then, now = metadata.get("world"), _world(self.model)
+        if then is None or all(then.get(key) == value for key, value in now.items()):
+            return True
+        same = (then["workers"], then["replicas"]) == (now["workers"], now["replicas"])
+        logger.info(
+            "mgpu_tf: resuming the backup of epoch %d step %d, taken on %s, on %s%s; global "
+            "batch and data order kept%s.", metadata["epoch"], metadata["steps_done"],
+            _describe(then), _describe(now),
+            "" if then["steps_per_sync"] == now["steps_per_sync"] else
+            f" (steps_per_sync {then['steps_per_sync']} -> {now['steps_per_sync']})",
+            "" if same or not adaptive.live_shares(self.model.distribute_strategy) else
+            "; adaptive shares start again from even or the deployment's weights")
+        return same
 
     # ------------------------------------------------------------------- backup
 
@@ -162,7 +201,11 @@ class BackupAndRestore(DataOrder):
         metadata = {"epoch": epoch, "steps_done": steps_done, "weights": name,
                     "rng": [np.asarray(v).tolist() for v in _rng_variables(model)],
                     "adaptive": [shares.state() for shares in
-                                 adaptive.live_shares(model.distribute_strategy)]}
+                                 adaptive.live_shares(model.distribute_strategy)],
+                    "world": dict(_world(model), shares=[
+                        list(shares.shares_for(epoch, wait=False))
+                        for shares in adaptive.live_shares(model.distribute_strategy)]),
+                    "steps_per_epoch": (self.params or {}).get("steps")}
         with chief_lib.chief_path(os.path.join(self.backup_dir, _METADATA), strategy) as target:
             with open(target, "w") as f:
                 json.dump(metadata, f)
@@ -170,11 +213,49 @@ class BackupAndRestore(DataOrder):
             for old in os.listdir(self.backup_dir):
                 if old.startswith("weights-") and old != name:
                     os.remove(os.path.join(self.backup_dir, old))
+            _tell_launcher(epoch, steps_done, (self.params or {}).get("epochs"))
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)
         if self.delete_checkpoint and chief_lib.is_chief(chief_lib.strategy_of(self.model)):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def _world(model):
+    """`{"workers", "replicas", "steps_per_sync"}` of the fit training `model`."""
+    strategy = model.distribute_strategy
+    replicas = strategy.num_replicas_in_sync
+    try:
+        local = len(strategy.extended.worker_devices)
+    except (AttributeError, RuntimeError):  # the default strategy has no worker devices
+        local = replicas
+    return {"workers": max(1, replicas // max(1, local)), "replicas": replicas,
+            "steps_per_sync": prepare.settings(strategy).get("steps_per_sync", 1)}
+
+
+def _describe(world):
+    workers, replicas = world["workers"], world["replicas"]
+    return (f"{workers} worker{'s' * (workers != 1)} ({replicas} "
+            f"replica{'s' * (replicas != 1)})")
+
+
+def _tell_launcher(epoch, steps_done, epochs):
+    """Tells an elastic launcher a backup is complete; leaves if it waits to regroup.
+
+    Leaving at once, before another step, makes the backup the point where the group
+    grows; the launcher then stops the other workers.
+    """
+    marker = detect.environ_value(elastic.BACKUP_MARKER_VARIABLE)
+    if not marker:
+        return
+    with open(marker + ".tmp", "w") as f:
+        f.write(f"{epoch} {steps_done} {epochs or 0} {time.time_ns()}\n")
+    os.replace(marker + ".tmp", marker)
+    if os.path.exists(marker + elastic.REGROUP_SUFFIX) and (not epochs or epoch < epochs):
+        logger.info("mgpu_tf: leaving at the backup of epoch %d step %d: the elastic "
+                    "launcher regroups here.", epoch, steps_done)
+        # Keras ends `fit` on an exception without `on_train_end`: the backup stays.
+        raise SystemExit(elastic.REGROUP_EXIT)
 
 
 def _rng_variables(model):

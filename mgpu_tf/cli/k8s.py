@@ -11,6 +11,7 @@ import sys
 from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
+from mgpu_tf.cluster import network_policy
 
 __all__ = ["add_parser", "k8s_command"]
 
@@ -40,6 +41,13 @@ def add_parser(subparsers):
                         help="a pool of nodes with one GPU type (repeat for each); SPEED "
                         "becomes its shard weight; SELECTOR is KEY=VALUE or a VALUE of "
                         "nvidia.com/gpu.product")
+    parser.add_argument("--job_secret", default=None, metavar="create|SECRET",
+                        help="give the workers the job's secret, which the tcp ring's "
+                        "handshake checks: 'create' adds a Secret with a new one; a name "
+                        "reads an existing Secret's key job-secret (default: none)")
+    parser.add_argument("--network_policy", action="store_true",
+                        help="add a NetworkPolicy that admits only the job's own pods to "
+                        "the workers' ports")
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the command each worker's container runs")
     return parser
@@ -52,6 +60,9 @@ def k8s_command(args):
             args.name, args.cmd, image=args.image, workers=args.workers,
             gpus_per_worker=args.gpus_per_worker, format=args.format, pools=pools,
             port=args.port, namespace=args.namespace, max_restarts=args.max_restarts)
+        documents = network_policy.secure(
+            documents, args.name, format=args.format, namespace=args.namespace,
+            secret=args.job_secret, network_policy=args.network_policy)
     except kubernetes.ManifestError as error:
         print(f"mgpu-tf k8s: {error}", file=sys.stderr)
         return 2

@@ -145,8 +145,8 @@ def worker_failures(config=None):
                 who += f" ({config.cluster[task_type][task_index]})"
         raise WorkerLostError(
             f"{who} was lost: it stopped answering, so this worker's collectives were "
-            "aborted. A multi-worker job cannot continue with fewer workers. Restart the "
-            "group (mgpu-tf launch --max_restarts N) and resume from a backup "
-            "(mgpu_tf.callbacks.BackupAndRestore).",
+            "aborted. Restart the group, on as many workers as remain if need be (mgpu-tf "
+            "launch --max_restarts N, or --workers MIN:MAX --discovery_script S), and resume "
+            "from a backup (mgpu_tf.callbacks.BackupAndRestore).",
             task_type, task_index,
         ) from error

@@ -10,6 +10,7 @@ import json
 import re
 
 from mgpu_tf.cluster import detect as cluster
+from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster import jobset as jobset_lib
 from mgpu_tf.cluster import manifest_parts as parts
 
@@ -174,25 +175,51 @@ def pod_environment(documents, job, index):
     """Returns the environment variables pod `index` of Job `job` gets from `documents`.
 
     What the manifest gives its container, plus Kubernetes' `JOB_COMPLETION_INDEX` and, for
-    a JobSet's Job, the restart count 0. Raises `ManifestError` for no such pod.
+    a JobSet's Job, the restart count 0; the job's secret is read from the documents'
+    Secret. Raises `ManifestError` for no such pod.
     """
     for doc in documents:
         env = jobset_lib.pod_environment(doc, job, index) if doc.get("kind") == "JobSet" \
             else None
         if env is not None:
-            return env
+            return _with_secret(env, doc, documents)
         if doc.get("kind") == "Job" and doc["metadata"]["name"] == job:
             if not 0 <= index < doc["spec"]["completions"]:
                 raise ManifestError(
                     f"`index` must be in 0..{doc['spec']['completions'] - 1} for Job {job!r}. "
                     f"Received: index={index!r}")
             container = doc["spec"]["template"]["spec"]["containers"][0]
-            env = {e["name"]: e["value"] for e in container.get("env", ())}
-            return {**env, "JOB_COMPLETION_INDEX": str(index)}
+            env = {e["name"]: e["value"] for e in container.get("env", ()) if "value" in e}
+            return _with_secret({**env, "JOB_COMPLETION_INDEX": str(index)}, doc, documents)
     jobs = [d["metadata"]["name"] for d in documents if d.get("kind") == "Job"]
     jobs += [jobset_lib.job_name(d["metadata"]["name"], r["name"])
              for d in documents if d.get("kind") == "JobSet" for r in d["spec"]["replicatedJobs"]]
     raise ManifestError(f"No Indexed Job named {job!r}; the Jobs are {jobs}.")
+
+
+def _with_secret(env, doc, documents):
+    """`env` with the job's secret when the pods read one from a Secret in `documents`."""
+    references = [e["valueFrom"]["secretKeyRef"] for e in _env_entries(doc)
+                  if e.get("name") == job_secret.SECRET_VARIABLE and "valueFrom" in e]
+    env = {k: v for k, v in env.items() if k != job_secret.SECRET_VARIABLE}
+    for ref in references:
+        for secret in documents:
+            if secret.get("kind") == "Secret" and secret["metadata"]["name"] == ref["name"]:
+                env[job_secret.SECRET_VARIABLE] = secret["stringData"][ref["key"]]
+    return env
+
+
+def _env_entries(value):
+    """Every environment entry (`{"name": ..., ...}`) of the containers in `value`."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "env" and isinstance(item, list):
+                yield from item
+            else:
+                yield from _env_entries(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _env_entries(item)
 
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")

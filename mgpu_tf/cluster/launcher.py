@@ -6,6 +6,7 @@ the others, Ctrl-C stops all, and no process is left behind.
 Design: docs/design.md#local-launcher
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -15,15 +16,20 @@ import sys
 import threading
 import time
 
+from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import LaunchError, check_command
 
-__all__ = ["LaunchError", "TIMED_OUT", "free_ports", "worker_tf_configs", "launch", "run_alone"]
+__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
+           "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
+           "worker_tf_configs"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
 
 # What `run_alone` returns for a worker stopped at its time limit (as GNU timeout does).
 TIMED_OUT = 124
+# What a group stopped by its `stop_when` returns: it is to start again, not a failure.
+REGROUP = -1
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
@@ -122,14 +128,22 @@ def _describe_exit(returncode):
     return f"exit code {_exit_code(returncode)} (killed by {name})"
 
 
-def _check_request(command, workers, port, host, env):
+def check_request(command, workers, port, host, env, max_restarts=0):
     """Raises `LaunchError` for a request that cannot start, before anything starts."""
     check_command(command, os.environ if env is None else env)
     worker_tf_configs(workers, port=port, host=host)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise LaunchError(
+            "`max_restarts` must be an integer of at least 0. "
+            f"Received: max_restarts={max_restarts!r}")
 
 
-def _base_environment(env):
-    return dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+def base_environment(env):
+    """The workers' environment before TF_CONFIG: `env` (or this process'), unbuffered,
+    with the job's secret (a new one unless `env` holds one)."""
+    base = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
+    base.setdefault(job_secret.SECRET_VARIABLE, job_secret.new_secret())
+    return base
 
 
 def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=None,
@@ -153,6 +167,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         host: address the workers use; any but loopback is warned about. Defaults to
             `"127.0.0.1"`.
         env: base environment for the workers. Defaults to this process' environment.
+            A new `MGPU_TF_JOB_SECRET` is added unless it holds one.
         output: stream for the workers' stdout, each line prefixed `[index] `, and the
             launcher's lines. Defaults to `sys.stdout`.
         grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
@@ -168,21 +183,13 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     Raises:
         LaunchError: for an empty or missing command, a bad worker count or a bad port.
     """
-    _check_request(command, workers, port, host, env)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise LaunchError(
-            "`max_restarts` must be an integer of at least 0. "
-            f"Received: max_restarts={max_restarts!r}")
-    output, errors = _streams(output, errors)
-    if host not in _LOOPBACK:
-        output.write(
-            f"warning: workers use {host}: TensorFlow's gRPC workers accept "
-            "unauthenticated connections; use this only on a trusted network.\n"
-        )
-    base = _base_environment(env)
+    check_request(command, workers, port, host, env, max_restarts)
+    output, errors = streams(output, errors)
+    warn_if_reachable(host, output)
+    base = base_environment(env)
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
-        code = _run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
+        code = run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
                           output, grace_seconds, errors=errors)
         if code in (0, 130) or attempt == max_restarts:
             return code
@@ -200,26 +207,67 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
     `TIMED_OUT` returned. Returns the exit code; raises `LaunchError` as `launch` does, and
     for an index outside the group.
     """
-    _check_request(command, workers, None, "127.0.0.1", env)
+    check_request(command, workers, None, "127.0.0.1", env)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
         raise LaunchError(f"`index` must be between 0 and {workers - 1}. "
                           f"Received: index={index!r}")
     config = worker_tf_configs(workers)[index]
-    output, errors = _streams(output, errors)
-    return _run_group(command, [config], _base_environment(env), output, grace_seconds,
+    output, errors = streams(output, errors)
+    return run_group(command, [config], base_environment(env), output, grace_seconds,
                       timeout_seconds=timeout_seconds, errors=errors)
 
 
-def _streams(output, errors):
+def warn_if_reachable(host, output):
+    """Warns on `output` when the workers' `host` is reachable from beyond this machine."""
+    if host not in _LOOPBACK:
+        output.write(
+            f"warning: workers use {host}: TensorFlow's gRPC workers accept "
+            "unauthenticated connections; use this only on a trusted network.\n"
+        )
+
+
+def streams(output, errors):
     """`(output, errors)`: stdout and stderr apart by default, one stream when captured."""
     if output is None:
         return sys.stdout, sys.stderr if errors is None else errors
     return output, output if errors is None else errors
 
 
-def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
-               errors=None):
-    """Runs one start of the workers of `configs`; returns its exit code."""
+@contextlib.contextmanager
+def _interrupts_as_flag():
+    """Ctrl-C and SIGTERM set the event yielded, in the main thread, instead of raising.
+
+    A `KeyboardInterrupt` may land anywhere: inside `Popen` after the fork, before the
+    worker is recorded (the stop would not know it), or inside a pump's `Thread.start`.
+    The group's loop reads the event at one point instead.
+    """
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+    previous = {s: signal.signal(s, lambda *_: interrupted.set())
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield interrupted
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
+               errors=None, stop_when=None):
+    """Runs one start of the workers of `configs`; returns its exit code.
+
+    When `stop_when()`, called while the workers run, returns True, they are all stopped
+    and `REGROUP` returned.
+    """
+    with _interrupts_as_flag() as interrupted:
+        return _run(command, configs, base, output, grace_seconds, interrupted,
+                    timeout_seconds=timeout_seconds, errors=errors, stop_when=stop_when)
+
+
+def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_seconds,
+         errors, stop_when):
     lock = threading.Lock()
     processes, pumps = {}, []
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
@@ -245,6 +293,11 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
                 pump.start()
                 pumps.append(pump)
         while failed is None and any(p.poll() is None for p in processes.values()):
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+            if stop_when is not None and stop_when():
+                code = REGROUP
+                break
             if deadline is not None and time.monotonic() > deadline:
                 code = TIMED_OUT
                 message = (f"{_workers(processes)} did not finish in {timeout_seconds:g} "
@@ -252,9 +305,15 @@ def _run_group(command, configs, base, output, grace_seconds, *, timeout_seconds
                 break
             time.sleep(0.05)
             failed = _first_failure(processes)
+        if interrupted.is_set():
+            raise KeyboardInterrupt
         failed = failed or _first_failure(processes)
-        if failed is not None and code != TIMED_OUT:
-            code, report = _exit_code(failed[1]), True
+        if failed is not None and code not in (TIMED_OUT, REGROUP):
+            # A worker may leave on purpose for `stop_when`: it is asked once more.
+            if stop_when is not None and stop_when():
+                code = REGROUP
+            else:
+                code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
         code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
     finally:

@@ -1,8 +1,13 @@
 """A ring all-reduce over plain TCP sockets between worker processes.
 
+Each connection is let in only after the handshake of `mgpu_tf.comm.handshake`.
+
 Design: docs/design.md#tcp-ring-all-reduce
 """
 
+import logging
+import math
+import queue
 import socket
 import struct
 import threading
@@ -10,12 +15,18 @@ import time
 
 import numpy as np
 
+from mgpu_tf.cluster import job_secret
+from mgpu_tf.comm import handshake
+
 __all__ = ["PeerLostError", "Ring", "listen"]
 
-_HELLO = struct.Struct("!4sII")  # magic, sender's rank, ring size
+logger = logging.getLogger("mgpu_tf")
+
 _HEADER = struct.Struct("!IIQQ")  # op, step, index of the exchange under (op, step), bytes
-_MAGIC = b"MGPU"
 _BUFFER_BYTES = 4 << 20
+# A connection must finish its handshake within this; at most this many are checked at once.
+_HANDSHAKE_SECONDS = 5.0
+_MAX_PENDING = 64
 
 
 class PeerLostError(RuntimeError):
@@ -31,7 +42,7 @@ def listen(host, port=0):
         port: the port; `0` (the default) lets the system pick a free one.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=8)
+    return socket.create_server((host, port), family=family, backlog=128)
 
 
 def _tune(sock, timeout):
@@ -53,9 +64,18 @@ class Ring:
         timeout_seconds: how long a connection or one transfer may wait for a
             neighbour before `PeerLostError`. `None` waits forever.
         names: how errors name each worker. Defaults to `"worker R (host:port)"`.
+        secret: the job's secret (bytes) each connection must prove it holds.
+            Defaults to `MGPU_TF_JOB_SECRET`; without one the handshake proves only
+            that a peer speaks the ring's protocol, which is logged.
+        handshake_seconds: how long a connection to the listener may take to prove
+            it belongs to the job before it is refused. Defaults to `5`.
+
+    Attributes:
+        refused: how many connections the listener refused (each is logged).
     """
 
-    def __init__(self, rank, peers, listener, *, timeout_seconds=60.0, names=None):
+    def __init__(self, rank, peers, listener, *, timeout_seconds=60.0, names=None,
+                 secret=None, handshake_seconds=_HANDSHAKE_SECONDS):
         self.rank = int(rank)
         self.size = len(peers)
         if self.size < 1 or not 0 <= self.rank < self.size:
@@ -65,6 +85,20 @@ class Ring:
         self.names = list(names) if names is not None else [
             f"worker {r} ({host}:{port})" for r, (host, port) in enumerate(self.peers)]
         self.timeout = timeout_seconds
+        self.refused = 0  # connections the listener turned away
+        self._handshake_seconds = handshake_seconds
+        self._refused_lock = threading.Lock()
+        try:
+            self._key = secret if secret is not None else job_secret.job_secret()
+        except ValueError:
+            listener.close()
+            raise
+        if self._key is None:
+            logger.warning("mgpu_tf: ring: %s is not set, so the ring's handshake proves "
+                           "only that a peer speaks its protocol. Launch with mgpu-tf launch "
+                           "or set it to a secret the job's workers share.",
+                           job_secret.SECRET_VARIABLE)
+            self._key = b""
         # Neighbours' ranks, and the connections to and from them.
         self.right, self.left = (self.rank + 1) % self.size, (self.rank - 1) % self.size
         self._right = self._left = None
@@ -86,35 +120,85 @@ class Ring:
 
     def _connect(self, listener):
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        # The left neighbour is let in while this worker connects to the right one: each
+        # handshake needs both ends to answer.
+        arrived, stop = queue.Queue(), threading.Event()
+        gate = threading.Thread(target=self._admit, args=(listener, arrived, stop),
+                                name="mgpu_tf-ring-gate", daemon=True)
+        gate.start()
+        try:
+            self._connect_right(deadline)
+            try:
+                self._left = arrived.get(
+                    timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise self._lost(self.left,
+                                 f"it did not connect within {self.timeout} s") from None
+        finally:
+            stop.set()
+            gate.join()
+            while not arrived.empty():
+                arrived.get().close()
+        _tune(self._left, self.timeout)
+
+    def _connect_right(self, deadline):
         while True:
             try:
-                self._right = _tune(socket.create_connection(self.peers[self.right], self.timeout),
-                                    self.timeout)
-                break
+                self._right = _tune(socket.create_connection(self.peers[self.right],
+                                                             self.timeout), self.timeout)
             except OSError as error:
                 if deadline is not None and time.monotonic() > deadline:
                     raise self._lost(self.right, f"could not connect: {error}") from error
                 time.sleep(0.05)
-        self._right.sendall(_HELLO.pack(_MAGIC, self.rank, self.size))
-        listener.settimeout(self.timeout)
-        while self._left is None:
-            try:
-                connection, _ = listener.accept()
-            except OSError as error:
-                raise self._lost(self.left,
-                                 f"it did not connect within {self.timeout} s") from error
-            _tune(connection, self.timeout)
-            hello = bytearray(_HELLO.size)
-            try:
-                self._receive(connection, memoryview(hello), self.left)
-            except PeerLostError:
-                connection.close()
                 continue
-            magic, sender, size = _HELLO.unpack(bytes(hello))
-            if (magic, sender, size) == (_MAGIC, self.left, self.size):
-                self._left = connection
-            else:  # not our neighbour: someone else knocked on the port
-                connection.close()
+            try:
+                handshake.offer(self._right, self._key, self.rank, self.size)
+                return
+            except handshake.Refused as error:
+                self._right.close()
+                # A listener busy with strangers' handshakes may close on us: try again.
+                if isinstance(error, handshake.WrongSecret) or (
+                        deadline is not None and time.monotonic() > deadline):
+                    raise self._lost(self.right, f"its handshake failed: {error}") from None
+                time.sleep(0.05)
+
+    def _admit(self, listener, arrived, stop):
+        """Checks each connection to `listener` in its own thread; queues the left one."""
+        listener.settimeout(0.1)
+        checking = []
+        while not stop.is_set():
+            try:
+                connection, address = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            checking = [t for t in checking if t.is_alive()]
+            if len(checking) >= _MAX_PENDING:
+                self._refuse(connection, address, f"{_MAX_PENDING} handshakes under way")
+                continue
+            check = threading.Thread(target=self._check, daemon=True,
+                                     args=(connection, address, arrived, stop))
+            check.start()
+            checking.append(check)
+
+    def _check(self, connection, address, arrived, stop):
+        connection.settimeout(min(self._handshake_seconds, self.timeout or math.inf))
+        try:
+            handshake.check(connection, self._key, self.left, self.size)
+        except handshake.Refused as why:
+            self._refuse(connection, address, why)
+            return
+        if stop.is_set():
+            connection.close()
+        else:
+            arrived.put(connection)
+
+    def _refuse(self, connection, address, why):
+        with self._refused_lock:
+            self.refused += 1
+        logger.warning("mgpu_tf: ring: refused a connection from %s:%s: %s.", *address[:2], why)
+        connection.close()
 
     # ------------------------------------------------------------ transfers
 

@@ -11,7 +11,9 @@ import mgpu_tf
 from mgpu_tf import flags as mgpu_flags
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
+from mgpu_tf.cluster import elastic
 from mgpu_tf.cluster import launcher
+from mgpu_tf.cluster import network_policy
 from support import models
 
 
@@ -24,6 +26,10 @@ def flags(*argv):
 
 def launch(command, workers, **options):
     return launcher.launch(command, workers, output=io.StringIO(), **options)
+
+
+def launch_elastic(command, workers, script, **options):
+    return elastic.launch_elastic(command, workers, script, output=io.StringIO(), **options)
 
 
 def examples(count):
@@ -55,5 +61,6 @@ def namespace():
         "make_strategy": mgpu_tf.make_strategy, "simulate_devices": mgpu_tf.simulate_devices,
         "parse_tf_config": mgpu_tf.parse_tf_config, "detect_cluster": cluster.detect_cluster,
         "shard_dataset": mgpu_tf.shard_dataset, "ModelParallel": mgpu_tf.ModelParallel,
-        "make_manifests": kubernetes.make_manifests,
+        "make_manifests": kubernetes.make_manifests, "launch_elastic": launch_elastic,
+        "secure": network_policy.secure,
     }

@@ -1,0 +1,69 @@
+"""Two workers train over the tcp ring; worker 1 reaches the ring `DELAY` seconds late.
+
+    python -m support.mw_ring_fuzz OUT_DIR DELAY
+
+Meanwhile worker 0's listener waits for it, and a test can knock on it: worker 0 writes the
+listener's port to OUT_DIR/port, and, once trained, how many connections its ring refused to
+OUT_DIR/refused. The chief writes its final weights to OUT_DIR/final.npz.
+"""
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import mgpu_tf
+from mgpu_tf.comm import ring
+
+EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 96, 6, 16, 2
+
+
+class _LateRing(ring.Ring):
+    made = []
+
+    def __init__(self, rank, peers, listener, **kwargs):
+        if rank == 0:
+            _publish(OUT / "port", str(listener.getsockname()[1]))
+        else:
+            time.sleep(DELAY)
+        super().__init__(rank, peers, listener, **kwargs)
+        _LateRing.made.append(self)
+
+
+def _publish(path, text):
+    path.with_suffix(".tmp").write_text(text)
+    os.replace(path.with_suffix(".tmp"), path)
+
+
+def main():
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    ring.Ring = _LateRing  # what mgpu_tf.comm.transport makes
+    strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp", timeout_seconds=60)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
+    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                 GLOBAL_BATCH, shuffle_seed=3)
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((FEATURES,)),
+                                  keras.layers.Dense(8, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model = mgpu_tf.prepare_model(model, strategy)
+        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    model.fit(data, epochs=EPOCHS, verbose=0, shuffle=False,
+              callbacks=[mgpu_tf.callbacks.DataOrder()])
+    if index == 0:
+        _publish(OUT / "refused", str(sum(r.refused for r in _LateRing.made)))
+        np.savez(OUT / "final.npz", *model.get_weights())
+
+
+if __name__ == "__main__":
+    OUT, DELAY = pathlib.Path(sys.argv[1]), float(sys.argv[2])
+    OUT.mkdir(parents=True, exist_ok=True)
+    main()
