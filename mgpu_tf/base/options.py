@@ -103,6 +103,13 @@ def _check_timeout(value):
     return float(value)
 
 
+def _check_bool(value):
+    if not isinstance(value, bool):
+        raise TypeError(f"`shard_optimizer_state` must be True or False. "
+                        f"Received: shard_optimizer_state={value!r}")
+    return value
+
+
 def _check_cluster(value):
     if isinstance(value, tf_config.ClusterConfig):
         return value
@@ -178,6 +185,9 @@ _declare("transport", "how gradients travel between workers: tensorflow (its col
          "tcp (the toolkit's socket ring; one replica per worker)", transport.check_transport,
          type=str, choices=transport.TRANSPORTS, default="tensorflow",
          strategies=("multi_worker",), flag="string")
+_declare("shard_optimizer_state", "each replica keeps the optimizer slots of its 1/N slice "
+         "of the variables only (ZeRO stage 1); element-wise optimizers", _check_bool,
+         type=bool, default=False, strategies=("mirrored", "multi_worker"), flag="boolean")
 _declare("precision", "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
          "mixed_bfloat16", precision_lib.check_precision, type=str,
          choices=tuple(p.value for p in precision_lib.Precision),
