@@ -198,7 +198,10 @@ class _State:
         # The weights as weight decay left them, so each slice starts where Keras' would.
         self.params.assign(layout.take(layout.flatten(variables, self.dtype), replica))
         self.shadow.update_step(gradient, self.params, learning_rate)
-        gathered = context.all_gather(tf.convert_to_tensor(self.params), axis=0)
+        # On the replica's device: all_gather sends a tensor to where it lies.
+        with tf.device(self.params.value.device):
+            local = tf.identity(tf.convert_to_tensor(self.params))
+        gathered = context.all_gather(local, axis=0)
         context.merge_call(_assign, args=(variables, layout.split(gathered)))
 
     # ------------------------------------------------------------------ checkpoints
