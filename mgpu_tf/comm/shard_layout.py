@@ -1,6 +1,6 @@
 """Where each variable lies in the flat vector whose 1/N slices the replicas own.
 
-Design: docs/design.md#sharded-optimizer-state
+Design: docs/concepts.md#optimizer-state-sharded-across-replicas
 """
 
 import math
@@ -34,16 +34,27 @@ class Layout:
         self.slice_size = max(1, -(-self.total // self.num_replicas))
         self.padded = self.slice_size * self.num_replicas
 
-    def flatten(self, tensors, dtype):
-        """One padded 1-D tensor of `tensors` (in the layout's order), cast to `dtype`."""
-        parts = [tf.reshape(tf.cast(t, dtype), [-1]) for t in tensors]
-        parts.append(tf.zeros([self.padded - self.total], dtype))
-        return tf.concat(parts, 0)
+    def pieces(self, replica):
+        """`[(variable index, first, end), ...]`: the flat numbers slice `replica` covers."""
+        begin, end = replica * self.slice_size, (replica + 1) * self.slice_size
+        out, offset = [], 0
+        for index, size in enumerate(self.sizes):
+            first, last = max(begin, offset), min(end, offset + size)
+            if first < last:
+                out.append((index, first - offset, last - offset))
+            offset += size
+        return out
 
-    def take(self, flat, replica):
-        """Slice number `replica` (a scalar tensor) of a padded flat tensor."""
-        begin = tf.cast(replica, tf.int32) * self.slice_size
-        return tf.slice(flat, tf.reshape(begin, [1]), [self.slice_size])
+    def take(self, tensors, replica, dtype):
+        """Slice `replica` (an int) of `tensors` laid end to end, padded, cast to `dtype`.
+
+        Only the slice is made: no tensor of the whole vector.
+        """
+        parts = [tf.reshape(tf.cast(tensors[i], dtype), [-1])[first:end]
+                 for i, first, end in self.pieces(replica)]
+        covered = sum(end - first for _, first, end in self.pieces(replica))
+        parts.append(tf.zeros([self.slice_size - covered], dtype))
+        return tf.concat(parts, 0)
 
     def split(self, flat):
         """The variables' tensors of a padded flat tensor, each in its shape."""
@@ -56,7 +67,7 @@ class Layout:
         return [flat[a:b].reshape(s) for a, b, s in zip(offsets, offsets[1:], self.shapes)]
 
     def flatten_numpy(self, arrays):
-        """`flatten` for numpy arrays."""
+        """The padded flat vector of numpy `arrays`, laid end to end."""
         flat = np.zeros(self.padded, np.asarray(arrays[0]).dtype) if arrays else np.zeros(0)
         offset = 0
         for array, size in zip(arrays, self.sizes):

@@ -3,7 +3,7 @@
 `tf.distribute` keeps a whole copy of every optimizer slot on every replica, and Keras 3's
 distribution API does not run on TensorFlow; this fills that gap (ZeRO stage 1).
 
-Design: docs/design.md#sharded-optimizer-state
+Design: docs/concepts.md#optimizer-state-sharded-across-replicas
 """
 
 import warnings
@@ -192,11 +192,16 @@ class _State:
         for i, (gradient, variable) in zip(order, summed):
             grads[i] = tf.convert_to_tensor(gradient)
             variables[i] = variable
-        replica = context.replica_id_in_sync_group
+        replica = tf.get_static_value(context.replica_id_in_sync_group)
+        if replica is None:
+            raise ValueError(
+                "shard_optimizer_state needs each replica's number while the step is traced, "
+                "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
+                f"replica context of {type(context).__name__} without one.")
         layout = self.layout
-        gradient = layout.take(layout.flatten(grads, self.dtype), replica)
+        gradient = layout.take(grads, int(replica), self.dtype)
         # The weights as weight decay left them, so each slice starts where Keras' would.
-        self.params.assign(layout.take(layout.flatten(variables, self.dtype), replica))
+        self.params.assign(layout.take(variables, int(replica), self.dtype))
         self.shadow.update_step(gradient, self.params, learning_rate)
         # On the replica's device: all_gather sends a tensor to where it lies.
         with tf.device(self.params.value.device):
