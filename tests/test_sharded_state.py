@@ -80,6 +80,27 @@ def test_four_replicas_train_as_one_device(references, mirrored, name):
     assert moved > 1e-3  # the steps changed the weights
 
 
+def _train_with(strategy, **compile_options):
+    x, y = sharded_problem.data()
+    with strategy.scope():
+        model = sharded_problem.build_model("adam")
+        model.compile(model.optimizer, "mse", **compile_options)
+    model.fit(sharded_problem.batches(x, y), epochs=1, shuffle=False, verbose=0)
+    return model
+
+
+def test_with_the_other_switches_it_trains_as_without_sharding():
+    # No one-device reference takes float16 all-reduces: the reference is the same
+    # options unsharded, whose update is Keras' own.
+    options = {"compression": "float16", "steps_per_sync": 2}
+    switches = {"jit_compile": True, "steps_per_execution": 2}
+    sharded = _train_with(mgpu_tf.make_strategy("mirrored", devices=4, shard_optimizer_state=True,
+                                                 **options), **switches)
+    whole = _train_with(mgpu_tf.make_strategy("mirrored", devices=4, **options), **switches)
+    assert sharded_state.is_sharded(sharded.optimizer)
+    assert compare.relative_difference(sharded.get_weights(), whole.get_weights()) <= TOLERANCE
+
+
 def _slot_bytes_per_device(strategy, slots):
     per_device = {}
     for slot in slots:
