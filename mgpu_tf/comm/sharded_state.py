@@ -16,7 +16,8 @@ from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
 
-__all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded", "slot_variables"]
+__all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded", "slot_variables",
+           "weights_slice"]
 
 # Keras optimizers whose update of each number reads only that number's gradient and slots.
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Lion")
@@ -59,6 +60,15 @@ def slot_variables(optimizer):
     """
     state = attached.of_optimizer(optimizer).sharded
     return [] if state is None or not state.built else list(state.slots.values())
+
+
+def weights_slice(optimizer):
+    """The variable whose per-replica parts hold each replica's slice of the weights, or None.
+
+    Each replica copies its slice of the weights there, updates it and all-gathers it.
+    """
+    state = attached.of_optimizer(optimizer).sharded
+    return None if state is None or not state.built else state.params
 
 
 def shard(optimizer, strategy):
