@@ -128,10 +128,13 @@ def run_plan(payload):
     import mgpu_tf
 
     model = _model(payload["width"], payload["depth"], features=payload["width"])
-    result = mgpu_tf.plan(model, devices=8, device_memory=payload["memory"],
-                          global_batch_size=256, optimizer="adam", measure_compute=False)
-    fits = {o.name: o.fits for o in result.options}
     params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+    try:
+        result = mgpu_tf.plan(model, devices=8, device_memory=payload["memory"],
+                              global_batch_size=256, optimizer="adam", measure_compute=False)
+    except mgpu_tf.planner.PlanError:  # not even cut into stages
+        return {"data": False, "sharded": False, "params": params}
+    fits = {o.name: o.fits for o in result.options}
     return {"data": fits.get("data", False),
             "sharded": fits.get("sharded", False) or fits.get("data", False), "params": params}
 
@@ -174,10 +177,12 @@ def main():
     parser.add_argument("--plan_memory", default="256MiB")
     parser.add_argument("--plan_depth", type=int, default=4)
     parser.add_argument("--max_width", type=int, default=8192)
-    parser.add_argument("--skip_plan", action="store_true")
+    parser.add_argument("--parts", default="1,2", help="which parts to run (default 1,2)")
     args = parser.parse_args()
-    _part_one(args)
-    if not args.skip_plan:
+    parts = args.parts.split(",")
+    if "1" in parts:
+        _part_one(args)
+    if "2" in parts:
         _part_two(args)
 
 

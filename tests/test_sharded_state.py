@@ -101,6 +101,22 @@ def test_with_the_other_switches_it_trains_as_without_sharding():
     assert compare.relative_difference(sharded.get_weights(), whole.get_weights()) <= TOLERANCE
 
 
+def test_under_mixed_precision_it_trains_as_without_sharding():
+    try:
+        sharded = _train_with(_sharded_with(precision="mixed_float16"))
+        whole = _train_with(mgpu_tf.make_strategy("mirrored", devices=4,
+                                                  precision="mixed_float16"))
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")  # make_strategy set it process-wide
+    inner = sharded.optimizer.inner_optimizer  # the LossScaleOptimizer's
+    assert sharded_state.is_sharded(inner)
+    assert compare.relative_difference(sharded.get_weights(), whole.get_weights()) <= TOLERANCE
+
+
+def _sharded_with(**options):
+    return mgpu_tf.make_strategy("mirrored", devices=4, shard_optimizer_state=True, **options)
+
+
 def _slot_bytes_per_device(strategy, slots):
     per_device = {}
     for slot in slots:
