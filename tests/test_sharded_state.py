@@ -188,6 +188,25 @@ def test_an_unsharded_checkpoint_resumes_sharded_as_if_uninterrupted(uninterrupt
     assert difference <= TOLERANCE, difference
 
 
+def _fit_with_backup(strategy, backup_dir, epochs):
+    x, y = sharded_problem.data()
+    with strategy.scope():
+        model = sharded_problem.build_model("adamw")
+        if epochs > 1:  # weights of its own: only what the backup restores can match
+            model.set_weights([w * 0.5 for w in model.get_weights()])
+    backup = mgpu_tf.callbacks.BackupAndRestore(str(backup_dir), delete_checkpoint=False)
+    model.fit(sharded_problem.batches(x, y), epochs=epochs, shuffle=False, verbose=0,
+              callbacks=[backup])
+    return model.get_weights()
+
+
+def test_backup_and_restore_resumes_on_another_replica_count(uninterrupted, tmp_path):
+    _fit_with_backup(_sharded(4), tmp_path, epochs=1)
+    resumed = _fit_with_backup(_sharded(2), tmp_path, epochs=2)
+    difference = compare.relative_difference(resumed, uninterrupted)
+    assert difference <= TOLERANCE, difference
+
+
 # ------------------------------------------------------------------ two workers
 
 
