@@ -1,4 +1,5 @@
-"""The planner and shard_optimizer_state: sliced slots counted, recommended before cutting the model.
+"""The planner and shard_optimizer_state: sliced slots counted, recommended before model
+parallelism.
 
 The reference is arithmetic on the model's own weights: Adam's two slots and the slice of
 weights each replica keeps, over the replicas.

@@ -102,10 +102,11 @@ def test_with_the_other_switches_it_trains_as_without_sharding():
 
 
 def test_under_mixed_precision_it_trains_as_without_sharding():
+    # steps_per_sync without compression: the slices are reduced to their devices.
+    options = {"precision": "mixed_float16", "steps_per_sync": 2}
     try:
-        sharded = _train_with(_sharded_with(precision="mixed_float16"))
-        whole = _train_with(mgpu_tf.make_strategy("mirrored", devices=4,
-                                                  precision="mixed_float16"))
+        sharded = _train_with(_sharded_with(**options))
+        whole = _train_with(mgpu_tf.make_strategy("mirrored", devices=4, **options))
     finally:
         keras.mixed_precision.set_dtype_policy("float32")  # make_strategy set it process-wide
     inner = sharded.optimizer.inner_optimizer  # the LossScaleOptimizer's
@@ -128,7 +129,8 @@ def _slot_bytes_per_device(strategy, slots):
 
 def test_each_device_holds_a_quarter_of_the_slots(mirrored):
     strategy, models = mirrored
-    sharded = _slot_bytes_per_device(strategy, sharded_state.slot_variables(models["adam"].optimizer))
+    slots = sharded_state.slot_variables(models["adam"].optimizer)
+    sharded = _slot_bytes_per_device(strategy, slots)
     unsharded_strategy = mgpu_tf.make_strategy("mirrored", devices=4)
     with unsharded_strategy.scope():
         model = sharded_problem.build_model("adam")

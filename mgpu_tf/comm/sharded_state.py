@@ -195,29 +195,36 @@ class _State:
                 "shard_optimizer_state needs a gradient for every trainable variable, each "
                 f"replica updating a slice across them all. Received: none for {names}. "
                 "Freeze those variables (trainable=False) before compiling.")
-        all_reduce = private.optimizer_class_method("_all_reduce_sum_gradients")
-        summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
-        grads = [None] * len(order)
-        variables = [None] * len(order)
-        for i, (gradient, variable) in zip(order, summed):
-            grads[i] = tf.convert_to_tensor(gradient)
-            variables[i] = variable
+        variables = _in_order(order, trainable_variables)
         replica = tf.get_static_value(context.replica_id_in_sync_group)
         if replica is None:
             raise ValueError(
                 "shard_optimizer_state needs each replica's number while the step is traced, "
                 "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
                 f"replica context of {type(context).__name__} without one.")
-        layout = self.layout
-        gradient = layout.take(grads, int(replica), self.dtype)
+        replica, layout = int(replica), self.layout
+        if self._reduces_to_devices():
+            grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])
+            gradient = _reduce_scatter(context, grads, layout, self.dtype)[replica]
+        else:  # summed whole by the optimizer's all-reduce (compression, several workers)
+            all_reduce = private.optimizer_class_method("_all_reduce_sum_gradients")
+            summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
+            grads = _in_order(order, [tf.convert_to_tensor(g) for g, _ in summed])
+            gradient = layout.take(grads, replica, self.dtype)
         # The weights as weight decay left them, so each slice starts where Keras' would.
-        self.params.assign(layout.take(variables, int(replica), self.dtype))
+        self.params.assign(layout.take(variables, replica, self.dtype))
         self.shadow.update_step(gradient, self.params, learning_rate)
         # On the replica's device: all_gather sends a tensor to where it lies.
         with tf.device(self.params.value.device):
             local = tf.identity(tf.convert_to_tensor(self.params))
         gathered = context.all_gather(local, axis=0)
         context.merge_call(_assign, args=(variables, layout.split(gathered)))
+
+    def _reduces_to_devices(self):
+        """True when each slice's sum can go to its replica's device alone: one machine, no
+        all-reduce of the optimizer's own (compression) to keep."""
+        return (not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+                and attached.of_optimizer(self.optimizer).all_reduce is None)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -261,6 +268,32 @@ class _State:
             parts = self.strategy.experimental_local_results(self.slots[name].value)
             for part, replica in zip(parts, self.replica_ids):
                 part.assign(flat[replica * size: (replica + 1) * size])
+
+
+def _in_order(order, items):
+    """`items`, the k-th of which belongs at `order[k]`, in the optimizer's order."""
+    out = [None] * len(order)
+    for index, item in zip(order, items):
+        out[index] = item
+    return out
+
+
+def _reduce_scatter(context, grads, layout, dtype):
+    """Each replica's slice of the gradients summed over the replicas, on its device only.
+
+    TensorFlow has no reduce-scatter; on one machine each slice is reduced to the device of
+    the replica that owns it (`batch_reduce_to`), which moves what a reduce-scatter does.
+    Returns the list of slices; a replica reads its own.
+    """
+    slices = [layout.take(grads, r, dtype) for r in range(layout.num_replicas)]
+
+    def reduce(distribution, *per_replica):
+        devices = distribution.extended.worker_devices
+        reduced = distribution.extended.batch_reduce_to(
+            tf.distribute.ReduceOp.SUM, list(zip(per_replica, devices)))
+        return [distribution.experimental_local_results(v)[0] for v in reduced]
+
+    return context.merge_call(reduce, args=tuple(slices))
 
 
 def _assign(distribution, variables, values):
