@@ -74,10 +74,10 @@ def weights_slice(optimizer):
 def shard(optimizer, strategy):
     """Makes an unbuilt Keras `optimizer` keep, on each replica, the slots of its slice only.
 
-    On each step the gradients are summed over the replicas as before (with the strategy's
-    compression and transport); each replica then updates its 1/N slice of the flattened
-    variables with the optimizer's own `update_step` and the slices are all-gathered into the
-    replicated variables. Clipping and weight decay stay the optimizer's own, on whole
+    On each step each replica receives the sum over the replicas of its 1/N slice of the
+    flattened gradients (on one machine reduced to its device alone; across workers or with
+    compression, read from the optimizer's all-reduce), updates that slice with the
+    optimizer's own `update_step`, and the slices are all-gathered into the variables. Clipping and weight decay stay the optimizer's own, on whole
     variables. `save_own_variables` and `load_own_variables` read and write the unsharded
     layout, so checkpoints do not depend on the option or the replica count.
 

@@ -236,8 +236,9 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
             device_throughput=device_throughput, measure=measure_compute)
     if compute is not None:
         total = count * workers
-        # Sharded, an all-gather of the weights follows the all-reduce: half its bytes again.
-        moved = gradients * 3 // 2 if data.name == "sharded" else gradients
+        # Sharded across workers, an all-gather follows the all-reduce: half its bytes again
+        # (on one machine a reduce-scatter and an all-gather move what an all-reduce does).
+        moved = gradients * 3 // 2 if data.name == "sharded" and workers > 1 else gradients
         scaling = speed_lib.scaling(compute.seconds, moved, total, link, data.batch,
                                     schedule=schedule, jitter=jitter)
         options[fitting[0]] = dataclasses.replace(data, step_seconds=scaling[-1].step,
