@@ -4,7 +4,7 @@ Part 1, for N = 2 and 4 simulated devices: an MLP trained with Adam by Keras `fi
 `mirrored`, unsharded and sharded in alternating fresh processes. Prints the optimizer state
 each device holds, read from the variables' devices and shapes (the slots, and with sharding
 the slice of weights each replica updates), the timed epoch's step time and the whole fit's
-seconds, and the ratios of sharded to unsharded.
+seconds, the ratios of sharded to unsharded, and the median of each round's own ratio.
 
 Part 2: the widest MLP of a fixed depth that `mgpu_tf.plan` fits on 8 devices of a given
 memory (default 256 MiB: planning means building the model, and one for 16 GiB devices has
@@ -112,6 +112,11 @@ def _part_one(args):
             print(_row(devices, round_index, row), flush=True)
         median = tuple(statistics.median(r[i] for r in rows) for i in range(len(rows[0])))
         print(_row(devices, "median", median), flush=True)
+        # Each round's own ratio first: the two runs of a round saw the same machine load.
+        step = statistics.median(r[4] / r[3] for r in rows)
+        fit = statistics.median(r[6] / r[5] for r in rows)
+        print(f"{devices:>2}{'paired':>7}  median of the rounds' ratios: step {step:.3f}, "
+              f"whole fit {fit:.3f}", flush=True)
 
 
 def _row(devices, label, row):
