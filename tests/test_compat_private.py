@@ -308,7 +308,8 @@ def _recording(calls, name):
 
 
 @pytest.mark.parametrize("name", ["build", "apply", "update_step",
-                                  "add_variable_from_reference", "_all_reduce_sum_gradients"])
+                                  "add_variable_from_reference", "_all_reduce_sum_gradients",
+                                  "_backend_update_step"])
 def test_keras_calls_the_wrapped_method_of_the_instance(name):
     variable = keras.Variable(np.ones(2, "float32"))
     optimizer = keras.optimizers.SGD(learning_rate=0.5, momentum=0.9)
@@ -351,7 +352,7 @@ def test_all_reduce_sum_gradients_sums_over_replicas():
 
 def test_wrap_optimizer_method_refuses_other_names():
     with pytest.raises(ValueError, match="`name` must be one of build, apply, update_step"):
-        private.wrap_optimizer_method(keras.optimizers.SGD(), "_backend_update_step",
+        private.wrap_optimizer_method(keras.optimizers.SGD(), "_clip_gradients",
                                       lambda original: original)
 
 

@@ -130,13 +130,19 @@ def _choosing_a_strategy(out):
                       r"(\S+(?: not fit)?) +(\S+(?: not fit)?) *$", out, re.M)
     assert [int(r[0]) for r in rows] == [128, 192, 256, 320, 384, 448, 512, 640, 768, 1024]
     for width, whole, unit, stage, stage_unit, one, two in rows:
-        # The rule the notebook states, applied to the sizes it prints (16 MiB devices).
-        if whole and float(whole) * mib[unit] <= 16:
-            assert (one, two) == ("mirrored", "multi_worker"), width
-        elif whole and float(stage) * mib[stage_unit] <= 16:
-            assert (one, two) == ("model_parallel", "hybrid"), width
-        else:
-            assert (one, two) == ("does not fit", "does not fit"), width
+        # The rule the notebook states, applied to the sizes it prints (16 MiB devices);
+        # between data and model parallelism, data parallelism with the slots sharded.
+        for got, data, split in ((one, "mirrored", "model_parallel"),
+                                 (two, "multi_worker", "hybrid")):
+            if whole and float(whole) * mib[unit] <= 16:
+                assert got == data, width
+            elif got == f"{data}+sharded":
+                continue
+            elif whole and float(stage) * mib[stage_unit] <= 16:
+                assert got == split, width
+            else:
+                assert got == "does not fit", width
+    assert any(one == "mirrored+sharded" for *_, one, _ in rows), rows
     assert float(re.search(r"measured compute of one step: ([\d.]+) ms", out).group(1)) > 0
 
 

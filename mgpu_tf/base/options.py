@@ -103,6 +103,13 @@ def _check_timeout(value):
     return float(value)
 
 
+def _check_bool(value):
+    if not isinstance(value, bool):
+        raise TypeError(f"`shard_optimizer_state` must be True or False. "
+                        f"Received: shard_optimizer_state={value!r}")
+    return value
+
+
 def _check_cluster(value):
     if isinstance(value, tf_config.ClusterConfig):
         return value
@@ -178,6 +185,9 @@ _declare("transport", "how gradients travel between workers: tensorflow (its col
          "tcp (the toolkit's socket ring; one replica per worker)", transport.check_transport,
          type=str, choices=transport.TRANSPORTS, default="tensorflow",
          strategies=("multi_worker",), flag="string")
+_declare("shard_optimizer_state", "each replica keeps the optimizer slots of its 1/N slice "
+         "of the variables only (ZeRO stage 1); element-wise optimizers", _check_bool,
+         type=bool, default=False, strategies=("mirrored", "multi_worker"), flag="boolean")
 _declare("precision", "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
          "mixed_bfloat16", precision_lib.check_precision, type=str,
          choices=tuple(p.value for p in precision_lib.Precision),
@@ -268,6 +278,16 @@ def _check_for_strategy(kind, values, given):
             f"all_reduce={values.get('all_reduce', 'auto')!r}. Pass one of those too.")
 
 
+def _check_sharded(values, given):
+    """Raises for an option `shard_optimizer_state` cannot be used with."""
+    if values.get("shard_optimizer_state") and values.get("transport", "tensorflow") == "tcp":
+        raise ValueError(
+            "shard_optimizer_state all-gathers the updated slices with TensorFlow's "
+            "collectives, and transport='tcp' carries only the gradients' all-reduce. "
+            f"Received: shard_optimizer_state=True, transport={given['transport']!r}. "
+            "Use transport='tensorflow', or drop shard_optimizer_state.")
+
+
 def _parse(kind, options, parsed=None):
     parsed = parsed or {}
     options = {k: v for k, v in options.items() if v is not None}
@@ -279,6 +299,7 @@ def _parse(kind, options, parsed=None):
         values["cluster"] = tf_config.cluster_from_hosts(values.pop("worker_hosts", None),
                                                          values.pop("task_index", None))
     _check_for_strategy(kind, values, options)
+    _check_sharded(values, options)
     return Settings(kind, values)
 
 

@@ -8,6 +8,7 @@ import functools
 import tensorflow as tf
 
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import sharded_state
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
 from mgpu_tf.compat import attached
@@ -52,6 +53,8 @@ def _communication(chosen):
     if chosen.transport != "tensorflow":
         out["transport"] = chosen.transport
         out["timeout_seconds"] = chosen.timeout_seconds
+    if chosen.shard_optimizer_state:
+        out["shard_optimizer_state"] = True
     return out
 
 
@@ -73,8 +76,10 @@ def _innermost(optimizer):
 
 
 def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync=1,
-            transport="tensorflow", timeout_seconds=None):
+            transport="tensorflow", timeout_seconds=None, shard_optimizer_state=False):
     """Makes a Keras optimizer all-reduce compressed, every `steps_per_sync` steps, over tcp.
+
+    With `shard_optimizer_state`, each replica also keeps only its slice of the slots.
 
     Works on the innermost optimizer (inside a `LossScaleOptimizer`, which
     unscales gradients before they reach it). Installing twice changes nothing.
@@ -87,6 +92,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         transport: `"tensorflow"` or `"tcp"` (connects the workers' ring now, so
             every worker must install at the same point). Defaults to `"tensorflow"`.
         timeout_seconds: how long the tcp ring waits for a neighbour.
+        shard_optimizer_state: keep the slots in slices (`comm.sharded_state`). Defaults
+            to `False`.
 
     Returns:
         The optimizer that now all-reduces this way.
@@ -96,6 +103,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if record.communication is not None:
         return optimizer
     compression = check_compression(compression)
+    if shard_optimizer_state:
+        sharded_state.check_optimizer(optimizer)  # before the tcp ring connects
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
     if transport == "tcp" or wire is not None:
         # Checked before the ring connects, so a missing name fails fast.
@@ -107,6 +116,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
     elif wire is not None:
         record.all_reduce = functools.partial(compressed_all_reduce, wire_dtype=wire)
+    if shard_optimizer_state:
+        sharded_state.shard(optimizer, strategy)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     record.communication = (compression, steps_per_sync, transport)

@@ -51,6 +51,9 @@ class OptimizerRecord:
     accumulation: object = None
     # Its updates and slots follow each variable's device (model_parallel.placement).
     placed: bool = False
+    # Its slots in one slice per replica, which build, update and saving go through
+    # (comm.sharded_state).
+    sharded: object = None
 
 
 def _record(owner, make):

@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 _OPTIMIZER_METHODS = ("build", "apply", "update_step", "add_variable_from_reference",
-                      "_all_reduce_sum_gradients")
+                      "save_own_variables", "load_own_variables", "_all_reduce_sum_gradients",
+                      "_backend_update_step")
 
 
 def require(obj, *names, argument="obj"):
@@ -135,14 +136,15 @@ def wrap_optimizer_method(optimizer, name, wrap):
 
     Keras calls these methods through the instance (`self.update_step(...)`), so an
     instance attribute takes their place: `build` and `apply` (Keras' trainer and
-    `apply_gradients` call them), `update_step` and `add_variable_from_reference`
-    (Keras 3.0-3.15), and the private `TFOptimizer._all_reduce_sum_gradients`
-    (Keras 3.3-3.15), which sums `(gradient, variable)` pairs over replicas.
+    `apply_gradients` call them), `update_step` and `add_variable_from_reference`,
+    `save_own_variables` and `load_own_variables` (Keras' saving calls them)
+    (Keras 3.0-3.15), the private `TFOptimizer._all_reduce_sum_gradients`
+    (Keras 3.3-3.15), which sums `(gradient, variable)` pairs over replicas, and
+    `TFOptimizer._backend_update_step` (Keras 3.0-3.15), which sums and applies them.
 
     Args:
         optimizer: a Keras optimizer of the TensorFlow backend.
-        name: one of `build`, `apply`, `update_step`, `add_variable_from_reference`,
-            `_all_reduce_sum_gradients`.
+        name: one of `_OPTIMIZER_METHODS`.
         wrap: called with the optimizer's current method; returns its replacement.
 
     Returns:

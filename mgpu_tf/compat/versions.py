@@ -57,6 +57,7 @@ def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
 
 _KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
 _STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
+_SHARDED = "shard_optimizer_state updates each replica's slice of the variables"
 _BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
 _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribute replaces "
              "Keras' train and test functions")
@@ -79,6 +80,9 @@ KNOWN = {
     "BaseOptimizer.update_step": _keras("ModelParallel runs each variable's update on its device"),
     "BaseOptimizer.add_variable_from_reference": _keras(
         "ModelParallel creates each optimizer slot on its variable's device"),
+    "BaseOptimizer.save_own_variables": _keras(_SHARDED),
+    "BaseOptimizer.load_own_variables": _keras(_SHARDED),
+    "TFOptimizer._backend_update_step": _keras(_SHARDED),
     "TFOptimizer._all_reduce_sum_gradients": _keras(
         "Compression, the tcp transport and the all-reduce benchmarks replace the "
         "gradients' all-reduce", first=(3, 3)),

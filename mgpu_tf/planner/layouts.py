@@ -5,6 +5,7 @@ Design: docs/design.md#the-planner
 
 import math
 
+from mgpu_tf.planner import memory as memory_lib
 from mgpu_tf.planner.result import Option
 
 __all__ = ["candidates", "data_layout", "describe", "fewest_devices", "pipeline_layout",
@@ -40,7 +41,9 @@ def pipeline_layout(name, strategy, options, memory, pipelines, stages, batch, s
 
 
 def candidates(memory, count, workers, batch, slots, device_memory, recompute=None,
-             microbatches=None, batch_norm=False):
+             microbatches=None, batch_norm=False, shardable=False):
+    """The options to weigh; with `shardable`, sharded data parallelism where the plain one
+    does not fit."""
     total = count * workers
     stages = min(count, memory.max_stages)
     out = []
@@ -53,6 +56,11 @@ def candidates(memory, count, workers, batch, slots, device_memory, recompute=No
         out.append(Option("data", strategy, {"devices": count} if workers == 1 else {},
                           total, 1, share, tuple(memory.footprints(share, 1, slots)),
                           device_memory))
+        if shardable and slots > 0 and not out[-1].fits:
+            out.append(Option(
+                "sharded", strategy, dict(out[-1].options, shard_optimizer_state=True), total,
+                1, share, tuple(memory_lib.sharded_footprint(f, total, slots)
+                                for f in out[-1].footprints), device_memory))
     pipeline = (recompute, microbatches, batch_norm)
     if stages > 1 and workers > 1:
         share = math.ceil(batch / workers)
@@ -65,7 +73,7 @@ def candidates(memory, count, workers, batch, slots, device_memory, recompute=No
 
 
 def rank(options):
-    preference = {"one_device": 0, "data": 0, "hybrid": 1, "model": 2}
+    preference = {"one_device": 0, "data": 0, "sharded": 1, "hybrid": 2, "model": 3}
     return sorted(options, key=lambda o: (not o.fits, o.shortfall, preference[o.name]))
 
 
@@ -73,10 +81,11 @@ def describe(option, workers):
     """The layout of `option` in words, e.g. "data parallel over 4 devices, 16 examples each"."""
     if option.name == "one_device":
         return f"one device with all {_examples(option.batch)}"
-    if option.name == "data":
+    if option.name in ("data", "sharded"):
         where = "" if workers == 1 else f" of {workers} workers"
+        sharded = ", the optimizer slots sharded" if option.name == "sharded" else ""
         return (f"data parallel over {option.pipelines} devices{where}, "
-                f"{_examples(option.batch)} each")
+                f"{_examples(option.batch)} each{sharded}")
     where = "" if option.name == "model" else f" in each of {workers} workers"
     text = (f"a pipeline of {option.stages} stages, one per device{where}, each stage "
             f"processing all {_examples(option.batch)}")

@@ -23,6 +23,8 @@ __all__ = [
     "parse_size",
     "format_size",
     "optimizer_slots",
+    "shardable",
+    "sharded_footprint",
     "measure_model",
 ]
 
@@ -91,6 +93,27 @@ def optimizer_slots(optimizer):
     elif name in ("adam", "adamw") and getattr(optimizer, "amsgrad", False):
         slots = 3
     return slots
+
+
+def shardable(optimizer):
+    """True when `shard_optimizer_state` can cut the optimizer's (or its name's) slots."""
+    from mgpu_tf.comm.sharded_state import ELEMENTWISE
+
+    if isinstance(optimizer, str):
+        return optimizer.strip().lower() in {n.lower() for n in ELEMENTWISE}
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    return type(optimizer).__name__ in ELEMENTWISE and optimizer_slots(optimizer) > 0
+
+
+def sharded_footprint(footprint, replicas, slots):
+    """`footprint` of data parallelism with `shard_optimizer_state` over `replicas`.
+
+    Each replica keeps the slots of its slice and the slice's weights, and updates only its
+    slice; the all-gathered weights take the place of the gradients, freed by then.
+    """
+    share = -(-footprint.gradients // replicas)
+    return dataclasses.replace(footprint, optimizer=(slots + 1) * share,
+                               workspace=(slots + 1) * share)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -81,6 +81,16 @@ def _reason(best, options, workers, compute=None):
         return (f"data parallel ({best.strategy} over {best.pipelines} devices): the whole "
                 f"model fits one device ({size(whole)} of {size(best.device_memory)}), so "
                 f"large data wants data parallelism{scaling}")
+    if best.name == "sharded":
+        scaling = "" if best.efficiency is None else (
+            f", predicted {best.step_seconds * 1e3:.1f} ms per step at "
+            f"{best.efficiency:.0%} scaling efficiency")
+        return (f"data parallel with the optimizer state sharded ({best.strategy} over "
+                f"{best.pipelines} devices, shard_optimizer_state=True): replicated, the "
+                f"training state needs {size(options[0].peak)} per device, more than its "
+                f"{size(best.device_memory)}; with each replica keeping the optimizer slots "
+                f"of 1/{best.pipelines} of the weights it needs {size(best.peak)}, and data "
+                f"parallelism is simpler and faster than cutting the model{scaling}")
     what = ("hybrid (a pipeline of {s} stages in each of {w} workers, data parallel across "
             "them): very large models want both" if best.name == "hybrid" else
             "model parallel ({s} stages): a model too big for one device wants model "
@@ -209,23 +219,31 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         microbatches = _check_count("microbatches", microbatches)
     memory = memory_lib.measure_model(model)
     options = layouts.candidates(memory, count, workers, batch, slots, device_memory, recompute,
-                       microbatches, bool(batchnorm.batch_norm_layers(model)))
+                                 microbatches, bool(batchnorm.batch_norm_layers(model)),
+                                 memory_lib.shardable(optimizer))
     if not any(o.fits for o in options):
         raise _does_not_fit(memory, options, count, workers, batch, slots, device_memory,
                             (recompute, microbatches, bool(batchnorm.batch_norm_layers(model))))
     gradients = cost_model.gradient_bytes(model)
-    data, compute, scaling, epochs = options[0], None, (), ()
-    if data.fits:
+    # The step is predicted for data parallelism, or, when only its sharded form fits, for that.
+    fitting = [i for i, o in enumerate(options) if o.name in ("one_device", "data", "sharded")
+               and o.fits][:1]
+    compute, scaling, epochs = None, (), ()
+    if fitting:
+        data = options[fitting[0]]
         compute = speed_lib.resolve_compute(
             model, data.batch, optimizer, compute_seconds=compute_seconds,
             device_throughput=device_throughput, measure=measure_compute)
     if compute is not None:
         total = count * workers
-        scaling = speed_lib.scaling(compute.seconds, gradients, total, link, data.batch,
+        # Sharded across workers, an all-gather follows the all-reduce: half its bytes again
+        # (on one machine a reduce-scatter and an all-gather move what an all-reduce does).
+        moved = gradients * 3 // 2 if data.name == "sharded" and workers > 1 else gradients
+        scaling = speed_lib.scaling(compute.seconds, moved, total, link, data.batch,
                                     schedule=schedule, jitter=jitter)
-        options[0] = dataclasses.replace(data, step_seconds=scaling[-1].step,
-                                         compute_seconds=compute.seconds,
-                                         efficiency=scaling[-1].efficiency)
+        options[fitting[0]] = dataclasses.replace(data, step_seconds=scaling[-1].step,
+                                                  compute_seconds=compute.seconds,
+                                                  efficiency=scaling[-1].efficiency)
         if epoch_examples is not None:
             epochs = epoch_lib.predict_epochs(scaling, epoch_examples, epoch_overhead)
     ranked = layouts.rank(options)
@@ -258,6 +276,8 @@ def auto_strategy(model, kind, reason, options, device_memory=None, *,
                   optimizer=optimizer,
                   measure_compute=False)
     best = result.recommended
+    if best.name == "sharded":
+        return best.strategy, result.reason, dict(options, **best.options)
     if best.name in ("data", "one_device"):
         return kind, (f"{reason}; the model fits one device ("
                       f"{memory_lib.format_size(best.peak)} of "

@@ -16,7 +16,8 @@ class Option:
     """One way to train the model, and what each device needs for it.
 
     Attributes:
-        name: `"one_device"`, `"data"`, `"model"` or `"hybrid"`.
+        name: `"one_device"`, `"data"`, `"sharded"` (data with `shard_optimizer_state`),
+            `"model"` or `"hybrid"`.
         strategy, options: the `make_strategy` name and options that build it.
         pipelines: model copies training at once; `stages`: devices each is split over.
         batch: examples per copy per step.
