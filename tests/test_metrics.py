@@ -8,6 +8,7 @@ endpoints. Debian's `prometheus` package provides the server (.ci/run installs i
 
 import json
 import math
+import os
 import pathlib
 import re
 import shutil
@@ -21,6 +22,7 @@ import urllib.request
 import pytest
 
 from mgpu_tf.callbacks import metrics
+from mgpu_tf.callbacks import utilization
 from mgpu_tf.cli import main as cli_main
 from support import metrics_job
 from support import workers
@@ -217,3 +219,76 @@ def test_a_port_in_use_is_named_with_the_fix():
                            match=rf"^`metrics_port` must be free .* Received: "
                                  rf"metrics_port={port}, .* pass another --metrics_port"):
             metrics.MetricsExporter(port)
+
+
+def test_the_main_job_names_a_metrics_port_in_use_in_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = workers.run_python("-m", "mgpu_tf.train", "--epochs=1", "--dataset=synthetic",
+                                  "--synthetic_examples=256", f"--metrics_port={port}",
+                                  timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    fatal = [line for line in done.stderr.splitlines() if line.startswith("FATAL")]
+    assert len(fatal) == 1 and f"Received: metrics_port={port}," in fatal[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, match", [
+    ([], r"needs --targets HOST:PORT,\.\.\. or --metrics_port PORT\. Received: neither"),
+    (["--targets", "localhost"], r"`--targets` must be HOST:PORT.* Received: "
+                                 r"--targets=localhost\. E\.g\."),
+    (["--metrics_port", "70000"], r"`--metrics_port` must be a port number .* "
+                                  r"Received: --metrics_port=70000"),
+    (["--targets", "127.0.0.1:1", "--interval", "0"], r"`--interval` must be a positive"),
+])
+def test_top_names_a_bad_argument_in_one_line(capsys, args, match):
+    assert cli_main(["top", "--once", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and re.search(match, err), err
+
+
+def test_top_says_when_no_endpoint_answers(capsys):
+    port = _free_ports(1)
+    assert cli_main(["top", "--once", "--targets", f"127.0.0.1:{port}"]) == 1
+    out, err = capsys.readouterr()
+    assert f"127.0.0.1:{port} (no answer)" in out and "no endpoint answered" in err
+
+
+def _proc_cpu_seconds():
+    """The process' user and system time as the kernel accounts it (/proc/self/stat)."""
+    fields = pathlib.Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("busy", [False, True])
+def test_cpu_utilization_is_the_kernels_cpu_time_over_wall_time_and_cores(busy):
+    reader = utilization.CpuUtilization()
+    start, cpu = time.perf_counter(), _proc_cpu_seconds()
+    end = time.process_time() + 0.5
+    while busy and time.process_time() < end:  # one core busy
+        pass
+    time.sleep(0 if busy else 0.5)
+    share = reader.read()
+    expected = (_proc_cpu_seconds() - cpu) / ((time.perf_counter() - start) * reader.cores)
+    # The kernel counts in clock ticks (10 ms): 2 of them over 0.5 s.
+    assert abs(share - expected) < 0.02 / reader.cores + 0.01, (share, expected)
+    assert (share > 0.4 / reader.cores) if busy else (share < 0.2), share
+
+
+@pytest.mark.gpu
+def test_gpus_report_utilization_memory_and_power_through_nvml():
+    import tensorflow as tf
+
+    reader = utilization.make_reader(1)
+    assert isinstance(reader, utilization.GpuUtilization)
+    with tf.device("GPU:0"):
+        kept = tf.ones([1024, 1024, 64])  # 256 MiB the allocator holds
+    share = reader.read()
+    (device, *_) = reader.devices
+    assert 0.0 <= share <= 1.0 and 0.0 <= device["utilization"] <= 1.0
+    # NVML sees at least what TensorFlow's allocator holds.
+    held = tf.config.experimental.get_memory_info("GPU:0")["current"]
+    assert device["memory_bytes"] >= held >= kept.shape.num_elements() * 4
+    assert math.isnan(device["power_watts"]) or device["power_watts"] > 0
