@@ -221,14 +221,17 @@ def test_a_port_in_use_is_named_with_the_fix():
             metrics.MetricsExporter(port)
 
 
-def test_the_main_job_names_a_metrics_port_in_use_in_one_line():
+@pytest.mark.parametrize("where", ["flag", "pod"])
+def test_the_main_job_names_a_metrics_port_in_use_in_one_line(where):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
+        # A pod's manifest (mgpu-tf k8s --metrics_port) gives the port in its environment.
+        flag, env = ([f"--metrics_port={port}"], None) if where == "flag" else (
+            [], {"MGPU_TF_METRICS_PORT": str(port), "MGPU_TF_METRICS_HOST": "127.0.0.1"})
         done = workers.run_python("-m", "mgpu_tf.train", "--epochs=1", "--dataset=synthetic",
-                                  "--synthetic_examples=256", f"--metrics_port={port}",
-                                  timeout=120)
+                                  "--synthetic_examples=256", *flag, env=env, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     fatal = [line for line in done.stderr.splitlines() if line.startswith("FATAL")]
     assert len(fatal) == 1 and f"Received: metrics_port={port}," in fatal[0], done.stderr

@@ -4,9 +4,9 @@
 lists, `detect` finds the cluster in the environment (the only module that reads
 environment variables), `launcher` starts local worker groups, `failures` turns a
 lost worker into `WorkerLostError`, `kubernetes` writes manifests (a JobSet through
-`jobset`, both from `manifest_parts`), `calibrate` measures each worker's speed
-for weighted shards, `scrape` places the workers' metrics endpoints and `ray_train`
-reports Keras training on Ray Train's workers.
+`jobset`, both from `manifest_parts`, metrics and sizes from `pod_metrics`), `calibrate`
+measures each worker's speed for weighted shards, `scrape` places the workers' metrics
+endpoints and `ray_train` reports Keras training on Ray Train's workers.
 """
 
 import importlib.util

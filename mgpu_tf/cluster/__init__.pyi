@@ -5,7 +5,8 @@ __all__ = ["ClusterConfig", "ClusterConfigError", "RayReporter", "WorkerLostErro
            "detect_cluster", "launch", "parse_tf_config", "worker_failures"]
 
 from . import (calibrate, detect, failures, hostlist, jobset, kubernetes, launch_command, launcher,
-               manifest_parts, ray_train, scrape, tf_config)
+               manifest_parts, pod_metrics, ray_train, scrape,
+               tf_config)
 from .detect import detect_cluster
 from .failures import WorkerLostError, worker_failures
 from .launcher import launch

@@ -12,6 +12,7 @@ import re
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import jobset as jobset_lib
 from mgpu_tf.cluster import manifest_parts as parts
+from mgpu_tf.cluster import pod_metrics
 
 __all__ = ["FORMATS", "GPU_RESOURCE", "ManifestError", "NodePool", "parse_node_pool",
            "make_manifests", "pod_environment", "to_yaml"]
@@ -89,7 +90,8 @@ def _tfjob(name, command, image, workers, gpus, port, namespace):
 
 def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                    format="indexed-job", pools=None, port=cluster.DEFAULT_PORT,
-                   namespace=None, max_restarts=None):
+                   namespace=None, max_restarts=None, metrics_port=None, pod_monitor=True,
+                   memory=None, cpu=None):
     """Returns the Kubernetes objects (dictionaries) that run `command` on every worker.
 
     The options are `mgpu-tf k8s`'s (docs/cli.md). Raises `ManifestError`, naming the
@@ -115,6 +117,10 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
         port: the workers' gRPC port. Defaults to `2222`.
         namespace: the objects' namespace. Defaults to `kubectl`'s current one.
         max_restarts: recreations of the whole group after a failure (jobset). Defaults to `0`.
+        metrics_port: the port of each worker's metrics endpoint, with scrape annotations,
+            and a `PodMonitor` when `pod_monitor`. Defaults to `None` (none).
+        memory, cpu: each worker's requests and limits, Kubernetes quantities ("16Gi",
+            "4"). Defaults to `None` (none).
     """
     _label(name, "`name`")
     if namespace is not None:
@@ -160,14 +166,20 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
             "group; an Indexed Job or TFJob fails when a worker does. Received: "
             f"max_restarts={max_restarts!r} with format={format!r}.")
     if format == "jobset":
-        return [jobset_lib.make_jobset(
+        documents = [jobset_lib.make_jobset(
             name, command, image=image, pools=pools or [jobset_lib.worker_pool(workers)],
             gpus=gpus_per_worker, port=port, namespace=namespace,
             max_restarts=_positive_int("max_restarts", max_restarts or 0, lowest=0))]
-    if format == "tfjob":
-        return _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
-    pools = pools or [NodePool(name, workers)]
-    return _indexed_jobs(name, command, image, pools, gpus_per_worker, port, namespace)
+    elif format == "tfjob":
+        documents = _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
+    else:
+        documents = _indexed_jobs(name, command, image, pools or [NodePool(name, workers)],
+                                  gpus_per_worker, port, namespace)
+    pod_metrics.add_resources(documents, memory=memory, cpu=cpu)
+    if metrics_port is None:
+        return documents
+    return pod_metrics.add_metrics(documents, name, metrics_port, namespace,
+                                   pod_monitor=pod_monitor)
 
 
 def pod_environment(documents, job, index):
