@@ -24,6 +24,8 @@ import pytest
 from mgpu_tf.callbacks import metrics
 from mgpu_tf.callbacks import utilization
 from mgpu_tf.cli import main as cli_main
+from mgpu_tf.cluster import scrape
+from mgpu_tf.cluster import tf_config
 from support import metrics_job
 from support import workers
 
@@ -115,7 +117,7 @@ def run(tmp_path_factory):
               "Prometheus to scrape the last epoch of both workers")
         time.sleep(0.5)
         top = subprocess.run([sys.executable, "-m", "mgpu_tf.cli", "top", "--once",
-                              "--targets", ",".join(targets)],
+                              "--metrics_port", str(port), "--workers", "2"],
                              capture_output=True, text=True, timeout=60)
         stored = _query(url, '{__name__=~"mgpu_tf_.*"}[5m]')
         yield {"logs": logs, "stored": stored, "top": top, "port": port, "url": url}
@@ -245,6 +247,7 @@ def test_the_main_job_names_a_metrics_port_in_use_in_one_line(where):
     (["--metrics_port", "70000"], r"`--metrics_port` must be a port number .* "
                                   r"Received: --metrics_port=70000"),
     (["--targets", "127.0.0.1:1", "--interval", "0"], r"`--interval` must be a positive"),
+    (["--metrics_port", "9400", "--workers", "0"], r"`--workers` must be at least 1"),
 ])
 def test_top_names_a_bad_argument_in_one_line(capsys, args, match):
     assert cli_main(["top", "--once", *args]) == 2
@@ -263,6 +266,33 @@ def _proc_cpu_seconds():
     """The process' user and system time as the kernel accounts it (/proc/self/stat)."""
     fields = pathlib.Path("/proc/self/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.parametrize("cluster, ports", [
+    # Workers sharing a host (the local launcher): the base port plus each one's place there.
+    ({"worker": ["127.0.0.1:2000", "127.0.0.1:2001", "127.0.0.1:2002"]},
+     ["127.0.0.1:9400", "127.0.0.1:9401", "127.0.0.1:9402"]),
+    # A pod (or node) each: the base port everywhere; the chief comes first.
+    ({"chief": ["a:2222"], "worker": ["b:2222", "c:2222"]}, ["a:9400", "b:9400", "c:9400"]),
+    # Two nodes of two workers each.
+    ({"worker": ["n1:1", "n1:2", "n2:1", "n2:2"]}, ["n1:9400", "n1:9401", "n2:9400", "n2:9401"]),
+])
+def test_each_worker_serves_on_the_base_port_plus_its_place_on_its_host(cluster, ports):
+    roles = [(r, i) for r in ("chief", "worker") for i in range(len(cluster.get(r, ())))]
+    for (role, index), expected in zip(roles, ports):
+        config = tf_config.ClusterConfig(cluster, role, index)
+        assert scrape.metrics_port(9400, config) == int(expected.rpartition(":")[2])
+        assert scrape.metrics_targets(9400, config) == ports
+
+
+def test_top_finds_the_workers_in_tf_config(capsys, monkeypatch):
+    hosts = ["127.0.0.1:2000", "127.0.0.1:2001"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": hosts},
+                                                "task": {"type": "worker", "index": 0}}))
+    port = _free_ports(2)
+    assert cli_main(["top", "--once", "--metrics_port", str(port)]) == 1
+    out = capsys.readouterr().out
+    assert f"127.0.0.1:{port} (no answer)" in out and f"127.0.0.1:{port + 1} (no answer)" in out
 
 
 @pytest.mark.parametrize("busy", [False, True])

@@ -2,8 +2,9 @@
 
 Read each worker's metrics endpoint (TrainingMonitor(metrics_port=...), or the main job's
 --metrics_port) and show one row per worker: step and compute time, wait, examples/s,
-utilisation, memory and share. The endpoints come from --targets, or from --metrics_port
-and the cluster in the environment (TF_CONFIG, ...). Example: mgpu-tf top --metrics_port 9400
+utilisation, memory and share. The endpoints come from --targets, or from --metrics_port and
+the cluster in the environment (TF_CONFIG, ...) or the local launcher's --workers.
+Example: mgpu-tf top --metrics_port 9400 --workers 2
 """
 
 import statistics
@@ -30,6 +31,9 @@ def add_parser(subparsers):
                         "of the cluster in the environment, else on 127.0.0.1)")
     parser.add_argument("--metrics_port", type=int, default=None,
                         help="the job's --metrics_port: worker i of a host serves on it + i")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="with --metrics_port: the workers of `mgpu-tf launch` on this "
+                        "machine, on --metrics_port + 0..N-1")
     parser.add_argument("--interval", type=float, default=2.0,
                         help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true",
@@ -50,6 +54,11 @@ def _targets(args):
         raise ValueError("`mgpu-tf top` needs --targets HOST:PORT,... or --metrics_port PORT. "
                          "Received: neither. E.g. --metrics_port 9400, the job's own.")
     scrape.check_metrics_port(args.metrics_port, name="--metrics_port")
+    if args.workers is not None:
+        if args.workers < 1:
+            raise ValueError(f"`--workers` must be at least 1. Received: --workers="
+                             f"{args.workers}. Give the launcher's --workers.")
+        return [f"127.0.0.1:{args.metrics_port + i}" for i in range(args.workers)]
     config = detect.detect_cluster()
     if config is None:
         return [f"127.0.0.1:{args.metrics_port}"]
