@@ -212,6 +212,17 @@ def test_top_once_names_both_workers_and_the_slower_one(run):
         assert math.isclose(step_ms, logs[worker]["step_ms"][-1], abs_tol=0.05), rows
 
 
+def test_the_grafana_dashboards_queries_run_on_the_series_stored(run):
+    dashboard = json.loads((_SUPPORT.parents[1] / "docs" / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(queries) >= 10
+    for query in queries:
+        result = _query(run["url"], query.replace("$job_name", metrics_job.JOB_NAME))
+        # dcgm-exporter's and NVML's series need GPUs; every other query plots something.
+        if not re.search(r"DCGM_|mgpu_tf_device_", query):
+            assert result, query
+
+
 def test_a_port_in_use_is_named_with_the_fix():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
