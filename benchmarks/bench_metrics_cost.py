@@ -78,8 +78,8 @@ def fits(payload):
 
     strategy = mgpu_tf.make_strategy(payload["strategy"])
     port = scrape.metrics_port(payload["port"], metrics.cluster_of(strategy))
-    times = {"off": [], "on": [], "scrapes": [], "scrape_seconds": [], "off_cpu": [], "on_cpu": [], "off_own": [],
-             "on_own": []}
+    times = {name: [] for name in ("off", "on", "scrapes", "scrape_seconds", "off_cpu", "on_cpu",
+                                   "off_own", "on_own")}
     for index in range(payload["rounds"] + 1):  # round 0 warms both up and is left out
         for arm in ("off", "on") if index % 2 else ("on", "off"):
             model, data = _prepare(strategy)
@@ -133,7 +133,8 @@ def _paired(on, off):
 
 
 def _rows(setting, workers, args):
-    payload = {"strategy": setting, "rounds": args.rounds, "epochs": args.epochs, "port": _free_base(workers),
+    payload = {"strategy": setting, "rounds": args.rounds, "epochs": args.epochs,
+               "port": _free_base(workers),
                "every_n_steps": args.every_n_steps, "scrape_seconds": args.scrape_seconds}
     times = runner.run_in_fresh_process(fits, payload, workers=workers, timeout=3600,
                                         label=f"fits under {setting}")
@@ -169,7 +170,8 @@ def main():
     args = parser.parse_args()
     print(f"main job's model and synthetic data, {args.epochs} epochs, global batch {_BATCH}, "
           f"the monitor every {args.every_n_steps or 'epoch'} (steps), a scrape every "
-          f"{args.scrape_seconds:g} s; seconds of each fit (wall clock and CPU time) without / with the export")
+          f"{args.scrape_seconds:g} s; seconds of each fit (wall clock and CPU time) without / "
+          "with the export")
     print(f"{'setting':<13}{'round':>6}{'off s':>9}{'on s':>9}{'cost':>10}{'off CPU':>9}"
           f"{'on CPU':>9}{'cost':>10}{'scrapes':>9}")
     for setting in args.settings.split(","):

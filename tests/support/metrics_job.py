@@ -1,9 +1,9 @@
 """Worker script: a 2-worker run that serves the training monitor's metrics, then waits.
 
 Usage: `python -m support.metrics_job METRICS_PORT RELEASE_FILE`. Worker 1 sleeps
-`SLOW_SECONDS` per example (`support.adaptive_worker.Slow`), so it is the slower one. After training each worker prints
-`HISTORY json` (its Keras `History`) and keeps serving until RELEASE_FILE exists, so that the
-test reads the last figures while they are served.
+`SLOW_SECONDS` per example (`support.adaptive_worker.Slow`), so it is the slower one. After
+training each worker prints `HISTORY json` (its Keras `History`) and keeps serving until
+RELEASE_FILE exists, so that the test reads the last figures while they are served.
 """
 
 import json
