@@ -4,7 +4,8 @@ Both arms run `TrainingMonitor` on the main job's model and synthetic data (`mgp
 under the default strategy and under 2 local workers (`multi_worker`, `mgpu-tf launch
 --workers 2`); the "on" arm adds `metrics_port`, and a separate process scrapes each
 worker's endpoint every `--scrape_seconds` (Prometheus' default is 15 s) while it trains.
-The arms alternate in one fresh process (one per worker), after a round that warms both up;
+The arms alternate in one fresh process (one per worker), after a round that warms both up
+(and starts the endpoint, which then serves for the whole run, as in a job);
 each `fit` is timed whole, tracing included, and builds a new model, as a job does. The cost
 is the median `fit` with the export over the median without, less 1; "paired" is the median
 of each round's own cost, which is steadier when other jobs share the cores.
@@ -78,14 +79,16 @@ def fits(payload):
 
     strategy = mgpu_tf.make_strategy(payload["strategy"])
     port = scrape.metrics_port(payload["port"], metrics.cluster_of(strategy))
+    exporting = callbacks.TrainingMonitor(payload["every_n_steps"], global_batch_size=_BATCH,
+                                          print_table=False, metrics_port=port)
     times = {name: [] for name in ("off", "on", "scrapes", "scrape_seconds", "off_cpu", "on_cpu",
                                    "off_own", "on_own")}
     for index in range(payload["rounds"] + 1):  # round 0 warms both up and is left out
         for arm in ("off", "on") if index % 2 else ("on", "off"):
             model, data = _prepare(strategy)
-            monitor = callbacks.TrainingMonitor(
-                payload["every_n_steps"], global_batch_size=_BATCH, print_table=False,
-                metrics_port=port if arm == "on" else None)
+            # One endpoint for the whole run, as a job has: it starts in the first fit.
+            monitor = exporting if arm == "on" else callbacks.TrainingMonitor(
+                payload["every_n_steps"], global_batch_size=_BATCH, print_table=False)
             scraper = None
             if arm == "on":  # started before the clock, as Prometheus runs before the job
                 scraper = subprocess.Popen(
@@ -100,7 +103,6 @@ def fits(payload):
                 scraper.kill()
                 scrapes = len(scraper.communicate()[0].split())
                 serving = scrapes * _scrape_seconds(monitor.metrics.url)
-                monitor.metrics.close()
             if index:
                 times[arm].append(seconds)
                 times[f"{arm}_cpu"].append(cpu)  # every thread's, the endpoint's too
@@ -108,6 +110,7 @@ def fits(payload):
                 if arm == "on":
                     times["scrapes"].append(scrapes)
                     times["scrape_seconds"].append(serving)
+    exporting.metrics.close()
     return times
 
 
