@@ -120,7 +120,8 @@ def run(tmp_path_factory):
                               "--metrics_port", str(port), "--workers", "2"],
                              capture_output=True, text=True, timeout=60)
         stored = _query(url, '{__name__=~"mgpu_tf_.*"}[5m]')
-        yield {"logs": logs, "stored": stored, "top": top, "port": port, "url": url}
+        yield {"logs": logs, "stored": stored, "top": top, "port": port, "url": url,
+               "output": pathlib.Path(log.name).read_text()}
     finally:
         release.touch()
         try:
@@ -190,9 +191,14 @@ def test_the_counts_and_shares_are_those_the_run_was_given(run):
         assert _series(run, "mgpu_tf_restarts_total")[worker][-1] == 0
 
 
-def test_utilization_is_a_share_of_the_cores(run):
+def test_utilization_is_a_share_of_the_cores_in_the_logs_and_the_table(run):
     for values in _series(run, "mgpu_tf_utilization_ratio").values():
         assert all(0.0 < v <= 1.0 for v in values), values
+    for logs in run["logs"].values():
+        assert all(0.0 < v <= 100.0 for v in logs["utilization_pct"]), logs
+    # The chief's table has the column.
+    header = re.search(r"^\[0\] (worker .*)$", run["output"], re.MULTILINE).group(1)
+    assert "util %" in re.split(r"\s{2,}", header.strip()), header
 
 
 def test_top_once_names_both_workers_and_the_slower_one(run):

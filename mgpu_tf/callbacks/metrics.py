@@ -112,9 +112,10 @@ class MetricsExporter:
         self._families = []
         self._steps, self._examples = {}, {}
         self._restarts = int(detect.environ_value(launcher.RESTART_VARIABLE, "0") or 0)
+        # Only the monitor's figures: a scrape reads no /proc files, as prometheus_client's
+        # process collector would; the kubelet (cAdvisor) exports a pod's CPU and memory.
         self._registry = prometheus_client.CollectorRegistry()
         self._registry.register(self)
-        prometheus_client.ProcessCollector(registry=self._registry)
         base = port if base_port is None else base_port
         try:
             self._server, _ = prometheus_client.start_http_server(port, host, self._registry)
