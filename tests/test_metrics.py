@@ -324,7 +324,8 @@ def test_cpu_utilization_is_the_kernels_cpu_time_over_wall_time_and_cores(busy):
     expected = (_proc_cpu_seconds() - cpu) / ((time.perf_counter() - start) * reader.cores)
     # The kernel counts in clock ticks (10 ms): 2 of them over 0.5 s.
     assert abs(share - expected) < 0.02 / reader.cores + 0.01, (share, expected)
-    assert (share > 0.4 / reader.cores) if busy else (share < 0.2), share
+    # Busy, it has a share of a core even when other jobs take most of them.
+    assert (share > 0.1 / reader.cores) if busy else (share < 0.2), share
 
 
 @pytest.mark.gpu
