@@ -117,10 +117,11 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
         port: the workers' gRPC port. Defaults to `2222`.
         namespace: the objects' namespace. Defaults to `kubectl`'s current one.
         max_restarts: recreations of the whole group after a failure (jobset). Defaults to `0`.
-        metrics_port: the port of each worker's metrics endpoint, with scrape annotations,
-            and a `PodMonitor` when `pod_monitor`. Defaults to `None` (none).
-        memory, cpu: each worker's requests and limits, Kubernetes quantities ("16Gi",
-            "4"). Defaults to `None` (none).
+        metrics_port: the port of each worker's metrics endpoint, with scrape annotations.
+            Defaults to `None` (none).
+        pod_monitor: with `metrics_port`, add the `PodMonitor`. Defaults to `True`.
+        memory: each worker's memory request and limit, e.g. `"16Gi"`. Defaults to `None`.
+        cpu: each worker's CPU request and limit, e.g. `"4"`. Defaults to `None`.
     """
     _label(name, "`name`")
     if namespace is not None:
