@@ -7,8 +7,6 @@ import logging
 import os
 import time
 
-from mgpu_tf.cluster import detect
-
 __all__ = ["CpuUtilization", "GpuUtilization", "make_reader"]
 
 logger = logging.getLogger("mgpu_tf")
@@ -42,24 +40,32 @@ class CpuUtilization:
 
 
 class GpuUtilization:
-    """Utilisation, memory and power of the GPUs at `indices` (NVML's numbering), via
-    `nvidia-ml-py`.
+    """Utilisation, memory and power of this process' `count` GPUs, via `nvidia-ml-py`.
+
+    NVML sees every GPU of the machine (or of the container): where it sees more than
+    `count`, the GPUs are those that run this process, else the first `count`.
 
     Args:
-        indices: the GPUs' NVML indices or UUIDs (as `CUDA_VISIBLE_DEVICES` names them).
+        count: how many GPUs the process uses.
 
     Attributes:
         devices: after a read, one dict per GPU: `utilization` (0 to 1), `memory_bytes`
             (used) and `power_watts`.
     """
 
-    def __init__(self, indices):
+    def __init__(self, count):
         import pynvml
 
         self._nvml = pynvml
         pynvml.nvmlInit()
-        self._handles = [pynvml.nvmlDeviceGetHandleByUUID(i) if str(i).startswith(("GPU-", "MIG-"))
-                         else pynvml.nvmlDeviceGetHandleByIndex(int(i)) for i in indices]
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        if len(handles) > count:
+            pid = os.getpid()
+            mine = [h for h in handles if any(
+                p.pid == pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))]
+            handles = mine if len(mine) == count else handles[:count]
+        self._handles = handles
         self.devices = []
 
     def read(self):
@@ -78,13 +84,6 @@ class GpuUtilization:
         return sum(shares) / len(shares) if shares else float("nan")
 
 
-def _visible_gpus(count):
-    """NVML's names for the `count` GPUs this process sees, in CUDA's order."""
-    visible = (detect.environ_value("CUDA_VISIBLE_DEVICES") or "").strip()
-    names = [n.strip() for n in visible.split(",") if n.strip()] if visible else []
-    return names[:count] if len(names) >= count else list(range(count))
-
-
 def make_reader(gpus):
     """A `GpuUtilization` for the process' `gpus` (a count), else a `CpuUtilization`.
 
@@ -92,7 +91,7 @@ def make_reader(gpus):
     """
     if gpus:
         try:
-            return GpuUtilization(_visible_gpus(gpus))
+            return GpuUtilization(gpus)
         except Exception as error:  # ImportError, or any NVMLError: NVML is only a reader
             logger.warning("mgpu_tf: cannot read the GPUs' utilisation through NVML (%s); "
                            "`pip install nvidia-ml-py` and check the driver. The monitor "
