@@ -24,6 +24,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from mgpu_tf import callbacks  # noqa: E402
+from mgpu_tf.callbacks import metrics  # noqa: E402
 from mgpu_tf import flags as mgpu_flags  # noqa: E402
 from mgpu_tf.cluster import detect as cluster  # noqa: E402
 from mgpu_tf.cluster import failures  # noqa: E402
@@ -52,6 +53,13 @@ _SHARD_WEIGHTS = flags.DEFINE_enum(
     "deployment: the workers' MGPU_TF_SHARD_WEIGHTS when set, else even; even; adaptive: "
     "follow each worker's measured speed between epochs (starting from the deployment's "
     "weights when set).")
+_METRICS_PORT = flags.DEFINE_integer(
+    "metrics_port", None, "Serve the monitor's figures for Prometheus on this port (worker i "
+    "of a host: this port + i); turns on --monitor. Default: MGPU_TF_METRICS_PORT when set "
+    "(mgpu-tf k8s --metrics_port sets it), else none.", lower_bound=0, upper_bound=65535)
+_METRICS_HOST = flags.DEFINE_string(
+    "metrics_host", None, "Address the metrics endpoint binds. Default: MGPU_TF_METRICS_HOST "
+    "when set, else 127.0.0.1.")
 _BACKUP_DIR = flags.DEFINE_string(
     "backup_dir", None, "Back up training state here each epoch (chief only) and resume "
     "from it after a restart, e.g. under mgpu-tf launch --max_restarts.")
@@ -173,16 +181,18 @@ def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
 
 
 def _fit(strategy, prepared, *, epochs, verbose, backup_dir, monitor=False,
-         global_batch_size=None):
+         global_batch_size=None, metrics_port=None, metrics_host="127.0.0.1"):
     model, train_data, test_data, examples = prepared
     throughput = _Throughput(examples)
     # Either one makes each epoch's order a function of the seed and the epoch only, so
     # every strategy, and a resumed run, sees the order of the default strategy.
     fit_callbacks = [throughput, callbacks.BackupAndRestore(backup_dir) if backup_dir
                      else callbacks.DataOrder()]
-    if monitor:
+    if monitor or metrics_port is not None:
         # Before the backup: it decides adaptive shares, which the backup keeps.
-        fit_callbacks.insert(1, callbacks.TrainingMonitor(global_batch_size=global_batch_size))
+        fit_callbacks.insert(1, callbacks.TrainingMonitor(
+            global_batch_size=global_batch_size, metrics_port=metrics_port,
+            metrics_host=metrics_host))
     with failures.worker_failures():
         # The data set is shuffled already (shard_dataset's shuffle_seed); Keras' own
         # shuffle=True would only warn that it cannot shuffle a data set.
@@ -203,7 +213,7 @@ def _fit(strategy, prepared, *, epochs, verbose, backup_dir, monitor=False,
 def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=256,
           learning_rate=0.01, synthetic_examples=16384, seed=0, verbose=1, backup_dir=None,
           jit_compile="auto", steps_per_execution=1, monitor=False,
-          shard_weights="deployment"):
+          shard_weights="deployment", metrics_port=None, metrics_host="127.0.0.1"):
     """Trains the job's model under `strategy`; returns a dictionary of results.
 
     The options are the flags of the same names (`jit_compile` and `steps_per_execution` go to
@@ -218,7 +228,8 @@ def train(strategy, *, dataset="digits", epochs=3, global_batch_size=64, width=2
                         shard_weights=shard_weights)
     return _fit(strategy, prepared, epochs=epochs, verbose=verbose, backup_dir=backup_dir,
                 monitor=monitor or shard_weights == "adaptive",
-                global_batch_size=global_batch_size)
+                global_batch_size=global_batch_size, metrics_port=metrics_port,
+                metrics_host=metrics_host)
 
 
 def format_result(result):
@@ -230,6 +241,20 @@ def format_result(result):
             f"test_loss={result['test_loss']:.4f} test_accuracy={result['test_accuracy']:.4f}")
 
 
+def _metrics_options():
+    """`--metrics_port` and `--metrics_host`, or the pod's MGPU_TF_METRICS_* when unset."""
+    port, host = _METRICS_PORT.value, _METRICS_HOST.value
+    if port is None and cluster.environ_value("MGPU_TF_METRICS_PORT"):
+        text = cluster.environ_value("MGPU_TF_METRICS_PORT")
+        try:
+            port = metrics.check_port(int(text))
+        except ValueError:
+            raise ValueError("MGPU_TF_METRICS_PORT must be a port number from 0 to 65535. "
+                             f"Received: MGPU_TF_METRICS_PORT={text!r}.") from None
+    return {"metrics_port": port,
+            "metrics_host": host or cluster.environ_value("MGPU_TF_METRICS_HOST") or "127.0.0.1"}
+
+
 def main(argv):
     """Runs the job from its flags. Bad input that only shows once the flags are parsed
     (no TPU, a device that is not there, too small a global batch) ends it with one
@@ -237,6 +262,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
+        metrics_options = _metrics_options()
         strategy = mgpu_flags.make_strategy_from_flags()
         prepared = _prepare(strategy, dataset=_DATASET.value,
                             global_batch_size=_GLOBAL_BATCH.value, width=_WIDTH.value,
@@ -251,10 +277,14 @@ def main(argv):
         if _QUIET is not None:
             _QUIET.release()
     # Adaptive shards move at the monitor's measurements.
-    result = _fit(strategy, prepared, epochs=_EPOCHS.value, verbose=1,
-                  backup_dir=_BACKUP_DIR.value,
-                  monitor=_MONITOR.value or _SHARD_WEIGHTS.value == "adaptive",
-                  global_batch_size=_GLOBAL_BATCH.value)
+    try:
+        result = _fit(strategy, prepared, epochs=_EPOCHS.value, verbose=1,
+                      backup_dir=_BACKUP_DIR.value,
+                      monitor=_MONITOR.value or _SHARD_WEIGHTS.value == "adaptive",
+                      global_batch_size=_GLOBAL_BATCH.value, **metrics_options)
+    except metrics.MetricsPortError as error:
+        print(f"FATAL mgpu_tf.train: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
     print(format_result(result), flush=True)
 
 

@@ -14,8 +14,10 @@ import tensorflow as tf
 
 from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks import measure
+from mgpu_tf.callbacks import metrics as metrics_lib
 from mgpu_tf.callbacks import scalars
 from mgpu_tf.callbacks import steering
+from mgpu_tf.callbacks import utilization
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
@@ -24,14 +26,14 @@ __all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
 logger = logging.getLogger("mgpu_tf")
 
 # The figures of each unit in an exchange, in order.
-FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb", "first_step_ms")
+FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb", "utilization_pct",
+           "first_step_ms")
 # This worker's figures in `History` each epoch, with the straggler ratio; the progress
 # bar shows `SHOWN` only, so that it keeps to one line.
-LOGGED = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb")
+LOGGED = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb",
+          "utilization_pct")
 SHOWN = ("step_ms", "wait_ms")
 _MB = 1024.0 * 1024.0
-# Compute samples of speeds that decide alone (the first, or after a jump of the step).
-_DECISIVE_REPEATS = 3
 
 
 class TrainingMonitor(keras.callbacks.Callback):
@@ -73,19 +75,27 @@ class TrainingMonitor(keras.callbacks.Callback):
             measured. Adaptive shares probe at the epochs whose speeds they ask
             for, one worker never.
             Defaults to `0.02`; `None` probes at every interval.
+        metrics_port: serve the figures for Prometheus, worker `i` of a host on this port
+            plus `i`. Defaults to `None` (none). `metrics_host` (`"127.0.0.1"`) is the
+            address it binds, `job_name` (`"mgpu-tf"`) its `job_name` label.
 
     Attributes:
         history: one dict per interval: `epoch`, `step`, `units` (one dict of
             `FIGURES` plus `wait_ms` and `examples_per_sec` per worker) and
             `straggler_ratio`.
+        metrics: the `MetricsExporter` once training began with a `metrics_port`.
         own_seconds: time the monitor spent in its epoch and interval hooks (the
             batch hook only notes the time).
         train_seconds: wall time of the training it watched.
     """
 
     def __init__(self, every_n_steps=None, *, global_batch_size=None, log_dir=None,
-                 print_table=True, probe_repeats=1, probe_budget=0.02):
+                 print_table=True, probe_repeats=1, probe_budget=0.02, metrics_port=None,
+                 metrics_host="127.0.0.1", job_name="mgpu-tf"):
         super().__init__()
+        self.metrics_port = metrics_lib.check_port(metrics_port)
+        self.metrics_host, self.job_name = metrics_host, job_name
+        self.metrics = None
         if every_n_steps is not None and (isinstance(every_n_steps, bool) or not isinstance(
                 every_n_steps, int) or every_n_steps < 1):
             raise ValueError(
@@ -121,6 +131,9 @@ class TrainingMonitor(keras.callbacks.Callback):
         begin = time.perf_counter()
         self.history, self.own_seconds = [], 0.0
         self.run = _Run(self, begin)
+        if self.metrics_port is not None and self.metrics is None:
+            self.metrics = metrics_lib.serve(self.metrics_port, self.run.strategy,
+                                             host=self.metrics_host, job_name=self.job_name)
         self.own_seconds += time.perf_counter() - begin
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -168,9 +181,9 @@ class TrainingMonitor(keras.callbacks.Callback):
         """The summary as text: one line per worker, then the straggler ratio and cost."""
         rows = self.summary()
         columns = ("worker", "examples/step", "step ms", "compute ms", "wait ms", "examples/s",
-                   "memory MB", "peak MB")
+                   "util %", "memory MB", "peak MB")
         names = ("batch", "step_ms", "compute_ms", "wait_ms", "examples_per_sec",
-                 "memory_mb", "peak_memory_mb")
+                 "utilization_pct", "memory_mb", "peak_memory_mb")
         lines = [[str(u)] + [f"{row[n]:.1f}" if np.isfinite(row[n]) else "-" for n in names]
                  for u, row in enumerate(rows)]
         widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(columns)]
@@ -213,6 +226,7 @@ class _Run:
         (self._kind, self._units, self._per_unit,
          self._local) = measure.local_units(self.strategy)
         self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
+        self._busy = utilization.make_reader(len(tf.config.list_physical_devices("GPU")))
         strategy = monitor.model.distribute_strategy
         self.shares = [s for s in adaptive.live_shares(strategy) if s.units == self._units]
         self.steering = steering.ShareSteering(
@@ -241,14 +255,10 @@ class _Run:
     def end_epoch(self, epoch, logs):
         try:
             probe = self._probe_due(final=True)
-            # The first speeds decide alone: samples enough for a median.
-            first = bool(self.steering) and probe and epoch == 0
-            record = self._measured(probe, repeats=_DECISIVE_REPEATS if first else None)
+            record = self._measured(probe, self.steering and self.steering.repeats(epoch))
             jumped = bool(self.steering) and self.steering.jumped(epoch, record)
-            if jumped and self._probing:
-                # A unit's speed changed: its new speed, now, which decides alone.
-                probe = True
-                record = self._measured(probe, repeats=_DECISIVE_REPEATS)
+            if jumped and self._probing:  # a unit's speed changed: its new speed, now
+                probe, record = True, self._measured(True, steering.DECISIVE_REPEATS)
             self._publish(logs, record, final=True)
             if self.steering:
                 self.steering.decide(epoch, record, probed=probe, jumped=jumped,
@@ -322,6 +332,7 @@ class _Run:
                  if self.ends and self.ends[0][0] == 0 else float("nan"))
         batches = self._unit_batches()
         memory, peak = measure.memory_bytes()
+        busy = 100.0 * self._busy.read()
         begin = time.perf_counter()
         rows = {}
         for unit, devices in self._local.items():
@@ -330,7 +341,7 @@ class _Run:
                 self._computed[unit] = self._compute_seconds(batch, devices, repeats)
             compute = self._computed.get(unit, float("nan"))
             rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB,
-                          1000.0 * first]
+                          busy, 1000.0 * first]
         if probe:
             self._probe_seconds += time.perf_counter() - begin
             # Warm, a probe takes `probe_repeats` samples of at least the shortest per device.
@@ -346,6 +357,9 @@ class _Run:
         self.monitor.history.append(record)
         self._log(logs, record, final)
         scalars.write(self.monitor.log_dir, self.strategy, record)
+        if self.monitor.metrics is not None:
+            self.monitor.metrics.publish(record, sorted(self._local), devices=self._busy.devices,
+                                         share_changes=sum(len(s.changes) for s in self.shares))
 
     def _record(self, table, known_batches):
         units = []

@@ -15,7 +15,8 @@ from mgpu_tf.callbacks import chief as chief_lib
 
 __all__ = ["write"]
 
-_NAMES = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb")
+_NAMES = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb",
+          "utilization_pct")
 
 
 def write(log_dir, strategy, record):

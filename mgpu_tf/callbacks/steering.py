@@ -7,7 +7,10 @@ Design: docs/design.md#adaptive-shard-weights
 
 import math
 
-__all__ = ["ShareSteering"]
+__all__ = ["ShareSteering", "DECISIVE_REPEATS"]
+
+# Compute samples of speeds that decide alone (the first, or after a jump of the step).
+DECISIVE_REPEATS = 3
 
 
 class ShareSteering:
@@ -37,6 +40,10 @@ class ShareSteering:
     def probe_due(self, epoch):
         """Whether the end of `epoch` times the compute (`AdaptiveShares.wants_speeds`)."""
         return self._useful(epoch) and any(s.wants_speeds(epoch) for s in self.shares)
+
+    def repeats(self, epoch):
+        """Compute samples at the end of `epoch`: the first speeds decide alone."""
+        return DECISIVE_REPEATS if epoch == 0 else None
 
     def jumped(self, epoch, record):
         """Whether the step time of `epoch` (the slowest unit's) jumped under the same sizes."""

@@ -12,6 +12,7 @@ from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
 from mgpu_tf.cluster import network_policy
+from mgpu_tf.cluster import pod_metrics
 
 __all__ = ["add_parser", "k8s_command"]
 
@@ -48,21 +49,61 @@ def add_parser(subparsers):
     parser.add_argument("--network_policy", action="store_true",
                         help="add a NetworkPolicy that admits only the job's own pods to "
                         "the workers' ports")
+    _add_metrics_and_sizes(parser)
     parser.add_argument("cmd", nargs="*", metavar="-- COMMAND",
                         help="the command each worker's container runs")
     return parser
 
 
+def _add_metrics_and_sizes(parser):
+    parser.add_argument("--metrics_port", type=int, default=None,
+                        help="each worker serves the training monitor's metrics on this port "
+                        "(the main job reads it; give your own script --metrics_port); adds "
+                        "the prometheus.io annotations and a PodMonitor")
+    parser.add_argument("--no_pod_monitor", action="store_true",
+                        help="leave out the PodMonitor (a cluster without the Prometheus "
+                        "Operator)")
+    parser.add_argument("--memory", default=None,
+                        help="memory request and limit of each worker, e.g. 16Gi")
+    parser.add_argument("--cpu", default=None,
+                        help="CPU request and limit of each worker, e.g. 4 or 500m")
+    parser.add_argument("--from_plan", default=None, metavar="PLAN.json",
+                        help="take each worker's memory (and, without --workers, the worker "
+                        "count) from `mgpu-tf plan --json`'s output")
+    parser.add_argument("--memory_overhead", default="1Gi",
+                        help="with --from_plan: memory added for the TensorFlow runtime, "
+                        "which the plan does not count (default 1Gi)")
+
+
+def _sizes(args):
+    """`(workers, memory)` from the flags, the memory read from the plan with --from_plan."""
+    if args.from_plan is None:
+        return args.workers, args.memory
+    if args.memory is not None:
+        raise kubernetes.ManifestError(
+            "Give `memory` or `from_plan`, not both. Received: memory="
+            f"{args.memory!r}, from_plan={args.from_plan!r}. Leave one out.")
+    memory, plan = pod_metrics.memory_from_plan(args.from_plan, args.memory_overhead)
+    workers = args.workers
+    if workers is None and not args.node_pools:
+        workers = int(plan.get("workers") or 1)
+    return workers, memory
+
+
 def k8s_command(args):
     try:
         pools = [kubernetes.parse_node_pool(text) for text in args.node_pools]
+        workers, memory = _sizes(args)
         documents = kubernetes.make_manifests(
-            args.name, args.cmd, image=args.image, workers=args.workers,
+            args.name, args.cmd, image=args.image, workers=workers,
             gpus_per_worker=args.gpus_per_worker, format=args.format, pools=pools,
-            port=args.port, namespace=args.namespace, max_restarts=args.max_restarts)
+            port=args.port, namespace=args.namespace, max_restarts=args.max_restarts,
+            metrics_port=args.metrics_port, pod_monitor=not args.no_pod_monitor,
+            memory=memory, cpu=args.cpu)
         documents = network_policy.secure(
             documents, args.name, format=args.format, namespace=args.namespace,
-            secret=args.job_secret, network_policy=args.network_policy)
+            secret=args.job_secret, network_policy=args.network_policy,
+            metrics_port=args.metrics_port)
     except kubernetes.ManifestError as error:
         print(f"mgpu-tf k8s: {error}", file=sys.stderr)
         return 2

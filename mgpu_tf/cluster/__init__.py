@@ -1,12 +1,11 @@
 """Clusters: where the workers are, how they start, and what happens when one is lost.
 
-`tf_config` checks and builds TF_CONFIG as data, `hostlist` expands SLURM host
-lists, `detect` finds the cluster in the environment (the only module that reads
-environment variables), `launcher` starts local worker groups and `elastic` resizes them,
-`failures` turns a lost worker into `WorkerLostError`, `kubernetes` writes manifests (a
-JobSet through `jobset`, both from `manifest_parts`; `network_policy` closes them),
-`job_secret` is the secret the ring checks, `calibrate` measures each worker's speed for
-weighted shards and `ray_train` reports Keras training on Ray Train's workers.
+`tf_config` builds TF_CONFIG, `hostlist` expands SLURM host lists, `detect` finds the
+cluster (the only module that reads environment variables), `launcher` starts local worker
+groups and `elastic` resizes them, `failures` turns a lost worker into `WorkerLostError`,
+`kubernetes` writes manifests (`jobset`, `manifest_parts`, `pod_metrics`; `network_policy`
+closes them), `job_secret` is the ring's secret, `calibrate` measures workers' speeds,
+`scrape` places metrics endpoints, `ray_train` reports training on Ray Train's workers.
 """
 
 import importlib.util

@@ -13,6 +13,7 @@ from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster import jobset as jobset_lib
 from mgpu_tf.cluster import manifest_parts as parts
+from mgpu_tf.cluster import pod_metrics
 
 __all__ = ["FORMATS", "GPU_RESOURCE", "ManifestError", "NodePool", "parse_node_pool",
            "make_manifests", "pod_environment", "to_yaml"]
@@ -90,7 +91,8 @@ def _tfjob(name, command, image, workers, gpus, port, namespace):
 
 def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
                    format="indexed-job", pools=None, port=cluster.DEFAULT_PORT,
-                   namespace=None, max_restarts=None):
+                   namespace=None, max_restarts=None, metrics_port=None, pod_monitor=True,
+                   memory=None, cpu=None):
     """Returns the Kubernetes objects (dictionaries) that run `command` on every worker.
 
     The options are `mgpu-tf k8s`'s (docs/cli.md). Raises `ManifestError`, naming the
@@ -116,6 +118,11 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
         port: the workers' gRPC port. Defaults to `2222`.
         namespace: the objects' namespace. Defaults to `kubectl`'s current one.
         max_restarts: recreations of the whole group after a failure (jobset). Defaults to `0`.
+        metrics_port: the port of each worker's metrics endpoint, with scrape annotations.
+            Defaults to `None` (none).
+        pod_monitor: with `metrics_port`, add the `PodMonitor`. Defaults to `True`.
+        memory: each worker's memory request and limit, e.g. `"16Gi"`. Defaults to `None`.
+        cpu: each worker's CPU request and limit, e.g. `"4"`. Defaults to `None`.
     """
     _label(name, "`name`")
     if namespace is not None:
@@ -161,14 +168,20 @@ def make_manifests(name, command, *, image, workers=None, gpus_per_worker=1,
             "group; an Indexed Job or TFJob fails when a worker does. Received: "
             f"max_restarts={max_restarts!r} with format={format!r}.")
     if format == "jobset":
-        return [jobset_lib.make_jobset(
+        documents = [jobset_lib.make_jobset(
             name, command, image=image, pools=pools or [jobset_lib.worker_pool(workers)],
             gpus=gpus_per_worker, port=port, namespace=namespace,
             max_restarts=_positive_int("max_restarts", max_restarts or 0, lowest=0))]
-    if format == "tfjob":
-        return _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
-    pools = pools or [NodePool(name, workers)]
-    return _indexed_jobs(name, command, image, pools, gpus_per_worker, port, namespace)
+    elif format == "tfjob":
+        documents = _tfjob(name, command, image, workers, gpus_per_worker, port, namespace)
+    else:
+        documents = _indexed_jobs(name, command, image, pools or [NodePool(name, workers)],
+                                  gpus_per_worker, port, namespace)
+    pod_metrics.add_resources(documents, memory=memory, cpu=cpu)
+    if metrics_port is None:
+        return documents
+    return pod_metrics.add_metrics(documents, name, metrics_port, namespace,
+                                   pod_monitor=pod_monitor)
 
 
 def pod_environment(documents, job, index):

@@ -62,20 +62,25 @@ def _containers(value):
             yield from _containers(item)
 
 
-def make_network_policy(name, format, namespace):
-    """A NetworkPolicy: the job's pods take connections, on any port, from its pods only.
+def make_network_policy(name, format, namespace, metrics_port=None):
+    """A NetworkPolicy: the job's pods take connections, on any port, from its pods only,
+    and on `metrics_port` (when given) from anywhere, so that Prometheus can scrape them.
 
     Any port: the tcp ring listens on ports the system picks, besides TensorFlow's gRPC
     port. Egress stays open (the pods reach their storage and registries).
     """
     selector = {"matchLabels": pod_labels(name, format)}
+    ingress = [{"from": [{"podSelector": copy.deepcopy(selector)}]}]
+    if metrics_port is not None:
+        ingress.append({"ports": [{"port": int(metrics_port), "protocol": "TCP"}]})
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": parts.metadata(f"{name}-workers-only", namespace),
             "spec": {"podSelector": selector, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": copy.deepcopy(selector)}]}]}}
+                     "ingress": ingress}}
 
 
-def secure(documents, name, *, format, namespace=None, secret=None, network_policy=False):
+def secure(documents, name, *, format, namespace=None, secret=None, network_policy=False,
+           metrics_port=None):
     """`documents` with the job's secret and NetworkPolicy, as `mgpu-tf k8s` asks.
 
     Args:
@@ -84,6 +89,8 @@ def secure(documents, name, *, format, namespace=None, secret=None, network_poli
         secret: `"create"` (a new Secret, `secret_name(name)`), the name of an existing
             Secret holding the secret under `SECRET_KEY`, or `None` (no secret).
         network_policy: add the NetworkPolicy. Defaults to `False`.
+        metrics_port: the workers' metrics port, which the NetworkPolicy leaves open to
+            the scrapers. Defaults to `None`.
 
     Raises:
         ManifestError: for a Secret name that is no DNS label.
@@ -96,5 +103,5 @@ def secure(documents, name, *, format, namespace=None, secret=None, network_poli
         parts.check_label(secret, "`job_secret` (a Secret's name, or 'create')")
         documents = add_secret(documents, secret)
     if network_policy:
-        extra.append(make_network_policy(name, format, namespace))
+        extra.append(make_network_policy(name, format, namespace, metrics_port))
     return extra + list(documents)
