@@ -476,6 +476,20 @@ def test_the_job_secret_and_network_policy_are_valid_and_reach_every_worker(caps
         assert env["MGPU_TF_JOB_SECRET"] == secret["stringData"]["job-secret"]
 
 
+def test_the_network_policy_lets_the_scrapers_reach_the_metrics_port_only(capsys):
+    from mgpu_tf.cluster import network_policy
+
+    documents = _manifests(capsys, "--workers", "2", "--image", "img:1", "--name", "mnist",
+                           "--network_policy", "--metrics_port", "9400", "--no_pod_monitor")
+    policy = next(d for d in documents if d["kind"] == "NetworkPolicy")
+    _validate(policy)
+    labels = network_policy.pod_labels("mnist", "indexed-job")
+    # The job's pods on every port; anyone (Prometheus, in its own namespace) on 9400 alone.
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": labels}}]},
+        {"ports": [{"port": 9400, "protocol": "TCP"}]}]
+
+
 def test_an_existing_secret_is_referenced_and_a_bad_name_refused(capsys):
     documents = _manifests(capsys, "--workers", "2", "--image", "img:1", "--job_secret",
                            "team-secret")
