@@ -17,8 +17,6 @@ import shlex
 import subprocess
 import sys
 
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -27,33 +25,13 @@ from mgpu_tf.cluster import detect as cluster
 from mgpu_tf.cluster import kubernetes
 from mgpu_tf.cluster import launcher
 from support import main_job
+from support.manifests import jobset_validator as _jobset_validator
+from support.manifests import TRAIN as _TRAIN
+from support.manifests import k8s as _k8s
+from support.manifests import manifests as _manifests
+from support.manifests import validate as _validate
+from support.manifests import validate_jobset as _validate_jobset
 from support import workers
-
-# The oldest and newest Kubernetes releases whose schemas kubernetes-validate ships.
-_VERSIONS = ("1.25", kubernetes_validate.latest_version())
-_TRAIN = ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"]
-
-
-def _k8s(capsys, *args):
-    code = cli_main(["k8s", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _manifests(capsys, *args, command=_TRAIN):
-    code, out, err = _k8s(capsys, *args, "--", *command)
-    assert code == 0, err
-    return list(yaml.safe_load_all(out))
-
-
-def _validate(document):
-    for version in _VERSIONS:
-        try:
-            kubernetes_validate.validate(document, version, strict=True)
-        except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{document['kind']} is not valid Kubernetes {version}: "
-                        f"{error.message} at {list(error.path)}")
-
 
 # ------------------------------------------------------------------ Indexed Job
 
@@ -120,39 +98,6 @@ def test_node_pools_become_jobs_with_selectors_and_shard_weights(capsys):
 
 
 # ------------------------------------------------------------------ JobSet
-
-_JOBSET_SCHEMA = pathlib.Path(__file__).resolve().parent / "data" / "jobset_v1alpha2_schema.json"
-
-
-def _strict(schema):
-    """The schema with unknown fields refused, as kubernetes-validate's strict mode does
-    (the API server would drop them silently, hiding a misspelt field)."""
-    if isinstance(schema, dict):
-        schema = {key: _strict(value) for key, value in schema.items()}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            schema.setdefault("additionalProperties", False)
-    elif isinstance(schema, list):
-        schema = [_strict(item) for item in schema]
-    return schema
-
-
-@functools.cache
-def _jobset_validator():
-    schema = _strict(json.loads(_JOBSET_SCHEMA.read_text()))
-    # A CRD schema is OpenAPI 3.0's subset of JSON Schema draft 4.
-    return jsonschema.Draft4Validator(schema)
-
-
-def _validate_jobset(jobset):
-    errors = [f"{e.message} at {list(e.absolute_path)}"
-              for e in _jobset_validator().iter_errors(jobset)]
-    assert not errors, errors
-    for replicated in jobset["spec"]["replicatedJobs"]:
-        # Each replicated Job embeds a batch/v1 JobTemplateSpec: validate it as a Job.
-        _validate({"apiVersion": "batch/v1", "kind": "Job",
-                   "metadata": {"name": f"{jobset['metadata']['name']}-{replicated['name']}-0"},
-                   **replicated["template"]})
-
 
 def test_jobset_is_valid_against_its_schema_and_its_jobs_against_kubernetes(capsys):
     (jobset,) = _manifests(capsys, "--format", "jobset", "--workers", "3", "--max_restarts",

@@ -8,62 +8,25 @@ Operator's CRD, through the models `cloudcoil-models-prometheus-operator` genera
 
 import json
 import math
-import pathlib
 import re
 
-import jsonschema
-import kubernetes_validate
 import pytest
-import yaml
 
 from mgpu_tf.cli import main as cli_main
 from mgpu_tf.cluster import kubernetes
-
-_VERSIONS = ("1.25", kubernetes_validate.latest_version())
-_TRAIN = ["python", "-m", "mgpu_tf.train", "--strategy=multi_worker"]
-_JOBSET_SCHEMA = pathlib.Path(__file__).resolve().parent / "data" / "jobset_v1alpha2_schema.json"
+from support.manifests import TRAIN, k8s, validate_jobset
+from support.manifests import manifests as _manifests
+from support.manifests import validate as _validate
 
 
 def _k8s(capsys, *args):
-    code = cli_main(["k8s", *args, "--", *_TRAIN])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _manifests(capsys, *args):
-    code, out, err = _k8s(capsys, *args)
-    assert code == 0, err
-    return list(yaml.safe_load_all(out))
-
-
-def _validate(document):
-    for version in _VERSIONS:
-        try:
-            kubernetes_validate.validate(document, version, strict=True)
-        except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{document['kind']} is not valid Kubernetes {version}: "
-                        f"{error.message} at {list(error.path)}")
-
-
-def _strict(schema):
-    if isinstance(schema, dict):
-        schema = {key: _strict(value) for key, value in schema.items()}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            schema.setdefault("additionalProperties", False)
-    elif isinstance(schema, list):
-        schema = [_strict(item) for item in schema]
-    return schema
+    return k8s(capsys, *args, "--", *TRAIN)
 
 
 def _validate_workload(document):
     """A Job, or a JobSet and the Jobs it embeds, or a TFJob's pod template."""
     if document["kind"] == "JobSet":
-        schema = _strict(json.loads(_JOBSET_SCHEMA.read_text()))
-        errors = [e.message for e in jsonschema.Draft4Validator(schema).iter_errors(document)]
-        assert not errors, errors
-        for replicated in document["spec"]["replicatedJobs"]:
-            _validate({"apiVersion": "batch/v1", "kind": "Job",
-                       "metadata": {"name": "j"}, **replicated["template"]})
+        validate_jobset(document)
     elif document["kind"] == "TFJob":
         template = document["spec"]["tfReplicaSpecs"]["Worker"]["template"]
         _validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "w"},
