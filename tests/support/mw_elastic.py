@@ -21,9 +21,9 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import mgpu_tf
+from support import regression
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 144, 6, 24, 4
 OUT = None
@@ -89,11 +89,7 @@ def main():
             f.write(f"{start} {workers} {strategy.num_replicas_in_sync} {where['epoch']} "
                     f"{where['steps_done']}\n")
         number = len((args.out / "starts.txt").read_text().splitlines()) - 1
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
-    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
-    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
-                                 GLOBAL_BATCH, shuffle_seed=5)
+    data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=5)
     keras.utils.set_random_seed(1)
     with strategy.scope():
         model = keras.Sequential([keras.Input((FEATURES,)),

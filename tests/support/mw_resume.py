@@ -19,11 +19,11 @@ import sys
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf import callbacks
 from mgpu_tf.cluster import failures
+from support import regression
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 128, 6, 16, 3
 
@@ -60,11 +60,7 @@ def main():
         with open(out / "starts.txt", "a") as f:
             f.write(f"{start} {where['epoch']} {where['steps_done']}\n")
     strategy = mgpu_tf.make_strategy("multi_worker", steps_per_sync=4)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
-    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
-    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
-                                 GLOBAL_BATCH, shuffle_seed=5)
+    data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=5)
     keras.utils.set_random_seed(1)
     with strategy.scope():
         model = keras.Sequential([keras.Input((FEATURES,)),

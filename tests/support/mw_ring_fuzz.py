@@ -15,10 +15,10 @@ import time
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf.comm import ring
+from support import regression
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 96, 6, 16, 2
 
@@ -44,11 +44,7 @@ def main():
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     ring.Ring = _LateRing  # what mgpu_tf.comm.transport makes
     strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp", timeout_seconds=60)
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
-    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
-    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
-                                 GLOBAL_BATCH, shuffle_seed=3)
+    data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=3)
     keras.utils.set_random_seed(1)
     with strategy.scope():
         model = keras.Sequential([keras.Input((FEATURES,)),
