@@ -120,7 +120,7 @@ class AdaptiveShares:
         self.grain_count = self.global_batch_size // self.grain
         self.minimum = self.grain / self.global_batch_size
         self._settle = settle.Settle(start_band=tolerance)
-        self._steps = {}  # epoch: its step seconds, as measured
+        self._last_step = (None, None)  # the latest measured epoch and its step seconds
         self._probed = None  # the last epoch whose figures had speeds
         self._kept = 0  # decisions in a row that had speeds and kept the shares
         self._logged = False
@@ -220,8 +220,8 @@ class AdaptiveShares:
         """True when `epoch`'s step time moved clearly from the epoch before's, under the
         same sizes: something other than the shares changed a unit's speed."""
         epoch = int(epoch)
-        before = self._steps.get(epoch - 1)
-        if (before is None or step_seconds is None or not before > 0
+        measured, before = self._last_step
+        if (measured != epoch - 1 or before is None or step_seconds is None or not before > 0
                 or self.batch_sizes(epoch, wait=False) != self.batch_sizes(epoch - 1,
                                                                            wait=False)):
             return False
@@ -237,7 +237,7 @@ class AdaptiveShares:
 
         That is `epoch + 1` only after epoch 0; its shares then also hold for `epoch + 2`,
         and from there on the figures of `epoch` decide `epoch + 2`, so that no pipeline
-        waits at an epoch's end for a decision. `jumped` (`jumped`) drops the speeds
+        waits at an epoch's end for a decision. `jumped` (see `jumped`) drops the speeds
         measured before the jump. Arguments as `decide`'s.
 
         Returns:
@@ -282,16 +282,17 @@ class AdaptiveShares:
         epoch = int(epoch)
         measured = epoch - 1 if measured is None else int(measured)
         before = self.shares_for(epoch - 1, wait=False)
-        self._steps[measured] = step_seconds
+        self._last_step = (measured, step_seconds)
         self._settle.observe(self.batch_sizes(measured, wait=False), first_step_seconds,
                              step_seconds)
-        if settle.usable(speeds, self.units):
+        fresh = settle.usable(speeds, self.units)
+        if fresh:
             if restart:
                 self._settle.window.restart()
                 self._kept = 0
             self._probed = measured
         after = self._proposal(epoch, before, speeds, steps, jit_compile)
-        if settle.usable(speeds, self.units):
+        if fresh:
             self._kept = self._kept + 1 if after == before and not self._settle.moving else 0
         with self._cond:
             self._schedule[epoch] = after
