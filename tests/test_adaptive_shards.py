@@ -215,3 +215,15 @@ def test_adaptive_shares_check_the_global_batch_first(batch, error, match):
     with pytest.raises(error, match=match):
         mgpu_tf.shard_dataset(examples, strategy, batch, weights="adaptive")
     assert adaptive.live_shares(strategy) == []
+
+
+def test_equal_adaptive_shares_read_each_replicas_slots_of_every_block():
+    # 19 examples in blocks of 8 on 4 replicas: the last block (16, 17, 18) does not reach
+    # replicas 3, whose last step is empty all the same.
+    strategy = mgpu_tf.make_strategy("mirrored", devices=4)
+    examples = tf.data.Dataset.range(19).map(lambda i: (tf.cast([i], tf.float32), i))
+    data = mgpu_tf.shard_dataset(examples, strategy, 8, weights="adaptive")
+    got = [[p.numpy()[:, 0].astype(int).tolist()
+            for p in strategy.experimental_local_results(batch[0])] for batch in data]
+    assert got == [[[0, 4], [1, 5], [2, 6], [3, 7]], [[8, 12], [9, 13], [10, 14], [11, 15]],
+                   [[16], [17], [18], []]]

@@ -8,6 +8,7 @@ Design: docs/design.md#input-pipelines
 
 import logging
 
+import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.compat import private
@@ -193,6 +194,26 @@ def _step_pieces(request, plan, step, block, positions):
     return out
 
 
+def _stride(positions, block):
+    """`[start, step]` when `positions` are every step-th slot of a block from start (equal
+    shares), else `[-1, 0]`."""
+    if len(positions) > 1 and block % len(positions) == 0:
+        step = block // len(positions)
+        if np.array_equal(positions, np.arange(positions[0], block, step)):
+            return np.array([positions[0], step], np.int64)
+    return np.array([-1, 0], np.int64)
+
+
+def _strided_batches(request, plan, epoch, stride, size):
+    """Every `stride[1]`-th example from `stride[0]`, as `.shard` reads equal shares: only
+    these are parsed and copied, where a block's cut copies all of it."""
+    examples = _global_examples(request, plan, False, epoch)
+    drop = request.drop_remainder
+    examples = examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
+        tf.maximum(stride[1], 1), tf.maximum(stride[0], 0))
+    return request.examples(examples).batch(size, drop_remainder=drop)
+
+
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
     """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas."""
     shares = request.adaptive
@@ -201,11 +222,22 @@ def _adaptive_epoch(request, plan, worker, replicas, epoch):
     mine = [tf.reshape(tf.numpy_function(
         lambda e, r=r: shares.positions(e, worker, r), [epoch], tf.int64, stateful=True),
         [-1]) for r in replicas]
-    if len(mine) == 1:
-        return blocks.enumerate().map(
-            lambda step, block: _weigh(request, plan, step, _keep(block, mine[0])))
-    return blocks.enumerate().flat_map(
-        lambda step, block: _step_pieces(request, plan, step, block, mine))
+    if len(mine) > 1:
+        return blocks.enumerate().flat_map(
+            lambda step, block: _step_pieces(request, plan, step, block, mine))
+    cut = blocks.enumerate().map(lambda _, block: _keep(block, mine[0]),
+                                 num_parallel_calls=tf.data.AUTOTUNE)
+    # Equal shares, as on identical workers, read like even ones.
+    stride = tf.numpy_function(lambda p: _stride(p, plan.global_batch_size), [mine[0]],
+                               tf.int64, stateful=False)
+    strided = _strided_batches(request, plan, epoch, stride, tf.size(mine[0], tf.int64))
+    # A last block too short to reach this replica's first slot still makes a step.
+    strided = strided.concatenate(tf.data.Dataset.from_tensors(
+        _empty_batch(request.spec)).repeat()).take(blocks.cardinality())
+    batches = tf.data.Dataset.choose_from_datasets(
+        [cut, strided], tf.data.Dataset.from_tensors(tf.cast(stride[0] >= 0, tf.int64)).repeat())
+    return batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
+                                   num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _replica_epoch(request, plan, worker, replica, epoch):
