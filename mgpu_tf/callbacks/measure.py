@@ -80,8 +80,7 @@ class ComputeProbe:
     def _function(self):
         model = self.model
 
-        # No control flow to convert: autograph would only lengthen the trace.
-        @tf.function(reduce_retracing=True, autograph=False)
+        # Eager: a trace costs several passes, and a probe takes a few passes at a time.
         def step(inputs):
             with tf.GradientTape() as tape:
                 outputs = model(inputs, training=False)
