@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.compat import private
+from mgpu_tf.data import in_memory
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
@@ -109,6 +110,10 @@ def _worker_batches(request, plan, worker, parse, epoch):
         examples = _worker_examples(request, plan, worker, parse, epoch)
         return examples.take(plan.worker_examples[worker]).batch(max(size, 1),
                                                                  drop_remainder=drop)
+    if request.in_memory is not None:
+        mine = (in_memory.every(worker, plan.num_workers, plan.global_batch_size)
+                if len(set(plan.worker_batch_sizes)) == 1 else _positions(plan.pattern, worker))
+        return _rows(request, plan, epoch, mine)
     examples = _global_examples(request, plan, parse, epoch)
     if plan.num_workers == 1:
         return examples.batch(size, drop_remainder=drop)
@@ -128,10 +133,14 @@ def _replica_batches(request, plan, worker, replica, epoch):
     local = plan.local_sizes(worker)
     drop = request.drop_remainder
     if len(set(plan.batch_sizes)) == 1 and plan.policy == plan_lib.ShardPolicy.DATA:
+        offset = worker + plan.num_workers * replica
+        if request.in_memory is not None:
+            return _rows(request, plan, epoch, in_memory.every(
+                offset, plan.num_replicas, plan.global_batch_size))
         # Every R-th example from offset w + W * l: read all, parse only its own.
         examples = _global_examples(request, plan, False, epoch)
         examples = examples.take(plan.steps * plan.global_batch_size if drop else -1).shard(
-            plan.num_replicas, worker + plan.num_workers * replica)
+            plan.num_replicas, offset)
         return request.examples(examples).batch(size, drop_remainder=drop)
     if len(set(local)) == 1 and plan.policy != plan_lib.ShardPolicy.DATA:
         examples = _worker_examples(request, plan, worker, False, epoch).take(
@@ -184,14 +193,24 @@ def _finish(batches):
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def _step_pieces(request, plan, step, block, positions):
-    """One step's batches of several local replicas, in turn: the rows of `block` each keeps."""
-    pieces = [tf.data.Dataset.from_tensors(_weigh(request, plan, step, _keep(block, mine)))
-              for mine in positions]
+def _concatenated(request, plan, step, batches):
+    """One step's batches of several local replicas, in turn, weighed."""
+    pieces = [tf.data.Dataset.from_tensors(_weigh(request, plan, step, b)) for b in batches]
     out = pieces[0]
     for piece in pieces[1:]:
         out = out.concatenate(piece)
     return out
+
+
+def _step_pieces(request, plan, step, block, positions):
+    """One step's batches of several local replicas, in turn: the rows of `block` each keeps."""
+    return _concatenated(request, plan, step, [_keep(block, mine) for mine in positions])
+
+
+def _rows(request, plan, epoch, positions):
+    """Each step's rows at `positions` of its block, from the source held in memory."""
+    return in_memory.rows(request.in_memory, request.seed, epoch, plan.global_batch_size,
+                          request.drop_remainder, positions)
 
 
 def _stride(positions, block):
@@ -217,11 +236,19 @@ def _strided_batches(request, plan, epoch, stride, size):
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
     """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas."""
     shares = request.adaptive
-    blocks = _global_examples(request, plan, True, epoch).batch(
-        plan.global_batch_size, drop_remainder=request.drop_remainder)
     mine = [tf.reshape(tf.numpy_function(
         lambda e, r=r: shares.positions(e, worker, r), [epoch], tf.int64, stateful=True),
         [-1]) for r in replicas]
+    if request.in_memory is not None and len(mine) == 1:
+        return _rows(request, plan, epoch, mine[0]).enumerate().map(
+            lambda step, batch: _weigh(request, plan, step, batch),
+            num_parallel_calls=tf.data.AUTOTUNE)
+    if request.in_memory is not None:
+        pieces = tf.data.Dataset.zip(tuple(_rows(request, plan, epoch, m) for m in mine))
+        return pieces.enumerate().flat_map(
+            lambda step, pieces: _concatenated(request, plan, step, pieces))
+    blocks = _global_examples(request, plan, True, epoch).batch(
+        plan.global_batch_size, drop_remainder=request.drop_remainder)
     if len(mine) > 1:
         return blocks.enumerate().flat_map(
             lambda step, block: _step_pieces(request, plan, step, block, mine))

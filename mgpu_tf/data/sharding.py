@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from mgpu_tf.compat import attached, patches
 from mgpu_tf.data import adaptive
+from mgpu_tf.data import in_memory
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
@@ -70,6 +71,9 @@ class _Request:
         # Shuffled by index where the source allows: no buffer fills as an epoch starts.
         self.random_access = (self.source_kind == "dataset" and self.seed is not None
                               and shard_source.random_access(source))
+        # Shuffled and unparsed in memory: each replica gathers its own rows of a step.
+        self.in_memory = (in_memory.hold(source) if self.random_access and parse is None
+                          else None)
         spec = self.examples(self._probe_input()).element_spec
         shard_source.check_spec(spec)
         self.spec = spec
