@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
@@ -75,10 +76,10 @@ def shard(optimizer, strategy):
     """Makes an unbuilt Keras `optimizer` keep, on each replica, the slots of its slice only.
 
     On each step each replica receives the sum over the replicas of its 1/N slice of the
-    flattened gradients (on one machine reduced to its device alone; across workers or with
-    compression, read from the optimizer's all-reduce), updates that slice with the
-    optimizer's own `update_step`, and the slices are all-gathered into the variables. Clipping and weight decay stay the optimizer's own, on whole
-    variables. `save_own_variables` and `load_own_variables` read and write the unsharded
+    flattened gradients (`comm.reduce_scatter`; with compression, sliced from the
+    optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
+    the slices are all-gathered into the variables. Clipping and weight decay stay the
+    optimizer's own, on whole variables. `save_own_variables` and `load_own_variables` read and write the unsharded
     layout, so checkpoints do not depend on the option or the replica count.
 
     Args:
@@ -203,10 +204,15 @@ class _State:
                 "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
                 f"replica context of {type(context).__name__} without one.")
         replica, layout = int(replica), self.layout
-        if self._reduces_to_devices():
+        path = self.gradient_path()
+        if path != "all_reduce":
             grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])
-            gradient = _reduce_scatter(context, grads, layout, self.dtype)[replica]
-        else:  # summed whole by the optimizer's all-reduce (compression, several workers)
+        if path == "to_devices":
+            gradient = reduce_scatter.to_devices(context, grads, layout, self.dtype)[replica]
+        elif path == "all_to_all":
+            slices = reduce_scatter.by_all_to_all(context, grads, layout, self.dtype)
+            gradient = slices[self.replica_ids.index(replica)]
+        else:  # summed whole by the optimizer's own all-reduce (compression)
             all_reduce = private.optimizer_class_method("_all_reduce_sum_gradients")
             summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
             grads = _in_order(order, [tf.convert_to_tensor(g) for g, _ in summed])
@@ -220,11 +226,15 @@ class _State:
         gathered = context.all_gather(local, axis=0)
         context.merge_call(_assign, args=(variables, layout.split(gathered)))
 
-    def _reduces_to_devices(self):
-        """True when each slice's sum can go to its replica's device alone: one machine, no
-        all-reduce of the optimizer's own (compression) to keep."""
-        return (not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and attached.of_optimizer(self.optimizer).all_reduce is None)
+    def gradient_path(self):
+        """How each replica receives its slice's sum: `"to_devices"` (one machine),
+        `"all_to_all"` (across workers) or `"all_reduce"` (the optimizer's own all-reduce,
+        such as compression's, kept; the whole sum is sliced)."""
+        if attached.of_optimizer(self.optimizer).all_reduce is not None:
+            return "all_reduce"
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return "all_to_all"
+        return "to_devices"
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -276,24 +286,6 @@ def _in_order(order, items):
     for index, item in zip(order, items):
         out[index] = item
     return out
-
-
-def _reduce_scatter(context, grads, layout, dtype):
-    """Each replica's slice of the gradients summed over the replicas, on its device only.
-
-    TensorFlow has no reduce-scatter; on one machine each slice is reduced to the device of
-    the replica that owns it (`batch_reduce_to`), which moves what a reduce-scatter does.
-    Returns the list of slices; a replica reads its own.
-    """
-    slices = [layout.take(grads, r, dtype) for r in range(layout.num_replicas)]
-
-    def reduce(distribution, *per_replica):
-        devices = distribution.extended.worker_devices
-        reduced = distribution.extended.batch_reduce_to(
-            tf.distribute.ReduceOp.SUM, list(zip(per_replica, devices)))
-        return [distribution.experimental_local_results(v)[0] for v in reduced]
-
-    return context.merge_call(reduce, args=tuple(slices))
 
 
 def _assign(distribution, variables, values):
