@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.comm import reduce_scatter
+from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
@@ -72,7 +73,7 @@ def weights_slice(optimizer):
     return None if state is None or not state.built else state.params
 
 
-def shard(optimizer, strategy):
+def shard(optimizer, strategy, *, wire_dtype=None):
     """Makes an unbuilt Keras `optimizer` keep, on each replica, the slots of its slice only.
 
     On each step each replica receives the sum over the replicas of its 1/N slice of the
@@ -85,6 +86,8 @@ def shard(optimizer, strategy):
     Args:
         optimizer: a Keras optimizer of `ELEMENTWISE` (the innermost, inside loss scaling).
         strategy: the `MirroredStrategy` or `MultiWorkerMirroredStrategy` it runs under.
+        wire_dtype: the dtype gradients cross the tcp ring in (compression). Defaults to
+            theirs.
 
     Returns:
         `optimizer`.
@@ -101,7 +104,7 @@ def shard(optimizer, strategy):
             "shard_optimizer_state must reach the optimizer before it is built (before the "
             f"first fit or apply), or it would hold every slot whole. Received: a built "
             f"{type(optimizer).__name__}. Compile the model under strategy.scope() first.")
-    state = _State(optimizer, strategy)
+    state = _State(optimizer, strategy, wire_dtype)
     record.sharded = state
     # Per instance: each optimizer class has its own build, which makes whole slots.
     private.wrap_optimizer_method(optimizer, "build", lambda original: state.build)
@@ -129,9 +132,10 @@ def _on_read(next_creator, **kwargs):
 class _State:
     """One optimizer's slices: the layout, each replica's parameter slice and slots."""
 
-    def __init__(self, optimizer, strategy):
+    def __init__(self, optimizer, strategy, wire_dtype=None):
         self.optimizer = optimizer
         self.strategy = strategy
+        self.wire_dtype = wire_dtype
         self.built = False
 
     # ------------------------------------------------------------------ build
@@ -212,6 +216,8 @@ class _State:
         elif path == "all_to_all":
             slices = reduce_scatter.by_all_to_all(context, grads, layout, self.dtype)
             gradient = slices[self.replica_ids.index(replica)]
+        elif path == "ring":
+            gradient = self._ring_reduce_scatter(grads, replica)
         else:  # summed whole by the optimizer's own all-reduce (compression)
             all_reduce = private.optimizer_class_method("_all_reduce_sum_gradients")
             summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
@@ -223,18 +229,41 @@ class _State:
         # On the replica's device: all_gather sends a tensor to where it lies.
         with tf.device(self.params.value.device):
             local = tf.identity(tf.convert_to_tensor(self.params))
-        gathered = context.all_gather(local, axis=0)
+        if path == "ring":
+            gathered = transport.ring_all_gather(self._connection(), local, "sharded_params")
+        else:
+            gathered = context.all_gather(local, axis=0)
         context.merge_call(_assign, args=(variables, layout.split(gathered)))
 
     def gradient_path(self):
         """How each replica receives its slice's sum: `"to_devices"` (one machine),
-        `"all_to_all"` (across workers) or `"all_reduce"` (the optimizer's own all-reduce,
-        such as compression's, kept; the whole sum is sliced)."""
+        `"all_to_all"` (across workers), `"ring"` (the tcp ring's first half) or
+        `"all_reduce"` (the optimizer's own all-reduce, compression's, kept and sliced)."""
+        if self._connection() is not None:
+            return "ring"
         if attached.of_optimizer(self.optimizer).all_reduce is not None:
             return "all_reduce"
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return "all_to_all"
         return "to_devices"
+
+    def _connection(self):
+        return attached.of_strategy(self.strategy).connection
+
+    def _ring_reduce_scatter(self, grads, replica):
+        """This worker's slice of the gradients summed over the tcp ring, in `wire_dtype`."""
+        connection, layout = self._connection(), self.layout
+        if connection.ring.rank != replica:
+            raise ValueError(
+                "shard_optimizer_state over transport='tcp' needs each worker's place in the "
+                f"ring to be its replica number. Received: ring rank {connection.ring.rank} "
+                f"for replica {replica}. Name the chief first in TF_CONFIG, or use "
+                "transport='tensorflow'.")
+        wire = tf.as_dtype(self.wire_dtype or self.dtype)
+        flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads]
+                         + [tf.zeros([layout.padded - layout.total], wire)], 0)
+        summed = transport.ring_reduce_scatter(connection, flat, "sharded_gradients")
+        return tf.cast(summed, self.dtype)
 
     # ------------------------------------------------------------------ checkpoints
 

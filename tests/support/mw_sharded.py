@@ -1,11 +1,12 @@
 """Worker script: `fit` under multi_worker with shard_optimizer_state, several runs checked.
 
-Usage: `python -m support.mw_sharded OUT_DIR`. Each worker trains `support.sharded_problem`'s
+Usage: `python -m support.mw_sharded OUT_DIR [TRANSPORT]`. Each worker trains `support.sharded_problem`'s
 model with SGD with momentum, Adam and AdamW and writes, to OUT_DIR/worker<index>.npz, the
 final weights of each and the shapes of its slot parts; the chief also writes Adam's
 weights file (with its optimizer state) to OUT_DIR/adam.weights.h5. Then each of `VARIANTS`
 (other options with Adam) is trained sharded and unsharded, the collective ops of Keras'
-train step are counted, and what an all-to-all of known rows delivers is kept.
+train step are counted, and what an all-to-all of known rows delivers is kept. With
+TRANSPORT `tcp`, only the three optimizers run, and the op counts of Adam's step.
 """
 
 import collections
@@ -25,7 +26,8 @@ VARIANTS = {
 
 
 def collective_ops(strategy, model):
-    """`{op type: count}` of the Collective* ops of one traced train step, nested ones too."""
+    """`{op type: count}` of the Collective* ops (and PyFunc, the tcp ring's) of one traced
+    train step, nested ones too."""
     import tensorflow as tf
 
     x, y = sharded_problem.data()
@@ -33,7 +35,8 @@ def collective_ops(strategy, model):
     step = tf.function(lambda d: strategy.run(model.train_step, args=(d,)), autograph=False)
     graph = step.get_concrete_function(data).graph.as_graph_def()
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
-    return collections.Counter(n.op for n in nodes if n.op.startswith("Collective"))
+    return collections.Counter(n.op for n in nodes
+                               if n.op.startswith("Collective") or n.op == "PyFunc")
 
 
 def exchanged(strategy):
@@ -83,15 +86,17 @@ def train_variant(strategy, name, sharded):
     return model, counts
 
 
-def main(out_dir):
+def main(out_dir, transport="tensorflow"):
     import mgpu_tf
     from mgpu_tf.cluster import detect as cluster
     from mgpu_tf.comm import sharded_state
 
     out_dir = pathlib.Path(out_dir)
-    strategy = mgpu_tf.make_strategy("multi_worker", shard_optimizer_state=True)
+    strategy = mgpu_tf.make_strategy("multi_worker", shard_optimizer_state=True,
+                                     transport=transport)
     index = cluster.detect_cluster().task_index
-    saved = {"exchanged": exchanged(strategy)}
+    tcp = transport == "tcp"
+    saved = {} if tcp else {"exchanged": exchanged(strategy)}
     for name in ("sgd", "adam", "adamw"):
         model = sharded_problem.train(strategy, name)
         for i, weight in enumerate(model.get_weights()):
@@ -100,10 +105,11 @@ def main(out_dir):
                  for part in strategy.experimental_local_results(slot.value)]
         saved[f"{name}_slot_sizes"] = [int(np.prod(p.shape)) for p in parts]
         if name == "adam":  # every worker saves: the slots are gathered from all of them
-            mgpu_tf.callbacks.save_weights(model, out_dir / "adam.weights.h5")
+            if not tcp:
+                mgpu_tf.callbacks.save_weights(model, out_dir / "adam.weights.h5")
             for op, count in collective_ops(strategy, model).items():
                 saved[f"ops_adam_sharded_{op}"] = count
-    for name in VARIANTS:
+    for name in () if tcp else VARIANTS:
         for sharded in (True, False):
             kind = "sharded" if sharded else "whole"
             model, counts = train_variant(strategy, name, sharded)
