@@ -253,12 +253,11 @@ class _State:
     def _ring_reduce_scatter(self, grads, replica):
         """This worker's slice of the gradients summed over the tcp ring, in `wire_dtype`."""
         connection, layout = self._connection(), self.layout
-        if connection.ring.rank != replica:
+        if connection.ring.rank != replica:  # both follow TF_CONFIG: chief, then workers
             raise ValueError(
                 "shard_optimizer_state over transport='tcp' needs each worker's place in the "
                 f"ring to be its replica number. Received: ring rank {connection.ring.rank} "
-                f"for replica {replica}. Name the chief first in TF_CONFIG, or use "
-                "transport='tensorflow'.")
+                f"for replica {replica}. Use transport='tensorflow'.")
         wire = tf.as_dtype(self.wire_dtype or self.dtype)
         flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads]
                          + [tf.zeros([layout.padded - layout.total], wire)], 0)
