@@ -29,7 +29,8 @@ def test_the_launchers_are_the_multi_worker_strategys_own():
     ops = cross_device_ops.CollectiveAllReduce(
         devices=["/job:localhost/replica:0/task:0/device:CPU:0"], group_size=2,
         options=collective_util.Options())
-    strategy = types.SimpleNamespace(name="s", extended=types.SimpleNamespace(_cross_device_ops=ops))
+    extended = types.SimpleNamespace(_cross_device_ops=ops)
+    strategy = types.SimpleNamespace(name="s", extended=extended)
     launchers = private_collectives.collective_launchers(strategy)
     assert len(launchers) == 1
     assert private_collectives.device(launchers[0]).endswith("device:CPU:0")

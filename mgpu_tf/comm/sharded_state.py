@@ -79,8 +79,9 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     On each step each replica receives the sum over the replicas of its 1/N slice of the
     flattened gradients (`comm.reduce_scatter`; with compression, sliced from the
     optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
-    the slices are all-gathered into the variables. Clipping and weight decay stay the
-    optimizer's own, on whole variables. `save_own_variables` and `load_own_variables` read and write the unsharded
+    the slices are all-gathered into the variables (over the tcp ring with
+    `transport="tcp"`). Clipping and weight decay stay the optimizer's own, on whole
+    variables. `save_own_variables` and `load_own_variables` read and write the unsharded
     layout, so checkpoints do not depend on the option or the replica count.
 
     Args:

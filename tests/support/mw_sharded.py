@@ -1,12 +1,12 @@
 """Worker script: `fit` under multi_worker with shard_optimizer_state, several runs checked.
 
-Usage: `python -m support.mw_sharded OUT_DIR [TRANSPORT]`. Each worker trains `support.sharded_problem`'s
-model with SGD with momentum, Adam and AdamW and writes, to OUT_DIR/worker<index>.npz, the
-final weights of each and the shapes of its slot parts; the chief also writes Adam's
-weights file (with its optimizer state) to OUT_DIR/adam.weights.h5. Then each of `VARIANTS`
-(other options with Adam) is trained sharded and unsharded, the collective ops of Keras'
-train step are counted, and what an all-to-all of known rows delivers is kept. With
-TRANSPORT `tcp`, only the three optimizers run, and the op counts of Adam's step.
+Usage: `python -m support.mw_sharded OUT_DIR [TRANSPORT]`. Each worker trains
+`support.sharded_problem`'s model with SGD with momentum, Adam and AdamW and writes, to
+OUT_DIR/worker<index>.npz, the final weights of each and the shapes of its slot parts;
+Adam's weights file (with its optimizer state) goes to OUT_DIR/adam.weights.h5. Then each
+of `VARIANTS` (other options with Adam) is trained sharded and unsharded, the collective
+ops of Keras' train step are counted, and what an all-to-all of known rows delivers is
+kept. With TRANSPORT `tcp`, only the three optimizers run, and the op counts of Adam's step.
 """
 
 import collections
