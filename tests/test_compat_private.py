@@ -27,7 +27,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.compat import private, private_callbacks, private_trainer, versions
+from mgpu_tf.compat import (private, private_callbacks, private_collectives, private_trainer,
+                            versions)
 from mgpu_tf.compat.private import PrivateNameError
 from support import workers
 
@@ -121,7 +122,8 @@ def test_the_installed_releases_are_known():
 
 def test_each_accessor_docstring_states_the_known_ranges():
     ranges = {known.text() for known in versions.KNOWN.values()}
-    source = "".join(inspect.getsource(m) for m in (private, private_callbacks, private_trainer))
+    source = "".join(inspect.getsource(m) for m in (private, private_callbacks, private_trainer,
+                                                   private_collectives))
     written = set(re.findall(r"\((?:Keras|TensorFlow) \d+\.\d+-\d+\.\d+\)", source))
     assert {f"({r})" for r in ranges} == written
 
@@ -642,7 +644,7 @@ def test_default_strategy_without_a_scope_stack_per_graph(monkeypatch):
 
 # The modules that hold the accessors, the only ones allowed to reach a private name.
 ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py",
-             "mgpu_tf/compat/private_trainer.py")
+             "mgpu_tf/compat/private_trainer.py", "mgpu_tf/compat/private_collectives.py")
 # Python code of the project that is not a test, beside the package (tests check
 # upstream behaviour, so they reach private names on purpose).
 _ALSO_SCANNED = ("benchmarks",)

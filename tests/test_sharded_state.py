@@ -53,11 +53,6 @@ def test_a_value_other_than_a_bool_is_refused():
         mgpu_tf.make_strategy("mirrored", shard_optimizer_state="yes")
 
 
-def test_the_tcp_transport_is_refused_with_the_reason():
-    with pytest.raises(ValueError, match="shard_optimizer_state all-gathers the updated slices"):
-        mgpu_tf.make_strategy("multi_worker", shard_optimizer_state=True, transport="tcp")
-
-
 def test_an_optimizer_that_is_not_element_wise_is_refused_at_compile():
     strategy = _sharded(2)
     with strategy.scope():
@@ -220,11 +215,21 @@ def two_workers(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def two_workers_tcp(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mw_sharded_tcp")
+    code, outputs = workers.run_workers("-m", 2, "support.mw_sharded", out, "tcp")
+    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    return out
+
+
 @pytest.mark.multiworker
+@pytest.mark.parametrize("transport", ["tensorflow", "tcp"])
 @pytest.mark.parametrize("name", OPTIMIZERS)
-def test_two_workers_train_as_one_device(references, two_workers, name):
+def test_two_workers_train_as_one_device(request, references, transport, name):
+    out = request.getfixturevalue("two_workers" if transport == "tensorflow" else "two_workers_tcp")
     for index in (0, 1):
-        with np.load(two_workers / f"worker{index}.npz") as saved:
+        with np.load(out / f"worker{index}.npz") as saved:
             weights = [saved[f"{name}_{i}"] for i in range(len(references[name]))]
             assert list(saved[f"{name}_slot_sizes"]) == [33] * len(saved[f"{name}_slot_sizes"])
         difference = compare.relative_difference(weights, references[name])
@@ -244,3 +249,52 @@ def test_two_workers_save_the_whole_state_that_one_device_resumes(two_workers):
     model.fit(sharded_problem.batches(x, y), epochs=1, shuffle=False, verbose=0)
     difference = compare.relative_difference(model.get_weights(), expected)
     assert difference <= TOLERANCE, difference
+
+
+def _saved(two_workers, index):
+    with np.load(two_workers / f"worker{index}.npz") as saved:
+        return dict(saved)
+
+
+@pytest.mark.multiworker
+def test_an_all_to_all_sends_row_j_to_replica_j(two_workers):
+    # Replica r sends [10 r + j] to replica j: replica j receives [j, 10 + j], by rank.
+    for index in (0, 1):
+        received = _saved(two_workers, index)["exchanged"]
+        np.testing.assert_array_equal(received, [[[index], [10 + index]]])
+
+
+@pytest.mark.multiworker
+@pytest.mark.parametrize("run", ["adam_sharded", "switches_sharded"])
+def test_two_workers_reduce_scatter_the_gradients_instead_of_all_reducing(two_workers, run):
+    for index in (0, 1):
+        saved = _saved(two_workers, index)
+        assert saved[f"ops_{run}_CollectiveAllToAllV2"] == 1
+        assert f"ops_{run}_CollectiveReduceV2" not in saved, saved.keys()
+        # The same count sees the unsharded step's all-reduce of the gradients.
+        assert saved["ops_switches_whole_CollectiveReduceV2"] >= 1
+        assert "ops_switches_whole_CollectiveAllToAllV2" not in saved
+
+
+@pytest.mark.multiworker
+def test_over_tcp_both_halves_of_the_ring_replace_tensorflows_collectives(two_workers_tcp):
+    for index in (0, 1):
+        saved = _saved(two_workers_tcp, index)
+        ops = {k.removeprefix("ops_adam_sharded_"): int(v) for k, v in saved.items()
+               if k.startswith("ops_adam_sharded_")}
+        # Two workers: one reduce step of the gradients, one gather step of the slices.
+        assert ops == {"PyFunc": 2}, ops
+
+
+@pytest.mark.multiworker
+@pytest.mark.parametrize("variant", ["switches", "mixed", "compressed"])
+def test_two_workers_with_other_options_train_as_without_sharding(two_workers, variant):
+    # switches: steps_per_sync, jit_compile, steps_per_execution; mixed: mixed_float16 and
+    # steps_per_sync; compressed: float16 all-reduce, sliced. Reference: the same unsharded.
+    for index in (0, 1):
+        saved = _saved(two_workers, index)
+        count = len([k for k in saved if k.startswith(f"{variant}_whole_")])
+        sharded = [saved[f"{variant}_sharded_{i}"] for i in range(count)]
+        whole = [saved[f"{variant}_whole_{i}"] for i in range(count)]
+        assert count == 4
+        assert compare.relative_difference(sharded, whole) <= TOLERANCE, (index, variant)

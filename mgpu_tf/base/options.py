@@ -278,16 +278,6 @@ def _check_for_strategy(kind, values, given):
             f"all_reduce={values.get('all_reduce', 'auto')!r}. Pass one of those too.")
 
 
-def _check_sharded(values, given):
-    """Raises for an option `shard_optimizer_state` cannot be used with."""
-    if values.get("shard_optimizer_state") and values.get("transport", "tensorflow") == "tcp":
-        raise ValueError(
-            "shard_optimizer_state all-gathers the updated slices with TensorFlow's "
-            "collectives, and transport='tcp' carries only the gradients' all-reduce. "
-            f"Received: shard_optimizer_state=True, transport={given['transport']!r}. "
-            "Use transport='tensorflow', or drop shard_optimizer_state.")
-
-
 def _parse(kind, options, parsed=None):
     parsed = parsed or {}
     options = {k: v for k, v in options.items() if v is not None}
@@ -299,7 +289,6 @@ def _parse(kind, options, parsed=None):
         values["cluster"] = tf_config.cluster_from_hosts(values.pop("worker_hosts", None),
                                                          values.pop("task_index", None))
     _check_for_strategy(kind, values, options)
-    _check_sharded(values, options)
     return Settings(kind, values)
 
 

@@ -117,7 +117,7 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     elif wire is not None:
         record.all_reduce = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if shard_optimizer_state:
-        sharded_state.shard(optimizer, strategy)
+        sharded_state.shard(optimizer, strategy, wire_dtype=wire)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     record.communication = (compression, steps_per_sync, transport)

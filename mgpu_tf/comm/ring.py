@@ -72,6 +72,7 @@ class Ring:
 
     Attributes:
         refused: how many connections the listener refused (each is logged).
+        sent_bytes: the payload bytes this worker has sent to its right neighbour.
     """
 
     def __init__(self, rank, peers, listener, *, timeout_seconds=60.0, names=None,
@@ -86,6 +87,7 @@ class Ring:
             f"worker {r} ({host}:{port})" for r, (host, port) in enumerate(self.peers)]
         self.timeout = timeout_seconds
         self.refused = 0  # connections the listener turned away
+        self.sent_bytes = 0
         self._handshake_seconds = handshake_seconds
         self._refused_lock = threading.Lock()
         try:
@@ -258,6 +260,7 @@ class Ring:
             with self._send_lock:
                 self._right.sendall(_HEADER.pack(op, step, index, send.nbytes))
                 self._right.sendall(memoryview(send.view(np.uint8)))
+                self.sent_bytes += send.nbytes
         except OSError as error:
             raise self._lost(self.right, error) from error
         with self._arrived:

@@ -12,6 +12,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.comm import reduce_scatter
+from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
@@ -71,19 +73,22 @@ def weights_slice(optimizer):
     return None if state is None or not state.built else state.params
 
 
-def shard(optimizer, strategy):
+def shard(optimizer, strategy, *, wire_dtype=None):
     """Makes an unbuilt Keras `optimizer` keep, on each replica, the slots of its slice only.
 
     On each step each replica receives the sum over the replicas of its 1/N slice of the
-    flattened gradients (on one machine reduced to its device alone; across workers or with
-    compression, read from the optimizer's all-reduce), updates that slice with the
-    optimizer's own `update_step`, and the slices are all-gathered into the variables. Clipping and weight decay stay the optimizer's own, on whole
+    flattened gradients (`comm.reduce_scatter`; with compression, sliced from the
+    optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
+    the slices are all-gathered into the variables (over the tcp ring with
+    `transport="tcp"`). Clipping and weight decay stay the optimizer's own, on whole
     variables. `save_own_variables` and `load_own_variables` read and write the unsharded
     layout, so checkpoints do not depend on the option or the replica count.
 
     Args:
         optimizer: a Keras optimizer of `ELEMENTWISE` (the innermost, inside loss scaling).
         strategy: the `MirroredStrategy` or `MultiWorkerMirroredStrategy` it runs under.
+        wire_dtype: the dtype gradients cross the tcp ring in (compression). Defaults to
+            theirs.
 
     Returns:
         `optimizer`.
@@ -100,7 +105,7 @@ def shard(optimizer, strategy):
             "shard_optimizer_state must reach the optimizer before it is built (before the "
             f"first fit or apply), or it would hold every slot whole. Received: a built "
             f"{type(optimizer).__name__}. Compile the model under strategy.scope() first.")
-    state = _State(optimizer, strategy)
+    state = _State(optimizer, strategy, wire_dtype)
     record.sharded = state
     # Per instance: each optimizer class has its own build, which makes whole slots.
     private.wrap_optimizer_method(optimizer, "build", lambda original: state.build)
@@ -128,9 +133,10 @@ def _on_read(next_creator, **kwargs):
 class _State:
     """One optimizer's slices: the layout, each replica's parameter slice and slots."""
 
-    def __init__(self, optimizer, strategy):
+    def __init__(self, optimizer, strategy, wire_dtype=None):
         self.optimizer = optimizer
         self.strategy = strategy
+        self.wire_dtype = wire_dtype
         self.built = False
 
     # ------------------------------------------------------------------ build
@@ -203,10 +209,17 @@ class _State:
                 "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
                 f"replica context of {type(context).__name__} without one.")
         replica, layout = int(replica), self.layout
-        if self._reduces_to_devices():
+        path = self.gradient_path()
+        if path != "all_reduce":
             grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])
-            gradient = _reduce_scatter(context, grads, layout, self.dtype)[replica]
-        else:  # summed whole by the optimizer's all-reduce (compression, several workers)
+        if path == "to_devices":
+            gradient = reduce_scatter.to_devices(context, grads, layout, self.dtype)[replica]
+        elif path == "all_to_all":
+            slices = reduce_scatter.by_all_to_all(context, grads, layout, self.dtype)
+            gradient = slices[self.replica_ids.index(replica)]
+        elif path == "ring":
+            gradient = self._ring_reduce_scatter(grads, replica)
+        else:  # summed whole by the optimizer's own all-reduce (compression)
             all_reduce = private.optimizer_class_method("_all_reduce_sum_gradients")
             summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
             grads = _in_order(order, [tf.convert_to_tensor(g) for g, _ in summed])
@@ -217,14 +230,40 @@ class _State:
         # On the replica's device: all_gather sends a tensor to where it lies.
         with tf.device(self.params.value.device):
             local = tf.identity(tf.convert_to_tensor(self.params))
-        gathered = context.all_gather(local, axis=0)
+        if path == "ring":
+            gathered = transport.ring_all_gather(self._connection(), local, "sharded_params")
+        else:
+            gathered = context.all_gather(local, axis=0)
         context.merge_call(_assign, args=(variables, layout.split(gathered)))
 
-    def _reduces_to_devices(self):
-        """True when each slice's sum can go to its replica's device alone: one machine, no
-        all-reduce of the optimizer's own (compression) to keep."""
-        return (not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-                and attached.of_optimizer(self.optimizer).all_reduce is None)
+    def gradient_path(self):
+        """How each replica receives its slice's sum: `"to_devices"` (one machine),
+        `"all_to_all"` (across workers), `"ring"` (the tcp ring's first half) or
+        `"all_reduce"` (the optimizer's own all-reduce, compression's, kept and sliced)."""
+        if self._connection() is not None:
+            return "ring"
+        if attached.of_optimizer(self.optimizer).all_reduce is not None:
+            return "all_reduce"
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return "all_to_all"
+        return "to_devices"
+
+    def _connection(self):
+        return attached.of_strategy(self.strategy).connection
+
+    def _ring_reduce_scatter(self, grads, replica):
+        """This worker's slice of the gradients summed over the tcp ring, in `wire_dtype`."""
+        connection, layout = self._connection(), self.layout
+        if connection.ring.rank != replica:  # both follow TF_CONFIG: chief, then workers
+            raise ValueError(
+                "shard_optimizer_state over transport='tcp' needs each worker's place in the "
+                f"ring to be its replica number. Received: ring rank {connection.ring.rank} "
+                f"for replica {replica}. Use transport='tensorflow'.")
+        wire = tf.as_dtype(self.wire_dtype or self.dtype)
+        flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads]
+                         + [tf.zeros([layout.padded - layout.total], wire)], 0)
+        summed = transport.ring_reduce_scatter(connection, flat, "sharded_gradients")
+        return tf.cast(summed, self.dtype)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -276,24 +315,6 @@ def _in_order(order, items):
     for index, item in zip(order, items):
         out[index] = item
     return out
-
-
-def _reduce_scatter(context, grads, layout, dtype):
-    """Each replica's slice of the gradients summed over the replicas, on its device only.
-
-    TensorFlow has no reduce-scatter; on one machine each slice is reduced to the device of
-    the replica that owns it (`batch_reduce_to`), which moves what a reduce-scatter does.
-    Returns the list of slices; a replica reads its own.
-    """
-    slices = [layout.take(grads, r, dtype) for r in range(layout.num_replicas)]
-
-    def reduce(distribution, *per_replica):
-        devices = distribution.extended.worker_devices
-        reduced = distribution.extended.batch_reduce_to(
-            tf.distribute.ReduceOp.SUM, list(zip(per_replica, devices)))
-        return [distribution.experimental_local_results(v)[0] for v in reduced]
-
-    return context.merge_call(reduce, args=tuple(slices))
 
 
 def _assign(distribution, variables, values):

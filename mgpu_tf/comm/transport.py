@@ -16,7 +16,7 @@ from mgpu_tf.compat import attached
 from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
-           "all_reduce_gradients"]
+           "ring_reduce_scatter", "ring_all_gather", "all_reduce_gradients"]
 
 TRANSPORTS = ("tensorflow", "tcp")
 # How long a transfer waits for a neighbour when no timeout_seconds was given.
@@ -129,27 +129,64 @@ def _all_gather(strategy, rows):
     return strategy.experimental_local_results(gather())[0].numpy()
 
 
-def ring_all_reduce(connection, flat, name="all_reduce"):
-    """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
+def _run_ring(connection, parts, sizes, name, phases):
+    """Runs the ring schedule's steps of `phases` on `parts` (one per chunk), in order.
 
-    `name` tags the ring's messages (e.g.
+    The steps wait for the ring's earlier operations and hold back its later ones.
     """
     ring = connection.ring
-    sizes = ring.chunk_sizes(int(flat.shape[0]))
     with tf.control_dependencies([connection.token.read_value()]):
-        parts = tf.split(flat, sizes)
+        parts = [None if p is None else tf.identity(p) for p in parts]
     op = zlib.crc32(name.encode())
     for step, (phase, out, into) in enumerate(ring.schedule()):
+        if phase not in phases:
+            continue
         exchange = functools.partial(ring.exchange, count=sizes[into], op=op, step=step)
-        received = tf.numpy_function(exchange, [parts[out]], flat.dtype, stateful=True,
+        received = tf.numpy_function(exchange, [parts[out]], parts[out].dtype, stateful=True,
                                      name="ring_exchange")
         received.set_shape([sizes[into]])
         parts[into] = parts[into] + received if phase == "reduce" else received
-    summed = tf.concat(parts, 0)
-    with tf.control_dependencies([summed]):
+    with tf.control_dependencies([p for p in parts if p is not None]):
         increment = connection.token.assign_add(1)
     with tf.control_dependencies([increment]):
-        return tf.identity(summed)
+        return [None if p is None else tf.identity(p) for p in parts]
+
+
+def ring_all_reduce(connection, flat, name="all_reduce"):
+    """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
+
+    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`).
+    """
+    sizes = connection.ring.chunk_sizes(int(flat.shape[0]))
+    return tf.concat(_run_ring(connection, tf.split(flat, sizes), sizes, name,
+                               ("reduce", "gather")), 0)
+
+
+def ring_reduce_scatter(connection, flat, name="reduce_scatter"):
+    """Chunk `rank` of 1-D `flat` (cut in `ring.size` equal chunks) summed over the workers.
+
+    The first half of the ring all-reduce: each worker sends `(N - 1) / N` of `flat`.
+    """
+    ring = connection.ring
+    size = int(flat.shape[0]) // ring.size
+    parts = tf.split(flat, [size] * ring.size)
+    # The ring leaves chunk rank + 1 whole on each worker: feed it chunk `rank` there.
+    rotated = [parts[(c - 1) % ring.size] for c in range(ring.size)]
+    out = _run_ring(connection, rotated, [size] * ring.size, name, ("reduce",))
+    return out[(ring.rank + 1) % ring.size]
+
+
+def ring_all_gather(connection, chunk, name="all_gather"):
+    """Every worker's 1-D `chunk` (all of one size), concatenated in rank order.
+
+    The second half of the ring all-reduce, on the chunks `ring_reduce_scatter` leaves.
+    """
+    ring = connection.ring
+    size = int(chunk.shape[0])
+    rotated = [None] * ring.size
+    rotated[(ring.rank + 1) % ring.size] = chunk
+    out = _run_ring(connection, rotated, [size] * ring.size, name, ("gather",))
+    return tf.concat([out[(j + 1) % ring.size] for j in range(ring.size)], 0)
 
 
 def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):

@@ -2,7 +2,7 @@
 
 `multi_worker` (keras-team/keras#20585, #19246), `collective_keys`, `keras_steps`,
 `keras_train_step`, `native_logs`, installed by `patches`; `private`, `private_trainer`,
-`private_callbacks` and `versions` hold every private name touched.
+`private_callbacks`, `private_collectives` and `versions` hold every private name touched.
 
 Design: docs/design.md#multi-worker-workarounds
 """

@@ -3,7 +3,7 @@
 Each accessor's docstring names the private name and the releases it is known for
 (`versions.KNOWN`); a name that is gone raises `PrivateNameError`, saying what to
 install. Keras' trainer has its accessors in `private_trainer`, its callbacks in
-`private_callbacks`.
+`private_callbacks`, TensorFlow's collective launchers in `private_collectives`.
 
 Design: docs/design.md#private-names-and-versions
 """

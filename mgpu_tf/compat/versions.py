@@ -61,6 +61,8 @@ _SHARDED = "shard_optimizer_state updates each replica's slice of the variables"
 _BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
 _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribute replaces "
              "Keras' train and test functions")
+_SCATTER = ("shard_optimizer_state reduce-scatters the gradients across workers with the "
+            "strategy's own collective keys")
 _TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
                "follows Keras'")
 
@@ -120,6 +122,14 @@ KNOWN = {
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
+    "CollectiveAllReduceExtended._cross_device_ops": _tensorflow(_SCATTER),
+    "CollectiveAllReduce._launchers": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._group_key": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._group_size": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._device": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._options": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._next_instance_key": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._get_ordering_token": _tensorflow(_SCATTER),
     "the strategy scope stack of each graph": _tensorflow(
         "strategy_kind recognises TensorFlow's default strategy"),
 }

@@ -1,0 +1,51 @@
+"""The accessors of TensorFlow's collective launchers: what they find, and the clear error.
+
+What an all-to-all delivers across two real workers is checked in test_sharded_state.py
+(`test_an_all_to_all_sends_row_j_to_replica_j`), where the workers run.
+"""
+
+import re
+import types
+
+import pytest
+import tensorflow as tf
+
+from mgpu_tf.compat import private_collectives, versions
+from mgpu_tf.compat.private_collectives import PrivateNameError
+
+
+def _missing(name, received):
+    known = versions.KNOWN[name]
+    return re.escape(f"{known.purpose} through TensorFlow's private `{name}`, which ") + (
+        r".* does not have \(" + re.escape(known.text()) + r" do\)\. Received: "
+        + re.escape(received))
+
+
+def test_the_launchers_are_the_multi_worker_strategys_own():
+    # Built on TensorFlow's classes as MultiWorkerMirroredStrategy builds them, without
+    # starting one (which would take this session's collective runtime).
+    from tensorflow.python.distribute import collective_util, cross_device_ops
+
+    ops = cross_device_ops.CollectiveAllReduce(
+        devices=["/job:localhost/replica:0/task:0/device:CPU:0"], group_size=2,
+        options=collective_util.Options())
+    extended = types.SimpleNamespace(_cross_device_ops=ops)
+    strategy = types.SimpleNamespace(name="s", extended=extended)
+    launchers = private_collectives.collective_launchers(strategy)
+    assert len(launchers) == 1
+    assert private_collectives.device(launchers[0]).endswith("device:CPU:0")
+
+
+def test_a_strategy_without_collective_launchers_gets_the_clear_error():
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with pytest.raises(PrivateNameError, match=_missing(
+            "CollectiveAllReduce._launchers", "strategy=<MirroredStrategy>")):
+        private_collectives.collective_launchers(strategy)
+
+
+def test_a_launcher_without_the_names_gets_the_clear_error():
+    bare = types.SimpleNamespace(name="thing")
+    with pytest.raises(PrivateNameError, match=_missing(
+            "CollectiveReplicaLauncher._next_instance_key", "launcher=<SimpleNamespace 'thing'>")):
+        private_collectives.all_to_all(bare, tf.zeros([2, 1]))
