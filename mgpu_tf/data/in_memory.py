@@ -19,11 +19,8 @@ _SALT = 3  # keeps this order's seeds apart from the shuffles of `mgpu_tf.data.p
 
 
 def hold(source):
-    """The components of `source` as whole tensors, or None where it is not kept in memory.
-
-    Only a `from_tensor_slices` data set of fixed-shape examples up to `LIMIT_BYTES` is
-    held: reading it whole gives exactly its examples, once.
-    """
+    """The components of `source` as whole tensors: only a `from_tensor_slices` data set of
+    fixed-shape examples up to `LIMIT_BYTES`, which reading whole gives exactly; else None."""
     if type(source).__name__.strip("_") != "TensorSliceDataset":
         return None
     count = int(source.cardinality())
@@ -37,22 +34,12 @@ def hold(source):
 
 
 def rows(held, seed, epoch, global_batch_size, drop_remainder, positions):
-    """Each step's rows at `positions` of its block of the epoch's order, gathered at once.
+    """Each step's rows at `positions` (sorted places within a block), gathered at once.
 
-    The epoch's order is `tf.random.experimental.index_shuffle` of the example numbers, seeded
-    by `(seed, epoch)` only, so every replica, worker and resumed run agrees on it.
-
-    Args:
-        held: what `hold` returned.
-        seed: the shuffle seed.
-        epoch: the epoch, a scalar `tf.int64` tensor.
-        global_batch_size: examples in a block (a step of every replica).
-        drop_remainder: whether a last, short block is left out.
-        positions: a sorted `tf.int64` vector of places within a block.
-
-    Returns:
-        A `tf.data.Dataset` of one batch per block; a block's tail past the last example
-        gives a short or empty batch.
+    The epoch's order is `tf.random.experimental.index_shuffle` of the example numbers,
+    seeded by `(seed, epoch)` only (`epoch` a scalar tensor), so every replica, worker and
+    resumed run agrees on it. One batch per block of `global_batch_size`; a short last
+    block gives a short or empty batch, or none with `drop_remainder`.
     """
     count = int(tf.nest.flatten(held)[0].shape[0])
     blocks = count // global_batch_size if drop_remainder else -(-count // global_batch_size)
