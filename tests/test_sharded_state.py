@@ -265,7 +265,7 @@ def test_an_all_to_all_sends_row_j_to_replica_j(two_workers):
 
 
 @pytest.mark.multiworker
-@pytest.mark.parametrize("run", ["adam_sharded", "switches_sharded"])
+@pytest.mark.parametrize("run", ["adam_sharded", "switches_sharded", "compressed_sharded"])
 def test_two_workers_reduce_scatter_the_gradients_instead_of_all_reducing(two_workers, run):
     for index in (0, 1):
         saved = _saved(two_workers, index)
@@ -290,7 +290,7 @@ def test_over_tcp_both_halves_of_the_ring_replace_tensorflows_collectives(two_wo
 @pytest.mark.parametrize("variant", ["switches", "mixed", "compressed"])
 def test_two_workers_with_other_options_train_as_without_sharding(two_workers, variant):
     # switches: steps_per_sync, jit_compile, steps_per_execution; mixed: mixed_float16 and
-    # steps_per_sync; compressed: float16 all-reduce, sliced. Reference: the same unsharded.
+    # steps_per_sync; compressed: float16 all-to-all. Reference: the same unsharded.
     for index in (0, 1):
         saved = _saved(two_workers, index)
         count = len([k for k in saved if k.startswith(f"{variant}_whole_")])

@@ -77,8 +77,8 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     """Makes an unbuilt Keras `optimizer` keep, on each replica, the slots of its slice only.
 
     On each step each replica receives the sum over the replicas of its 1/N slice of the
-    flattened gradients (`comm.reduce_scatter`; with compression, sliced from the
-    optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
+    flattened gradients (`comm.reduce_scatter`, in compression's dtype; with compression on
+    one machine, sliced from the optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
     the slices are all-gathered into the variables (over the tcp ring with
     `transport="tcp"`). Clipping and weight decay stay the optimizer's own, on whole
     variables. `save_own_variables` and `load_own_variables` read and write the unsharded
@@ -87,8 +87,8 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     Args:
         optimizer: a Keras optimizer of `ELEMENTWISE` (the innermost, inside loss scaling).
         strategy: the `MirroredStrategy` or `MultiWorkerMirroredStrategy` it runs under.
-        wire_dtype: the dtype gradients cross the tcp ring in (compression). Defaults to
-            theirs.
+        wire_dtype: the dtype gradients cross between workers in (compression). Defaults
+            to theirs.
 
     Returns:
         `optimizer`.
@@ -214,9 +214,10 @@ class _State:
             grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])
         if path == "to_devices":
             gradient = reduce_scatter.to_devices(context, grads, layout, self.dtype)[replica]
-        elif path == "all_to_all":
-            slices = reduce_scatter.by_all_to_all(context, grads, layout, self.dtype)
-            gradient = slices[self.replica_ids.index(replica)]
+        elif path == "all_to_all":  # in compression's dtype, as its all-reduce sums
+            slices = reduce_scatter.by_all_to_all(context, grads, layout,
+                                                  tf.as_dtype(self.wire_dtype or self.dtype))
+            gradient = tf.cast(slices[self.replica_ids.index(replica)], self.dtype)
         elif path == "ring":
             gradient = self._ring_reduce_scatter(grads, replica)
         else:  # summed whole by the optimizer's own all-reduce (compression)
@@ -239,13 +240,13 @@ class _State:
     def gradient_path(self):
         """How each replica receives its slice's sum: `"to_devices"` (one machine),
         `"all_to_all"` (across workers), `"ring"` (the tcp ring's first half) or
-        `"all_reduce"` (the optimizer's own all-reduce, compression's, kept and sliced)."""
+        `"all_reduce"` (on one machine, compression's all-reduce, kept and sliced)."""
         if self._connection() is not None:
             return "ring"
-        if attached.of_optimizer(self.optimizer).all_reduce is not None:
-            return "all_reduce"
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return "all_to_all"
+        if attached.of_optimizer(self.optimizer).all_reduce is not None:
+            return "all_reduce"
         return "to_devices"
 
     def _connection(self):

@@ -80,7 +80,7 @@ def train_variant(strategy, name, sharded):
             prepare.install(optimizer, strategy, shard_optimizer_state=sharded, **options)
             model.compile(optimizer, "mse", **compile_options)
         model.fit(sharded_problem.batches(x, y), epochs=1, shuffle=False, verbose=0)
-        counts = collective_ops(strategy, model) if name == "switches" else {}
+        counts = collective_ops(strategy, model) if name != "mixed" else {}
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
     return model, counts
