@@ -30,7 +30,7 @@ def hold(source):
     size = sum(count * max(1, s.shape.num_elements()) * s.dtype.size for s in specs)
     if size > LIMIT_BYTES:
         return None
-    return tf.data.experimental.get_single_element(source.batch(count))
+    return source.batch(count).get_single_element()
 
 
 def rows(held, seed, epoch, global_batch_size, drop_remainder, positions):
