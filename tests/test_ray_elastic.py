@@ -63,6 +63,7 @@ def _weights(recipe, path=None):
     """The recipe's model trained by plain Keras in one process, or loaded from `path`."""
     model = recipe["build_model"]()
     if path is not None:
+        model.optimizer.build(model.trainable_variables)  # the file holds its state too
         model.load_weights(path)
         return model.get_weights()
     batches = recipe["examples"]().batch(recipe["GLOBAL_BATCH"], drop_remainder=True)
