@@ -30,7 +30,8 @@ def hold(source):
     size = sum(count * max(1, s.shape.num_elements()) * s.dtype.size for s in specs)
     if size > LIMIT_BYTES:
         return None
-    return source.batch(count).get_single_element()
+    with tf.device("/CPU:0"):  # read by the input pipelines, which run on the host
+        return source.batch(count).get_single_element()
 
 
 def rows(held, seed, epoch, global_batch_size, drop_remainder, positions):
