@@ -32,6 +32,29 @@ def _model(width, depth, features=FEATURES):
     return keras.Sequential(layers + [keras.layers.Dense(CLASSES)])
 
 
+def compiled_model(width, depth):
+    """The benchmark's MLP compiled with Adam (call under the strategy's scope)."""
+    import keras
+
+    model = _model(width, depth)
+    model.compile(keras.optimizers.Adam(1e-3),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def training_data(batch):
+    """Eight random global batches, repeated, sharded by data across workers."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch * 8, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=batch * 8).astype("int32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
+            .repeat().with_options(options))
+
+
 def _bytes_per_device(strategy, variables):
     import tensorflow as tf
 
@@ -46,7 +69,6 @@ def _bytes_per_device(strategy, variables):
 def run_one(payload):
     """In a fresh process: one fit, unsharded or sharded; returns its figures."""
     import keras
-    import tensorflow as tf
 
     import mgpu_tf
     from mgpu_tf.comm import sharded_state
@@ -55,17 +77,9 @@ def run_one(payload):
     mgpu_tf.simulate_devices(devices)
     strategy = mgpu_tf.make_strategy("mirrored", devices=devices, shard_optimizer_state=sharded)
     batch, steps = payload["batch"], payload["steps"]
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * 8, FEATURES)).astype("float32")
-    y = rng.integers(0, CLASSES, size=batch * 8).astype("int32")
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
-            .repeat().with_options(options))
+    data = training_data(batch)
     with strategy.scope():
-        model = _model(payload["width"], payload["depth"])
-        model.compile(keras.optimizers.Adam(1e-3),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = compiled_model(payload["width"], payload["depth"])
     epochs = []
     timer = keras.callbacks.LambdaCallback(
         on_epoch_begin=lambda epoch, logs: epochs.append(time.perf_counter()),

@@ -21,7 +21,9 @@ import time
 
 import numpy as np
 
-FEATURES, CLASSES, WORKERS = 784, 10, 2
+import bench_sharded_state
+
+WORKERS = 2
 
 
 def _loopback_bytes():
@@ -37,28 +39,16 @@ def _loopback_bytes():
 def worker(payload):
     """One worker of a group: the fit; worker 0 prints `figures: {json}`."""
     import keras
-    import tensorflow as tf
 
     import mgpu_tf
     from mgpu_tf.compat import attached
 
     strategy = mgpu_tf.make_strategy("multi_worker", transport=payload["transport"],
                                      shard_optimizer_state=payload["sharded"])
-    batch, steps, width, depth = (payload[k] for k in ("batch", "steps", "width", "depth"))
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * 8, FEATURES)).astype("float32")
-    y = rng.integers(0, CLASSES, size=batch * 8).astype("int32")
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    data = (tf.data.Dataset.from_tensor_slices((x, y)).batch(batch, drop_remainder=True)
-            .repeat().with_options(options))
+    steps = payload["steps"]
+    data = bench_sharded_state.training_data(payload["batch"])
     with strategy.scope():
-        model = keras.Sequential(
-            [keras.Input((FEATURES,))]
-            + [keras.layers.Dense(width, activation="relu") for _ in range(depth)]
-            + [keras.layers.Dense(CLASSES)])
-        model.compile(keras.optimizers.Adam(1e-3),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = bench_sharded_state.compiled_model(payload["width"], payload["depth"])
     marks = []
 
     def mark(*_):
