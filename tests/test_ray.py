@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from support import compare
+from support import recipes
 from support import tolerance
 from support import workers
 
@@ -117,17 +118,11 @@ def test_reporter_refuses_bad_arguments(kwargs, error, match):
 
 def test_tolerance_rejects_a_wrong_update(tmp_path):
     """TOLERANCE holds rounding, not a 1% learning-rate error or one step missing."""
-    script = tmp_path / "ray_digits.py"
-    script.write_text(_recipe())
-    recipe = runpy.run_path(str(script))
-    batches = recipe["examples"]().batch(recipe["GLOBAL_BATCH"], drop_remainder=True)
+    recipe = recipes.load(tmp_path / "ray_digits.py", _recipe())
 
     def losses(learning_rate_factor=1.0, steps=None):
-        model = recipe["build_model"]()
-        model.optimizer.learning_rate.assign(0.1 * learning_rate_factor)
-        data = batches if steps is None else batches.take(steps)
-        return [np.array(model.fit(data, epochs=recipe["EPOCHS"], shuffle=False,
-                                   verbose=0).history["loss"])]
+        history = recipes.fit(recipe, 0.1 * learning_rate_factor, steps)[1]
+        return [np.array(history.history["loss"])]
 
     wrong = {"learning rate 1% high": losses(1.01), "one step missing": losses(steps=27)}
     assert tolerance.rejects(TOLERANCE, losses(), wrong, compare.relative_difference) == []

@@ -15,10 +15,10 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import pytest
 
 from support import compare
+from support import recipes
 from support import tolerance
 from support import workers
 
@@ -98,17 +98,10 @@ def test_the_resized_run_ends_as_one_uninterrupted_process(run):
 
 def test_tolerance_rejects_a_wrong_update(tmp_path):
     """TOLERANCE holds rounding, not a 1% learning-rate error or one step missing."""
-    script = tmp_path / "ray_elastic.py"
-    script.write_text(_recipe())
-    recipe = runpy.run_path(str(script))
-    batches = recipe["examples"]().batch(recipe["GLOBAL_BATCH"], drop_remainder=True)
+    recipe = recipes.load(tmp_path / "ray_elastic.py", _recipe())
 
     def weights(learning_rate_factor=1.0, steps=None):
-        model = recipe["build_model"]()
-        model.optimizer.learning_rate.assign(0.05 * learning_rate_factor)
-        data = batches if steps is None else batches.take(steps)
-        model.fit(data, epochs=recipe["EPOCHS"], shuffle=False, verbose=0)
-        return model.get_weights()
+        return recipes.fit(recipe, 0.05 * learning_rate_factor, steps)[0].get_weights()
 
     wrong = {"learning rate 1% high": weights(1.01), "one step missing": weights(steps=5)}
     assert tolerance.rejects(TOLERANCE, weights(), wrong, compare.relative_difference) == []
