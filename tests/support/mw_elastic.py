@@ -90,13 +90,7 @@ def main():
                     f"{where['steps_done']}\n")
         number = len((args.out / "starts.txt").read_text().splitlines()) - 1
     data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=5)
-    keras.utils.set_random_seed(1)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((FEATURES,)),
-                                  keras.layers.Dense(16, activation="tanh"),
-                                  keras.layers.Dense(1)])
-        model = mgpu_tf.prepare_model(model, strategy)
-        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    model = regression.compiled_model(strategy, FEATURES, 16)
     fit_callbacks = [mgpu_tf.callbacks.BackupAndRestore(backup, save_freq=3)]
     if index == 0:
         fit_callbacks.append(_Clock(number))

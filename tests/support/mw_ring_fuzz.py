@@ -13,7 +13,6 @@ import pathlib
 import sys
 import time
 
-import keras
 import numpy as np
 
 import mgpu_tf
@@ -45,13 +44,7 @@ def main():
     ring.Ring = _LateRing  # what mgpu_tf.comm.transport makes
     strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp", timeout_seconds=60)
     data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=3)
-    keras.utils.set_random_seed(1)
-    with strategy.scope():
-        model = keras.Sequential([keras.Input((FEATURES,)),
-                                  keras.layers.Dense(8, activation="tanh"),
-                                  keras.layers.Dense(1)])
-        model = mgpu_tf.prepare_model(model, strategy)
-        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    model = regression.compiled_model(strategy, FEATURES, 8)
     model.fit(data, epochs=EPOCHS, verbose=0, shuffle=False,
               callbacks=[mgpu_tf.callbacks.DataOrder()])
     if index == 0:

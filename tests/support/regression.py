@@ -13,3 +13,18 @@ def sharded(strategy, examples, features, global_batch, shuffle_seed):
     y = (x @ rng.standard_normal((features, 1))).astype("float32")
     return mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  global_batch, shuffle_seed=shuffle_seed)
+
+
+def compiled_model(strategy, features, width):
+    """The workers' model, `features` -> `width` tanh units -> 1, seeded, compiled with SGD
+    with momentum and the mean squared error under `strategy`."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((features,)),
+                                  keras.layers.Dense(width, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model = mgpu_tf.prepare_model(model, strategy)
+        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    return model
