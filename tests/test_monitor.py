@@ -57,6 +57,8 @@ def test_figures_reach_history_tensorboard_and_the_table(tmp_path, capsys):
     assert 0 < logs["step_ms"][1] < 1000.0 * wall / 8
     assert logs["examples_per_sec"][1] == pytest.approx(16 * 1000.0 / logs["step_ms"][1])
     assert logs["straggler_ratio"][1] >= 1.0
+    # The step clocked its own wait in the all-reduce: nothing was probed.
+    assert monitor.run.compute.probe_seconds == 0
     table = capsys.readouterr().out
     assert "worker  examples/step  step ms" in table and "straggler ratio" in table
     assert 0 < monitor.own_seconds < monitor.train_seconds
@@ -120,7 +122,8 @@ def test_one_worker_is_not_probed():
 
 
 def test_the_probe_keeps_within_its_budget():
-    # A 2% budget: the probe's first pass counts as Keras' first step, so a short fit
+    # The probe runs where the step's clock does not: a train step traced before the monitor
+    # came. A 2% budget: the probe's first pass counts as Keras' first step, so a short fit
     # never probes; at 100% it probes once the first step's time has passed.
     for budget, probed in ((0.02, False), (1.0, True)):
         x, y, initial = sharding_problem.problem(256)
@@ -128,10 +131,12 @@ def test_the_probe_keeps_within_its_budget():
         with strategy.scope():
             model = sharding_problem.build_model(initial)
         data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32)
+        model.fit(data, epochs=1, verbose=0)
         monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False, probe_budget=budget)
         model.fit(data, epochs=3, callbacks=[monitor], verbose=0)
         computes = [record["units"][0]["compute_ms"] for record in monitor.history]
         assert np.isfinite(computes[-1]) == probed, (budget, computes)
+        assert (monitor.run.compute.probe_seconds > 0) == probed
         if probed:
             assert monitor.own_seconds < monitor.train_seconds
 

@@ -5,7 +5,8 @@
 function of the seed and the epoch (`DataOrder`); `backup` backs up everything that shapes the
 next update and resumes from it, at an epoch or mid-epoch (`BackupAndRestore`); `monitor` shows
 each worker's step, compute and wait times, speed and memory, and moves adaptive shards
-(`TrainingMonitor`), measured by `measure` and `utilization`, served by `metrics`.
+(`TrainingMonitor`), measured by `compute` (the step's `wait_clock`, else `measure`'s probe) and
+`utilization`, served by `metrics`.
 """
 import lazy_loader as lazy
 

@@ -3,7 +3,6 @@
 Design: docs/design.md#training-monitor
 """
 
-import logging
 import os
 import statistics
 import time
@@ -13,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.callbacks import chief as chief_lib
+from mgpu_tf.callbacks import compute as compute_lib
 from mgpu_tf.callbacks import measure
 from mgpu_tf.callbacks import metrics as metrics_lib
 from mgpu_tf.callbacks import scalars
@@ -22,8 +22,6 @@ from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
 
 __all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
-
-logger = logging.getLogger("mgpu_tf")
 
 # The figures of each unit in an exchange, in order.
 FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb", "utilization_pct",
@@ -225,18 +223,17 @@ class _Run:
         self.strategy = chief_lib.strategy_of(monitor.model)
         (self._kind, self._units, self._per_unit,
          self._local) = measure.local_units(self.strategy)
-        self._probe = measure.ComputeProbe(monitor.model, monitor.probe_repeats)
         self._busy = utilization.make_reader(len(tf.config.list_physical_devices("GPU")))
         strategy = monitor.model.distribute_strategy
         self.shares = [s for s in adaptive.live_shares(strategy) if s.units == self._units]
         self.steering = steering.ShareSteering(
             self.shares, order.position_of(strategy), monitor.model) if self.shares else None
-        # The probe's first pass traces, the monitor's largest cost: it runs where a unit
-        # can hold others back, or adaptive shares need the speeds.
-        self._probing = self._units > 1 or bool(self.shares)
-        self._probe_seconds = 0.0  # spent probing so far
-        self._probe_cost = None  # what the next probe may cost
-        self._computed = {}  # unit: its last measured compute seconds
+        # Compute is measured where a unit can hold others back, or adaptive shares need
+        # the speeds.
+        self.compute = compute_lib.ComputeTimes(
+            monitor.model, self.strategy, self._local, self._kind,
+            repeats=monitor.probe_repeats, budget=monitor.probe_budget, start=start,
+            wanted=self._units > 1 or bool(self.shares))
 
     def begin_epoch(self, epoch):
         if self.steering:
@@ -254,14 +251,15 @@ class _Run:
 
     def end_epoch(self, epoch, logs):
         try:
-            probe = self._probe_due(final=True)
-            record = self._measured(probe, self.steering and self.steering.repeats(epoch))
+            measured, record = self._measured(
+                self._probe_due(final=True), self.steering and self.steering.repeats(epoch))
             jumped = bool(self.steering) and self.steering.jumped(epoch, record)
-            if jumped and self._probing:  # a unit's speed changed: its new speed, now
-                probe, record = True, self._measured(True, steering.DECISIVE_REPEATS)
+            if jumped and self.compute.wanted and not self.compute.clock:
+                # A unit's speed changed: its new speed, now.
+                measured, record = self._measured(True, steering.DECISIVE_REPEATS)
             self._publish(logs, record, final=True)
             if self.steering:
-                self.steering.decide(epoch, record, probed=probe, jumped=jumped,
+                self.steering.decide(epoch, record, probed=measured, jumped=jumped,
                                      steps=self._steps_done - self._epoch_base)
         finally:
             if self.steering:  # a pipeline may be waiting for the next epoch's shares
@@ -292,38 +290,19 @@ class _Run:
         return (time.perf_counter() - self._window_start) / max(steps, 1)
 
     def _probe_due(self, final):
-        """Whether this interval's end probes: as adaptive shares ask at an epoch's end,
-        else as the budget allows."""
-        budget = self.monitor.probe_budget
-        if self._probing and final and self.steering:
+        """Whether this interval's end probes, when the clock has no figures: as adaptive
+        shares ask at an epoch's end, else as the budget allows."""
+        if self.compute.wanted and final and self.steering:
             return self.steering.probe_due(self._epoch)
-        if not self._probing or budget is None:
-            return self._probing
-        if self._probe_cost is None:
-            # Keras' first step traced its train step, of which the probe's pass is a part.
-            self._probe_cost = min(self.ends)[1] - self.start if self.ends else float("inf")
-        elapsed = time.perf_counter() - self.start
-        return self._probe_seconds + self._probe_cost <= budget * elapsed
-
-    def _compute_seconds(self, unit_batch, devices, repeats=None):
-        """This unit's compute per step: its slowest replica's probe, or nan."""
-        if not self._probing:
-            return float("nan")
-        try:
-            per_replica = max(1, round(unit_batch / len(devices)))
-            return max(self._probe.seconds(per_replica, d, repeats) for d in devices)
-        except (ValueError, TypeError, tf.errors.OpError) as error:
-            self._probing = False
-            logger.warning("mgpu_tf: TrainingMonitor cannot time the compute alone (%s); "
-                           "compute and wait are left out.", error)
-            return float("nan")
+        return self.compute.probe_affordable(min(self.ends)[1] if self.ends else None)
 
     def _flush(self, logs, *, final):
         """Measures, exchanges and records one interval."""
-        self._publish(logs, self._measured(self._probe_due(final)), final)
+        self._publish(logs, self._measured(self._probe_due(final))[1], final)
 
     def _measured(self, probe, repeats=None):
-        """This interval's figures of every unit, exchanged; `probe` times the compute."""
+        """`(compute measured, record)`: this interval's figures of every unit, exchanged;
+        compute from the clock, else from the probe when `probe`."""
         if self.ends:
             self._steps_done = max(self._steps_done,
                                    self._epoch_base + max(b for b, _ in self.ends) + 1)
@@ -333,24 +312,16 @@ class _Run:
         batches = self._unit_batches()
         memory, peak = measure.memory_bytes()
         busy = 100.0 * self._busy.read()
-        begin = time.perf_counter()
-        rows = {}
-        for unit, devices in self._local.items():
-            batch = batches[unit] if batches else 32.0 * self._per_unit
-            if probe:
-                self._computed[unit] = self._compute_seconds(batch, devices, repeats)
-            compute = self._computed.get(unit, float("nan"))
-            rows[unit] = [1000.0 * step, 1000.0 * compute, batch, memory / _MB, peak / _MB,
-                          busy, 1000.0 * first]
-        if probe:
-            self._probe_seconds += time.perf_counter() - begin
-            # Warm, a probe takes `probe_repeats` samples of at least the shortest per device.
-            self._probe_cost = sum(
-                len(devices) * self.monitor.probe_repeats * max(
-                    measure.SHORTEST_SAMPLE, self._computed.get(unit, 0.0) or 0.0)
-                for unit, devices in self._local.items())
+        unit_batches = {unit: batches[unit] if batches else 32.0 * self._per_unit
+                        for unit in self._local}
+        clocked = bool(self.compute.clocked(step, self._steps_done))
+        if probe and not clocked:
+            self.compute.probe(unit_batches, repeats)
+        rows = {unit: [1000.0 * step, 1000.0 * self.compute.last.get(unit, float("nan")),
+                       batch, memory / _MB, peak / _MB, busy, 1000.0 * first]
+                for unit, batch in unit_batches.items()}
         table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
-        return self._record(table, batches is not None)
+        return clocked or probe, self._record(table, batches is not None)
 
     def _publish(self, logs, record, final):
         record["final"] = final

@@ -47,6 +47,8 @@ class OptimizerRecord:
     communication: object = None
     # Sums its (gradient, variable) pairs over replicas in place of Keras' all-reduce.
     all_reduce: object = None
+    # Times each replica's wait in that all-reduce, for the monitor (callbacks.wait_clock).
+    wait_clock: object = None
     # Its gradient sums between syncs, which build and apply go through (comm.accumulation).
     accumulation: object = None
     # Its updates and slots follow each variable's device (model_parallel.placement).

@@ -60,7 +60,8 @@ def _apply(original, optimizer, grads, trainable_variables=None):
 
 
 def _all_reduce_sum_gradients(original, optimizer, grads_and_vars):
-    all_reduce = attached.of_optimizer(optimizer).all_reduce
-    if all_reduce is None:
-        return original(optimizer, grads_and_vars)
-    return all_reduce(grads_and_vars)
+    record = attached.of_optimizer(optimizer)
+    all_reduce = record.all_reduce or functools.partial(original, optimizer)
+    if record.wait_clock is None:
+        return all_reduce(grads_and_vars)
+    return record.wait_clock.around(all_reduce, grads_and_vars)

@@ -82,6 +82,7 @@ def main(directory):
     report("WEIGHTS", sharding_problem.to_json(model.get_weights()))
     report("SIZES", [list(shares.unit_batch_sizes(e, wait=False)) for e in range(EPOCHS)])
     report("CHANGES", shares.changes)
+    report("PROBE_SECONDS", monitor.run.compute.probe_seconds)
     report("HISTORY", {k: [float(v) for v in values] for k, values in history.history.items()})
     report("SEEN", [seen(strategy, data, x, e) for e in range(EPOCHS)])
 

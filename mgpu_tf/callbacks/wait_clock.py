@@ -1,0 +1,58 @@
+"""Each replica's wait in the gradient all-reduce, timed inside the train step.
+
+A step's compute is its time less that wait, so `TrainingMonitor` reads each unit's speed
+from the steps it trains, with no pass of its own.
+
+Design: docs/design.md#training-monitor
+"""
+
+import tensorflow as tf
+
+from mgpu_tf.compat import attached, patches
+
+__all__ = ["WaitClock", "attach"]
+
+
+class WaitClock:
+    """Seconds and all-reduces of each local replica of `strategy` since the last `read`."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        options = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.SUM)
+        with strategy.scope():
+            self.seconds = tf.Variable(tf.constant(0.0, tf.float64), **options)
+            self.count = tf.Variable(tf.constant(0, tf.int64), **options)
+
+    def around(self, all_reduce, grads_and_vars):
+        """`all_reduce(grads_and_vars)`, timed from the last local gradient to the last sum."""
+        local = [g for g, _ in grads_and_vars if g is not None]
+        with tf.control_dependencies(local):
+            start = tf.timestamp()
+        reduced = all_reduce(grads_and_vars)
+        with tf.control_dependencies([g for g, _ in reduced if g is not None]):
+            waited = tf.timestamp() - start
+        # Stateful: a traced function runs them in order with the rest of the step.
+        self.seconds.assign_add(waited)
+        self.count.assign_add(1)
+        return reduced
+
+    def read(self):
+        """`[(seconds, all-reduces)]` of each local replica since the last read."""
+        figures = []
+        for seconds, count in zip(self.strategy.experimental_local_results(self.seconds),
+                                  self.strategy.experimental_local_results(self.count)):
+            figures.append((float(seconds.numpy()), int(count.numpy())))
+            seconds.assign(0.0)
+            count.assign(0)
+        return figures
+
+
+def attach(optimizer, strategy):
+    """The `WaitClock` of `optimizer`, made on first use; its train step, traced from now on,
+    times its all-reduce."""
+    patches.install("optimizer")
+    record = attached.of_optimizer(optimizer)
+    if record.wait_clock is None:
+        record.wait_clock = WaitClock(strategy)
+    return record.wait_clock
