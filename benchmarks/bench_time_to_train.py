@@ -40,15 +40,16 @@ _EPOCH = re.compile(r"Epoch (\d+)/")
 _SCENARIOS = ("boundaries", "identical", "half", "midrun")
 
 
-def _hog(core):
-    return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c",
-                             "while True: pass"])
+def _hogs(core, count):
+    return [subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-c",
+                              "while True: pass"]) for _ in range(count)]
 
 
-def _stop(process):
-    if process is not None and process.poll() is None:
-        process.kill()
-        process.wait()
+def _stop(*processes):
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def _workers(commands, on_line=None):
@@ -131,35 +132,43 @@ def boundaries(args):
 # ------------------------------------------------------------------ adaptive pairs
 
 
-def _main_job(args, shares, examples, epochs):
+def _main_job(args, shares, examples, epochs, *extra):
     return [sys.executable, "-m", "mgpu_tf.train", "--strategy=multi_worker",
             "--dataset=synthetic", f"--synthetic_examples={examples}",
             f"--global_batch_size={args.batch}", f"--width={args.width}", f"--epochs={epochs}",
-            f"--shard_weights={shares}"]
+            f"--shard_weights={shares}", *extra]
 
 
-def pair(args, shares, examples, epochs, hog_from=None):
-    """`(examples_per_sec, steps_examples_per_sec, fit_seconds, [epoch seconds])`."""
-    busy = {"process": _hog(1) if hog_from == 0 else None}
+def pair(args, shares, examples, epochs, hog_from=None, *extra):
+    """`(examples_per_sec, steps_examples_per_sec, fit_seconds, [epoch seconds], lines)`."""
+    busy = {"processes": _hogs(1, args.hogs) if hog_from == 0 else []}
 
     def on_line(part):
         epoch = _EPOCH.search(part)
         if (epoch and hog_from and int(epoch.group(1)) == hog_from + 1
-                and busy["process"] is None):
-            busy["process"] = _hog(1)
+                and not busy["processes"]):
+            busy["processes"] = _hogs(1, args.hogs)
 
     try:
-        command = _main_job(args, shares, examples, epochs)
+        command = _main_job(args, shares, examples, epochs, *extra)
         lines = _workers([command, command], on_line)
     finally:
-        _stop(busy["process"])
+        _stop(*busy["processes"])
     headers = [t for t, text in lines if _EPOCH.match(text)]
     done = [(t, _DONE.search(text)) for t, text in lines if text.startswith("done:")]
     end, match = done[-1]
     # An epoch ends when the next one's header arrives; the last when evaluation starts,
     # which the done line follows closely.
     epoch_seconds = [b - a for a, b in zip(headers, headers[1:] + [end])]
-    return (*(float(v) for v in match.groups()), epoch_seconds)
+    return (*(float(v) for v in match.groups()), epoch_seconds, [text for _, text in lines])
+
+
+def speeds(args, examples, hog_from):
+    """Worker 1's speed over worker 0's, by the monitor's compute figures, even shares."""
+    lines = pair(args, "even", examples, args.epochs, hog_from, "--monitor")[4]
+    rows = [text.split() for text in lines if re.match(r"\s+[01]\s+[0-9.]+\s+[0-9.]+\s", text)]
+    computes = [float(row[3]) for row in rows[-2:]]
+    return computes[0] / computes[1]
 
 
 def compare(args, label, examples, epochs, hog_from=None):
@@ -170,6 +179,10 @@ def compare(args, label, examples, epochs, hog_from=None):
             runs[shares].append(run)
             print(f"  {label} round {r} {shares:8s}: wall {run[0]:8.0f}/s steps {run[1]:8.0f}/s "
                   f"fit {run[2]:.2f} s epochs {[round(s, 2) for s in run[3]]}", flush=True)
+            moves = [t.split(": batch sizes ")[1] for t in run[4] if ": batch sizes " in t
+                     and t.startswith("epoch ")]
+            if moves:
+                print(f"    shares moved: {', '.join(moves)}", flush=True)
     for i, name in ((0, "wall clock (epoch 2 on)"), (2, "whole fit")):
         ratios = [(a[i] / e[i]) if i == 0 else (e[i] / a[i])
                   for a, e in zip(runs["adaptive"], runs["even"])]
@@ -186,6 +199,8 @@ def main():
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--only", default=",".join(_SCENARIOS))
+    parser.add_argument("--hogs", type=int, default=1,
+                        help="busy processes on worker 1's core (half speed, slowdown)")
     args = parser.parse_args()
     only = args.only.split(",")
     if "boundaries" in only:
@@ -193,7 +208,10 @@ def main():
     if "identical" in only:
         compare(args, "two identical workers", 16384, args.epochs)
     if "half" in only:
-        compare(args, "worker 1 at half speed", args.examples, args.epochs, hog_from=0)
+        label = f"worker 1 beside {args.hogs} busy process(es)"
+        compare(args, label, args.examples, args.epochs, hog_from=0)
+        print(f"{label}: worker 1's speed / worker 0's, by the monitor's compute (even "
+              f"shares): {speeds(args, args.examples, 0):.3f}", flush=True)
     if "midrun" in only:
         runs = compare(args, "slowdown from epoch 5", args.examples, 10, hog_from=4)
         for name, rs in runs.items():
