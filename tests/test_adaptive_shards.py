@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.data import adaptive, order
+from mgpu_tf.data import adaptive, order, settle
 from support import adaptive_worker
 from support import compare
 from support import sharding_problem
@@ -210,6 +210,32 @@ def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
     # The backup holds the shares decided for the epoch it resumes at.
     saved = json.loads((tmp_path / "training_metadata.json").read_text())["adaptive"]
     assert any(s["schedule"].get("2") == list(shares.shares_for(2, wait=False)) for s in saved)
+
+
+def test_clocked_speeds_reach_settled_shares_only_at_the_epochs_they_ask_for():
+    x, y, initial = sharding_problem.problem(480, seed=6)
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = sharding_problem.build_model(initial)
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32,
+                                 weights="adaptive")
+    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
+    fed, asked = [], []
+    epoch_ended = shares.epoch_ended
+
+    def observed(epoch, speeds, *args, jumped=False, **kwargs):
+        fed.append(settle.usable(speeds, 2))
+        asked.append(monitor.run.steering.probe_due(epoch) or jumped)
+        return epoch_ended(epoch, speeds, *args, jumped=jumped, **kwargs)
+
+    shares.epoch_ended = observed
+    model.fit(data, epochs=8, callbacks=[monitor], verbose=0)
+    # The step clocked compute in every epoch; the shares took it only where they asked
+    # (epochs 0 and 2 while they stay settled; 6 and 7 decide no epoch of this fit).
+    finals = [r for r in monitor.history if r["final"]]
+    assert all(np.isfinite(u["compute_ms"]) for r in finals for u in r["units"])
+    assert fed == asked and not all(asked)
 
 
 @pytest.mark.parametrize("batch, error, match", [

@@ -251,16 +251,19 @@ class _Run:
 
     def end_epoch(self, epoch, logs):
         try:
+            due = self._probe_due(final=True)
             measured, record = self._measured(
-                self._probe_due(final=True), self.steering and self.steering.repeats(epoch))
+                due, self.steering and self.steering.repeats(epoch))
             jumped = bool(self.steering) and self.steering.jumped(epoch, record)
             if jumped and self.compute.wanted and not self.compute.clock:
                 # A unit's speed changed: its new speed, now.
                 measured, record = self._measured(True, steering.DECISIVE_REPEATS)
             self._publish(logs, record, final=True)
             if self.steering:
-                self.steering.decide(epoch, record, probed=measured, jumped=jumped,
-                                     steps=self._steps_done - self._epoch_base)
+                # Clocked speeds of every epoch are published; the shares take them as
+                # they take the probe's, so that settled shares stay settled.
+                self.steering.decide(epoch, record, probed=measured and (due or jumped),
+                                     jumped=jumped, steps=self._steps_done - self._epoch_base)
         finally:
             if self.steering:  # a pipeline may be waiting for the next epoch's shares
                 self.steering.unblock(epoch)
