@@ -13,11 +13,13 @@ rounds, on this machine:
    each epoch's first step against the median step.
 2. Two identical workers (each on its own core): even against adaptive shares.
 3. One worker at half speed for the whole run (its core shared with a busy process):
-   even against adaptive shares.
+   even against adaptive shares, and against fixed weights (`--fixed 9,7`): what the
+   best shares can give in that setting.
 4. A slowdown that starts mid-run: each epoch's wall clock (the chief's `Epoch k/N`
    lines as they arrive), adaptive against even.
 
 Usage: python benchmarks/bench_time_to_train.py [--rounds 3] [--only boundaries,identical,...]
+       [--hogs 1] [--fixed 9,7 --fixed 10,6]
 """
 
 import argparse
@@ -52,12 +54,12 @@ def _stop(*processes):
             process.wait()
 
 
-def _workers(commands, on_line=None):
+def _workers(commands, on_line=None, env=None):
     """Runs one command per worker (worker i on core i); the chief's output lines."""
     configs = launcher.worker_tf_configs(len(commands))
     processes = [subprocess.Popen(
         ["taskset", "-c", str(i), *command],
-        env=dict(os.environ, **_BASE, TF_CONFIG=json.dumps(configs[i])),
+        env=dict(os.environ, **_BASE, **(env or {}), TF_CONFIG=json.dumps(configs[i])),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i, command in enumerate(commands)]
     lines = []
@@ -133,10 +135,12 @@ def boundaries(args):
 
 
 def _main_job(args, shares, examples, epochs, *extra):
+    """The main job's command; `shares` even, adaptive, or fixed weights such as `9,7`."""
+    fixed = shares not in ("even", "adaptive")
     return [sys.executable, "-m", "mgpu_tf.train", "--strategy=multi_worker",
             "--dataset=synthetic", f"--synthetic_examples={examples}",
             f"--global_batch_size={args.batch}", f"--width={args.width}", f"--epochs={epochs}",
-            f"--shard_weights={shares}", *extra]
+            f"--shard_weights={'deployment' if fixed else shares}", *extra]
 
 
 def pair(args, shares, examples, epochs, hog_from=None, *extra):
@@ -151,7 +155,9 @@ def pair(args, shares, examples, epochs, hog_from=None, *extra):
 
     try:
         command = _main_job(args, shares, examples, epochs, *extra)
-        lines = _workers([command, command], on_line)
+        fixed = shares not in ("even", "adaptive")
+        lines = _workers([command, command], on_line,
+                         {"MGPU_TF_SHARD_WEIGHTS": shares} if fixed else None)
     finally:
         _stop(*busy["processes"])
     headers = [t for t, text in lines if _EPOCH.match(text)]
@@ -171,10 +177,13 @@ def speeds(args, examples, hog_from):
     return computes[0] / computes[1]
 
 
-def compare(args, label, examples, epochs, hog_from=None):
-    runs = {"even": [], "adaptive": []}
+def compare(args, label, examples, epochs, hog_from=None, fixed=()):
+    """Even, adaptive and each of `fixed` (weights such as `9,7`), side by side in rounds."""
+    kinds = ("even", "adaptive", *fixed)
+    runs = {kind: [] for kind in kinds}
     for r in range(args.rounds):
-        for shares in ("even", "adaptive"):
+        # Each goes first in turn: the first run of a round may meet another load.
+        for shares in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
             run = pair(args, shares, examples, epochs, hog_from)
             runs[shares].append(run)
             print(f"  {label} round {r} {shares:8s}: wall {run[0]:8.0f}/s steps {run[1]:8.0f}/s "
@@ -183,11 +192,12 @@ def compare(args, label, examples, epochs, hog_from=None):
                      and t.startswith("epoch ")]
             if moves:
                 print(f"    shares moved: {', '.join(moves)}", flush=True)
-    for i, name in ((0, "wall clock (epoch 2 on)"), (2, "whole fit")):
-        ratios = [(a[i] / e[i]) if i == 0 else (e[i] / a[i])
-                  for a, e in zip(runs["adaptive"], runs["even"])]
-        print(f"{label}: adaptive / even, {name}: {statistics.median(ratios):.3f} "
-              f"(rounds {[round(x, 3) for x in ratios]})", flush=True)
+    for kind in kinds[1:]:
+        for i, name in ((0, "wall clock (epoch 2 on)"), (2, "whole fit")):
+            ratios = [(a[i] / e[i]) if i == 0 else (e[i] / a[i])
+                      for a, e in zip(runs[kind], runs["even"])]
+            print(f"{label}: {kind} / even, {name}: {statistics.median(ratios):.3f} "
+                  f"(rounds {[round(x, 3) for x in ratios]})", flush=True)
     return runs
 
 
@@ -201,6 +211,8 @@ def main():
     parser.add_argument("--only", default=",".join(_SCENARIOS))
     parser.add_argument("--hogs", type=int, default=1,
                         help="busy processes on worker 1's core (half speed, slowdown)")
+    parser.add_argument("--fixed", action="append", default=[],
+                        help="fixed weights run beside even and adaptive in `half`, e.g. 9,7")
     args = parser.parse_args()
     only = args.only.split(",")
     if "boundaries" in only:
@@ -209,7 +221,7 @@ def main():
         compare(args, "two identical workers", 16384, args.epochs)
     if "half" in only:
         label = f"worker 1 beside {args.hogs} busy process(es)"
-        compare(args, label, args.examples, args.epochs, hog_from=0)
+        compare(args, label, args.examples, args.epochs, hog_from=0, fixed=args.fixed)
         print(f"{label}: worker 1's speed / worker 0's, by the monitor's compute (even "
               f"shares): {speeds(args, args.examples, 0):.3f}", flush=True)
     if "midrun" in only:
