@@ -151,7 +151,8 @@ def test_monitor_names_the_slow_worker(launch):
     sleep_ms = [1000 * adaptive_worker.SLOW_SECONDS * s[1] for s in results[0]["SIZES"]]
     for epoch, least in enumerate(sleep_ms):
         assert least <= slow["compute_ms"][epoch] < least + 60, (epoch, slow["compute_ms"])
-        assert fast["compute_ms"][epoch] < 20, fast["compute_ms"]
+        # Worker 0 has no sleep: its compute stays under the least of worker 1 (60 ms).
+        assert fast["compute_ms"][epoch] < 40, fast["compute_ms"]
         waited = slow["compute_ms"][epoch] - fast["compute_ms"][epoch]
         assert fast["wait_ms"][epoch] == pytest.approx(waited, abs=10), fast
     assert [r["PROBE_SECONDS"] for r in results] == [0, 0]
