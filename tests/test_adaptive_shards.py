@@ -186,15 +186,21 @@ def test_the_monitor_reads_the_data_set_in_use_beside_an_older_one(monkeypatch):
     assert [unit["batch"] for unit in monitor.history[0]["units"]] == [12, 12]
 
 
-def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
-    monkeypatch.setenv("MGPU_TF_SHARD_WEIGHTS", "3,1")
-    x, y, initial = sharding_problem.problem(96, seed=4)
+def _mirrored_adaptive(x, y, initial, batch):
+    """(strategy, model, adaptive data, its shares) on 2 mirrored replicas."""
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
         model = sharding_problem.build_model(initial)
-    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 24,
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, batch,
                                  weights="adaptive")
     shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    return strategy, model, data, shares
+
+
+def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
+    monkeypatch.setenv("MGPU_TF_SHARD_WEIGHTS", "3,1")
+    x, y, initial = sharding_problem.problem(96, seed=4)
+    strategy, model, data, shares = _mirrored_adaptive(x, y, initial, 24)
     assert shares.batch_sizes(0, wait=False) == (18, 6)
     backup = mgpu_tf.callbacks.BackupAndRestore(tmp_path, delete_checkpoint=False)
     monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
@@ -215,12 +221,7 @@ def test_mirrored_starts_from_the_deployment_weights(monkeypatch, tmp_path):
 
 def test_clocked_speeds_reach_settled_shares_only_at_the_epochs_they_ask_for():
     x, y, initial = sharding_problem.problem(480, seed=6)
-    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
-    with strategy.scope():
-        model = sharding_problem.build_model(initial)
-    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 32,
-                                 weights="adaptive")
-    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    _, model, data, shares = _mirrored_adaptive(x, y, initial, 32)
     monitor = mgpu_tf.callbacks.TrainingMonitor(print_table=False)
     fed, asked = [], []
     epoch_ended = shares.epoch_ended
