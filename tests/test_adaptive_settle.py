@@ -130,6 +130,27 @@ def test_a_move_needs_the_latest_figure_too():
     assert [shares.batch_sizes(e, wait=False) for e in range(3)] == [(1024, 1024)] * 3
 
 
+# Worker 1 beside a busy process, recorded by the monitor on 2 workers (ms of compute a
+# step at each unit's batch size): worker 0's compute barely grows with its examples.
+FIXED_PART = [((34.9, 49.0), (1024, 1024)), ((32.4, 39.3), (1152, 896)),
+              ((34.9, 29.3), (1408, 640)), ((35.5, 30.1), (1408, 640))]
+
+
+def test_a_unit_whose_compute_has_a_fixed_part_takes_the_examples_it_can():
+    shares = adaptive.AdaptiveShares(2048, 2, 1)
+    for epoch, (ms, sizes) in enumerate(FIXED_PART):
+        assert shares.unit_batch_sizes(epoch, wait=False) == sizes
+        shares.decide(epoch + 1, [b / (t / 1e3) for b, t in zip(sizes, ms)], steps=32)
+    # One size, proportional: 9 grains, max(1152 * 34.9, 896 * 49.0) / 1024 = 42.9 ms
+    # against 49.0. Then worker 0's curve is flat (33.65 ms at any size: 1152 examples
+    # took less than 1024) and worker 1's 2.04 ms + 39.3 / 896 ms an example: 11 grains,
+    # 33.65 ms against 41.3, where a proportional speed (the 9:7 figure alone) predicted
+    # 10 grains 8% faster, inside the 10% band. 12 grains would take worker 1 below
+    # 7 / 1.5 grains.
+    assert [shares.unit_batch_sizes(e, wait=False) for e in range(5)] == [
+        (1024, 1024), (1152, 896), (1408, 640), (1408, 640), (1408, 640)]
+
+
 def test_every_decided_size_is_from_the_set():
     shares = adaptive.AdaptiveShares(2048, 1, 2)
     rng = np.random.default_rng(3)
@@ -159,8 +180,9 @@ def test_a_size_seen_before_costs_nothing_under_xla():
     pace = {"step_seconds": 0.1, "jit_compile": True}
     # [1280, 768]: 0.64 s of compute a step, not 1024 / 1200 = 0.853; 20 steps pay 2.9 s.
     shares.decide(1, [2000.0, 1200.0], steps=20, first_step_seconds=3.0, **pace)
-    # Epoch 1's first step compiled its new sizes. The median of [2000, 1200] and
-    # [1200, 2000] is even: back to [1024, 1024], seen in epoch 0, pays in one step.
+    # Epoch 1's first step compiled its new sizes. Through both figures each unit's curve
+    # is 0.5 ms an example (the lower slope) plus 0.21 and 0.17 s: [1024, 1024] predicts
+    # 0.725 s against 0.853 s now; seen in epoch 0, it pays in one step.
     shares.decide(2, [1200.0, 2000.0], steps=1, first_step_seconds=2.0, **pace)
     assert [shares.batch_sizes(e, wait=False) for e in range(3)] == [
         (1024, 1024), (1280, 768), (1024, 1024)]

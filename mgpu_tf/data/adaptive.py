@@ -18,6 +18,7 @@ import numpy as np
 
 from mgpu_tf.cluster import detect
 from mgpu_tf.compat import attached
+from mgpu_tf.data import compute_curve
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import settle
@@ -291,7 +292,7 @@ class AdaptiveShares:
                 self._settle.window.restart()
                 self._kept = 0
             self._probed = measured
-        after = self._proposal(epoch, before, speeds, steps, jit_compile)
+        after = self._proposal(epoch, before, speeds, steps, jit_compile, measured)
         if fresh:
             self._kept = self._kept + 1 if after == before and not self._settle.moving else 0
         with self._cond:
@@ -311,32 +312,36 @@ class AdaptiveShares:
                                                   .items()))
         return after
 
-    def _proposal(self, epoch, before, speeds, steps, jit_compile):
-        """The shares `decide` sets: `before`, or the sizes of smoothed speeds when they pay."""
+    def _proposal(self, epoch, before, speeds, steps, jit_compile, measured):
+        """The shares `decide` sets: `before`, or the best sizes by the units' compute curves
+        when they pay."""
         if not settle.usable(speeds, self.units):
             return before
-        self._settle.window.add(speeds)
-        smoothed = self._settle.window.speeds()
-        bounded, target = (next_shares(before, smoothed, max_change=change, tolerance=0.0,
-                                       minimum=self.minimum)
-                           for change in (self.max_change, math.inf))
+        self._settle.window.add(speeds, self.unit_batch_sizes(measured, wait=False))
+        curves = self._settle.window.curves()
         now = self.unit_batch_sizes(epoch - 1, wait=False)
-        grains = settle.grains(bounded, self.grain_count)
-        proposed = split.grain_sizes(grains, self.grain, self.global_batch_size)
+        grains, target = (compute_curve.best_grains(
+            curves, self._unit_sizes, self.grain_count,
+            *compute_curve.bounds(before, self.grain_count, change), now=before)
+            for change in (self.max_change, math.inf))
+        proposed = self._unit_sizes(grains)
         shares = tuple(size / self.global_batch_size for size in proposed)
         per_replica = split.replica_batch_sizes(self.global_batch_size, self.num_workers,
                                                 self.replicas_per_worker, list(shares))
         cost = self._settle.cost(per_replica, jit_compile, planned=self.batch_sizes(
             epoch - 1, wait=False))
-        # The latest figure must agree: one probe timed beside a busy neighbour moves a
+        # The latest figure must agree: one figure timed beside a busy neighbour moves a
         # median of two.
         if proposed == now or not all(
-                self._settle.worth(now, proposed, figure, cost=cost, steps=steps)
-                for figure in (smoothed, self._settle.window.figures[-1])):
+                self._settle.worth(now, proposed, each, cost=cost, steps=steps)
+                for each in (curves, self._settle.window.curves(latest=True))):
             self._settle.moving = False
             return before
-        self._settle.moving = grains != settle.grains(target, self.grain_count)
+        self._settle.moving = grains != target
         return shares
+
+    def _unit_sizes(self, grains):
+        return split.grain_sizes(grains, self.grain, self.global_batch_size)
 
     # ------------------------------------------------------------------ backups
 

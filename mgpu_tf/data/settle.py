@@ -1,4 +1,4 @@
-"""When adaptive shares move: smoothed speeds, a dead band, and a move that pays for itself.
+"""When adaptive shares move: smoothed figures, a dead band, and a move that pays for itself.
 
 `mgpu_tf.data.adaptive.AdaptiveShares.decide` asks `Settle` whether the sizes it proposes
 are worth a change of shares.
@@ -11,7 +11,9 @@ import statistics
 
 import numpy as np
 
-__all__ = ["Settle", "SpeedWindow", "compute_seconds", "grains", "next_shares", "usable",
+from mgpu_tf.data import compute_curve
+
+__all__ = ["Settle", "SpeedWindow", "next_shares", "usable",
            "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
 
 # A share moves by at most this factor per epoch (x1.5 or /1.5).
@@ -50,18 +52,6 @@ def _at_least(shares, minimum):
         free = sum(v for i, v in enumerate(shares) if i not in fixed)
         scale = (1.0 - minimum * len(fixed)) / free if free else 0.0
         shares = tuple(minimum if i in fixed else v * scale for i, v in enumerate(shares))
-
-
-def grains(shares, count):
-    """`count` grains split by `shares` (largest remainder), at least one each."""
-    quotas = [count * s for s in _at_least(_normalised(shares), 1.0 / count)]
-    taken = [max(1, math.floor(q + 1e-9)) for q in quotas]
-    by_remainder = sorted(range(len(quotas)), key=lambda i: (taken[i] - quotas[i], i))
-    for i in by_remainder[:count - sum(taken)]:
-        taken[i] += 1
-    while sum(taken) > count:
-        taken[taken.index(max(taken))] -= 1
-    return tuple(taken)
 
 
 def next_shares(shares, speeds, *, max_change=DEFAULT_MAX_CHANGE, tolerance=DEFAULT_TOLERANCE,
@@ -112,37 +102,45 @@ def usable(speeds, units):
         and math.isfinite(s) and s > 0 for s in speeds)
 
 
-def compute_seconds(sizes, speeds):
-    """Compute time of a step: its slowest unit's examples over that unit's speed."""
-    return max(b / s for b, s in zip(sizes, speeds))
-
-
 class SpeedWindow:
-    """Each unit's median speed over the last `WINDOW` figures, reset on a clear change."""
+    """Each unit's speeds over the last `WINDOW` figures, reset on a clear change, and the
+    examples of each unit they were measured with (for `curves`)."""
 
     def __init__(self):
         self.figures = []
+        self.sizes = []  # each unit's examples per step in each figure
 
-    def add(self, speeds):
-        """Takes one figure per unit; keeps only the last two when they show a clear change."""
+    def add(self, speeds, sizes):
+        """Takes one figure per unit, measured with `sizes` examples per unit; keeps only
+        the last two when they show a clear change."""
         self.figures = (self.figures + [tuple(float(s) for s in speeds)])[-WINDOW:]
+        self.sizes = (self.sizes + [tuple(int(s) for s in sizes)])[-WINDOW:]
         if len(self.figures) >= 3:
             before = [statistics.median(p) for p in zip(*map(_normalised, self.figures[:-2]))]
             moved = [[(n - b) / b for n, b in zip(_normalised(f), before)]
                      for f in self.figures[-2:]]
             if any(abs(a) > CLEAR_CHANGE and abs(b) > CLEAR_CHANGE and a * b > 0
                    for a, b in zip(*moved)):
-                self.figures = self.figures[-2:]
+                self.figures, self.sizes = self.figures[-2:], self.sizes[-2:]
 
     def restart(self):
         """Forgets every figure: the speeds changed for a known reason."""
-        self.figures = []
+        self.figures, self.sizes = [], []
 
-    def speeds(self):
-        """The smoothed speeds, or `None` before any figure."""
-        if not self.figures:
-            return None
-        return tuple(statistics.median(unit) for unit in zip(*self.figures))
+    def curves(self, *, latest=False):
+        """Each unit's `compute_curve.Curve` through its median compute at every size of
+        the window's figures; with `latest`, the latest figure stands alone at its sizes."""
+        seconds = {}
+        for figure, sizes in zip(self.figures, self.sizes):
+            for unit, (speed, size) in enumerate(zip(figure, sizes)):
+                seconds.setdefault((unit, size), []).append(size / speed)
+        if latest:
+            for unit, (speed, size) in enumerate(zip(self.figures[-1], self.sizes[-1])):
+                seconds[(unit, size)] = [size / speed]
+        points = [{} for _ in self.figures[-1]]
+        for (unit, size), values in seconds.items():
+            points[unit][size] = statistics.median(values)
+        return tuple(compute_curve.fit(p) for p in points)
 
 
 class Settle:
@@ -188,9 +186,11 @@ class Settle:
             return DEFAULT_COMPILE_SECONDS
         return max(0.0, self._new - (statistics.median(self._usual) if self._usual else 0.0))
 
-    def worth(self, now, proposed, speeds, *, cost, steps):
-        """True when unit sizes `proposed` beat `now` by the band and pay back `cost`."""
-        before, after = compute_seconds(now, speeds), compute_seconds(proposed, speeds)
+    def worth(self, now, proposed, curves, *, cost, steps):
+        """True when unit sizes `proposed` beat `now` by the band and pay back `cost`,
+        the step predicted from each unit's `compute_curve.Curve`."""
+        before = compute_curve.step_seconds(now, curves)
+        after = compute_curve.step_seconds(proposed, curves)
         band = GO_ON_BAND if self.moving else self.start_band
         if before - after <= band * before:
             return False
