@@ -223,14 +223,18 @@ class Ring:
         self._send_lock = threading.Lock()
         self._left.settimeout(None)  # idle between steps is fine; waiters time out
 
+        # The thread keeps its own reference: `close` clears `_left` and shuts the socket,
+        # which ends the thread's read.
+        left = self._left
+
         def receive():
             header = bytearray(_HEADER.size)
             try:
                 while True:
-                    self._receive(self._left, memoryview(header), self.left)
+                    self._receive(left, memoryview(header), self.left)
                     op, step, index, nbytes = _HEADER.unpack(bytes(header))
                     payload = np.empty(nbytes, np.uint8)
-                    self._receive(self._left, memoryview(payload), self.left)
+                    self._receive(left, memoryview(payload), self.left)
                     with self._arrived:
                         self._mailbox[(op, step, index)] = payload
                         self._arrived.notify_all()
