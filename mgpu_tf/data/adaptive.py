@@ -313,8 +313,7 @@ class AdaptiveShares:
         return after
 
     def _proposal(self, epoch, before, speeds, steps, jit_compile, measured):
-        """The shares `decide` sets: `before`, or the best sizes by the units' compute curves
-        when they pay."""
+        """The shares `decide` sets: `before`, or the best sizes by the curves when they pay."""
         if not settle.usable(speeds, self.units):
             return before
         self._settle.window.add(speeds, self.unit_batch_sizes(measured, wait=False))

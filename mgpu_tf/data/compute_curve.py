@@ -1,8 +1,7 @@
 """Each unit's compute per step against its examples: a fixed part and a part per example.
 
-`mgpu_tf.data.settle` fits one `Curve` per unit to the sizes a run has measured and
-predicts the step of other sizes from it; `best_grains` splits the grains so that the
-slowest unit is as fast as the curves allow.
+Adaptive shares fit one `Curve` per unit to the sizes measured and split the grains by
+them (`best_grains`).
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -27,19 +26,10 @@ class Curve:
 
 
 def fit(points):
-    """The `Curve` through `points` (`{examples: seconds}`), least squares.
-
-    One size gives a proportional curve. A curve never falls with the size and its fixed
-    part is never negative (its slope is at most any point's seconds per example), so
-    noise between two close sizes cannot make more examples look cheaper.
-
-    Example:
-
-    ```python
-    fit({1024: 0.049})  # Curve(fixed=0.0, per_example=4.785e-05)
-    fit({1024: 0.0349, 1152: 0.0324})  # Curve(fixed=0.03365, per_example=0.0): flat
-    ```
-    """
+    """The least-squares `Curve` through `points` (`{examples: seconds}`); one size gives a
+    proportional one. The slope is cut to [0, the least seconds per example], so a curve
+    never falls and its fixed part is never negative: noise between two close sizes
+    cannot make more examples look cheaper."""
     sizes = np.array(sorted(points), np.float64)
     seconds = np.array([points[s] for s in sorted(points)], np.float64)
     steepest = float(np.min(seconds / sizes))
@@ -56,8 +46,7 @@ def step_seconds(sizes, curves):
 
 
 def bounds(grains, count, max_change):
-    """Each unit's fewest and most grains when `grains` (any positive scale) may move by a
-    factor of `1 + max_change` at most; at least one grain each."""
+    """Each unit's fewest and most grains within a factor `1 + max_change` of `grains`."""
     most = count - len(grains) + 1
     if math.isinf(max_change):
         return [1] * len(grains), [most] * len(grains)
@@ -71,23 +60,9 @@ def bounds(grains, count, max_change):
 
 
 def best_grains(curves, sizes_of, count, low, high, now):
-    """The split of `count` grains, each unit within `[low, high]`, whose slowest unit's
-    predicted compute is least.
-
-    Grains go one at a time to the unit that stays fastest with one more (optimal for
-    curves that never fall); a tie goes to a unit below its grains `now`, so that equal
-    predictions keep the split where it is.
-
-    Args:
-        curves: one `Curve` per unit.
-        sizes_of: grains of every unit -> examples of every unit.
-        count: grains to split.
-        low, high: each unit's fewest and most grains.
-        now: each unit's grains now (any scale).
-
-    Returns:
-        A tuple of grains, one per unit.
-    """
+    """The split of `count` grains (each unit's in `[low, high]`) whose slowest unit is
+    fastest: grains go one at a time to the unit that stays fastest with one more (optimal
+    for curves that never fall); ties to a unit below its grains `now`, so they keep it."""
     total = float(sum(now))
     quotas = [count * g / total for g in now]
     grains = list(low)

@@ -103,16 +103,14 @@ def usable(speeds, units):
 
 
 class SpeedWindow:
-    """Each unit's speeds over the last `WINDOW` figures, reset on a clear change, and the
-    examples of each unit they were measured with (for `curves`)."""
+    """The last `WINDOW` figures of speeds and sizes, reset on a clear change."""
 
     def __init__(self):
         self.figures = []
         self.sizes = []  # each unit's examples per step in each figure
 
     def add(self, speeds, sizes):
-        """Takes one figure per unit, measured with `sizes` examples per unit; keeps only
-        the last two when they show a clear change."""
+        """Takes one figure per unit, measured at `sizes`; keeps the last two on a clear change."""
         self.figures = (self.figures + [tuple(float(s) for s in speeds)])[-WINDOW:]
         self.sizes = (self.sizes + [tuple(int(s) for s in sizes)])[-WINDOW:]
         if len(self.figures) >= 3:
