@@ -66,14 +66,23 @@ def restore_environment():
         yield
 
 
+# The files that take longest (a minute or more of worker processes, Ray clusters or a
+# notebook kernel) go first, so that the two test processes end together on short files.
+_LONGEST_FIRST = ("test_keras_steps.py", "test_ray_elastic.py", "test_ray.py", "test_elastic.py",
+                  "test_notebooks.py", "test_reliability.py", "test_train.py", "test_bench_cli.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skips tests marked `gpu` (or `gpu(n)`: n GPUs) when TensorFlow sees fewer GPUs.
+    """Runs the longest files first; skips tests marked `gpu` (or `gpu(n)`: n GPUs) when
+    TensorFlow sees fewer GPUs.
 
     Listing physical devices does not start TensorFlow's runtime, so the session can
     still split its devices afterwards.
     """
     import tensorflow as tf
 
+    first = {name: rank for rank, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))
     present = len(tf.config.list_physical_devices("GPU"))
     for item in items:
         marker = item.get_closest_marker("gpu")
