@@ -119,7 +119,6 @@ class AdaptiveShares:
         self._per_unit = replicas_per_worker if num_workers > 1 else 1
         self.grain = split.grain(self.global_batch_size, self.units, self._per_unit)
         self.grain_count = self.global_batch_size // self.grain
-        self.minimum = self.grain / self.global_batch_size
         self._settle = settle.Settle(start_band=tolerance)
         self._last_step = (None, None)  # the latest measured epoch and its step seconds
         self._probed = None  # the last epoch whose figures had speeds
