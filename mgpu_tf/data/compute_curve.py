@@ -45,13 +45,18 @@ def step_seconds(sizes, curves):
     return max(curve(size) for curve, size in zip(curves, sizes))
 
 
+def _quotas(grains, count):
+    """`grains` (any positive scale) as shares of `count` grains."""
+    total = float(sum(grains))
+    return [count * g / total for g in grains]
+
+
 def bounds(grains, count, max_change):
     """Each unit's fewest and most grains within a factor `1 + max_change` of `grains`."""
     most = count - len(grains) + 1
     if math.isinf(max_change):
         return [1] * len(grains), [most] * len(grains)
-    total = float(sum(grains))
-    quotas = [count * g / total for g in grains]
+    quotas = _quotas(grains, count)
     low = [max(1, math.floor(q / (1.0 + max_change) + 0.5)) for q in quotas]
     high = [min(most, math.floor(q * (1.0 + max_change) + 0.5)) for q in quotas]
     if sum(low) > count or sum(high) < count:
@@ -63,8 +68,7 @@ def best_grains(curves, sizes_of, count, low, high, now):
     """The split of `count` grains (each unit's in `[low, high]`) whose slowest unit is
     fastest: grains go one at a time to the unit that stays fastest with one more (optimal
     for curves that never fall); ties to a unit below its grains `now`, so they keep it."""
-    total = float(sum(now))
-    quotas = [count * g / total for g in now]
+    quotas = _quotas(now, count)
     grains = list(low)
     for _ in range(count - sum(grains)):
         def after(u):
