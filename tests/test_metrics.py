@@ -3,7 +3,8 @@
 One run (tests/support/metrics_job.py, worker 1 the slower) is checked several ways: the
 series Prometheus stored and their labels, their values against each worker's Keras
 `History` and the shares the run was given, and `mgpu-tf top --once` against the live
-endpoints. Debian's `prometheus` package provides the server (.ci/run installs it).
+endpoints. Debian's `prometheus` package provides the server (`support.servers` installs it
+when missing, so the README's test command needs nothing set up by hand).
 """
 
 import json
@@ -11,7 +12,6 @@ import math
 import os
 import pathlib
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +27,7 @@ from mgpu_tf.cli import main as cli_main
 from mgpu_tf.cluster import scrape
 from mgpu_tf.cluster import tf_config
 from support import metrics_job
+from support import servers
 from support import workers
 
 pytestmark = pytest.mark.multiworker
@@ -79,10 +80,7 @@ def _wait(condition, what, seconds=90):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """Prometheus scraping both workers of metrics_job; their logs; `top --once`'s output."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("The Prometheus server is missing: `apt-get install prometheus` (Debian's "
-                    "package; .ci/run installs it), then run the test again.")
+    binary = servers.prometheus_binary()
     directory = tmp_path_factory.mktemp("metrics")
     port = _free_ports(2)
     server_port = _free_ports(1, first=port + 2)
