@@ -82,3 +82,7 @@ __all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{na
 def __dir__():
     # `Choice`, `__version__` and the like are defined here, not loaded through the stub.
     return sorted({*globals(), *_lazy_dir()})
+
+
+# A TensorFlow or Keras below the supported floor, forced past pip, says so in one line.
+importlib.import_module(f"{__name__}.compat.releases").check_floor()

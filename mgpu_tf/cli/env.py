@@ -31,6 +31,7 @@ def environment_report():
     import mgpu_tf
     from mgpu_tf.cluster import detect as cluster
     from mgpu_tf.cluster import tf_config
+    from mgpu_tf.compat import releases
     from mgpu_tf.strategies import factory as strategies
 
     rows = [
@@ -38,6 +39,7 @@ def environment_report():
         ("python", f"{platform.python_version()} ({sys.platform}, {platform.machine()})"),
         ("tensorflow", f"{tf.__version__} (cuda build: {tf.test.is_built_with_cuda()})"),
         ("keras", f"{keras.__version__} (backend: {keras.backend.backend()})"),
+        ("release pair", releases.status_text(tf.__version__, keras.__version__)),
         ("numpy", np.__version__),
     ]
     for kind in ("CPU", "GPU", "TPU"):

@@ -7,7 +7,7 @@ __all__ = ["KERAS_20585_VERSIONS", "KERAS_STEP_VERSIONS", "apply_multi_worker_fi
 
 from . import (attached, collective_keys, compile_hook, keras_steps, keras_train_step, multi_worker,
                native_logs, optimizer_hooks, patches, private, private_callbacks,
-               private_collectives, private_trainer, shuffle_hook, versions)
+               private_collectives, private_trainer, releases, shuffle_hook, versions)
 from .collective_keys import distinct_collective_keys
 from .keras_steps import KERAS_STEP_VERSIONS, apply_step_fixes, step_fixes_apply
 from .multi_worker import (KERAS_20585_VERSIONS, apply_multi_worker_fixes, multi_worker_fixes_apply,
