@@ -40,6 +40,12 @@ def main(argv=None):
     """Runs `mgpu-tf ARGS`; returns the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, commands = _parsers()
+    name = next((word for word in argv if not word.startswith("-")), None)
+    if name is not None and name not in commands:
+        parser.error(f"the command must be one of {', '.join(commands)}. Received: "
+                     f"{name!r}.{parsing.did_you_mean(name, commands)}")
+    if name is not None:
+        parsing.refuse_misspelt(commands[name], argv[argv.index(name) + 1:])
     # The sub-command's parser, not the top-level one, answers a wrong option.
     args, unknown = parser.parse_known_args(argv)
     if args.command is None:

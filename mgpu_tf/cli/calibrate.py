@@ -66,6 +66,9 @@ def calibrate_command(args):
     try:
         speeds = _given_speeds(args)
         if speeds is None:
+            calibrate.check_calibration(
+                args.cmd, args.workers, repeats=args.repeats, max_spread=args.max_spread,
+                min_seconds=args.min_seconds, timeout_seconds=args.timeout_seconds)
             print(f"calibrating {args.workers} workers, one after another, {args.repeats} "
                   f"runs each: {' '.join(args.cmd)}", flush=True)
             result = calibrate.calibrate(

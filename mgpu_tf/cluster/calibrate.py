@@ -16,7 +16,7 @@ import statistics
 from mgpu_tf.cluster import launcher
 
 __all__ = ["CalibrationError", "Calibration", "SPEED_PATTERN", "SECONDS_PATTERN",
-           "parse_speed", "parse_seconds", "propose_weights", "calibrate"]
+           "parse_speed", "parse_seconds", "propose_weights", "calibrate", "check_calibration"]
 
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
 SPEED_PATTERN = re.compile(r"\bexamples_per_sec=" + _NUMBER)
@@ -88,6 +88,18 @@ def _check_number(name, value, *, least, integer=False, above=False):
     return value
 
 
+def check_calibration(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0,
+                      env=None, grace_seconds=10.0, timeout_seconds=600.0):
+    """Raises `launcher.LaunchError` for `calibrate`'s arguments that cannot run, before any run."""
+    launcher.worker_tf_configs(workers)
+    _check_number("repeats", repeats, least=2, integer=True)
+    _check_number("max_spread", max_spread, least=0, above=True)
+    _check_number("min_seconds", min_seconds, least=0)
+    _check_number("timeout_seconds", timeout_seconds, least=0, above=True)
+    launcher.check_request(command, workers, None, "127.0.0.1", env,
+                           grace_seconds=grace_seconds)
+
+
 def calibrate(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0, env=None,
               output=None, progress=None, grace_seconds=10.0, timeout_seconds=600.0):
     """Runs `command` as each of `workers` local workers, alone, one after another, `repeats` times.
@@ -111,11 +123,9 @@ def calibrate(command, workers, *, repeats=3, max_spread=0.1, min_seconds=1.0, e
         CalibrationError: when a run fails, times out, reports no speed or too little
             timed work, or a worker's runs spread more than `max_spread`.
     """
-    launcher.worker_tf_configs(workers)  # checks `workers` before anything runs
-    _check_number("repeats", repeats, least=2, integer=True)
-    _check_number("max_spread", max_spread, least=0, above=True)
-    _check_number("min_seconds", min_seconds, least=0)
-    _check_number("timeout_seconds", timeout_seconds, least=0, above=True)
+    check_calibration(command, workers, repeats=repeats, max_spread=max_spread,
+                      min_seconds=min_seconds, env=env, grace_seconds=grace_seconds,
+                      timeout_seconds=timeout_seconds)
     runs = [[] for _ in range(workers)]
     total = repeats * workers
     for done in range(total):

@@ -200,7 +200,7 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
     minimum, maximum = parse_workers(
         workers if isinstance(workers, str) else ":".join(map(str, workers)))
     _check_script(discovery_script)
-    launcher.check_request(command, maximum, port, host, env, max_restarts)
+    launcher.check_request(command, maximum, port, host, env, max_restarts, grace_seconds)
     for name, value in (("poll_seconds", poll_seconds), ("wait_seconds", wait_seconds)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise LaunchError(f"`{name}` must be a positive number of seconds. Received: "

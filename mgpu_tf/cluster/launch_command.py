@@ -1,13 +1,23 @@
-"""Checks of a launch's command before any worker starts: its program and its script exist.
+"""Checks of a launch request before any worker starts: its program and its script exist, the
+workers fit the open-file limit, and the stop's grace is a time.
 
 Design: docs/design.md#local-launcher
 """
 
+import math
+import numbers
 import os
 import re
+import resource
 import shutil
 
-__all__ = ["LaunchError", "check_command"]
+__all__ = ["LaunchError", "check_command", "check_grace", "check_open_files"]
+
+# Files the launcher holds open per worker while the group runs: the worker's stdout and
+# stderr pipes.
+FILES_PER_WORKER = 2
+# Files a start opens for a moment beyond those (`Popen`'s pipe ends and error pipe).
+_SPARE_FILES = 8
 
 
 class LaunchError(ValueError):
@@ -86,3 +96,40 @@ def _check_script(command):
     raise LaunchError(
         f"The script that {command[0]} runs must be a file. Received: {script!r}, which "
         f"{what} (in {os.getcwd()}). Check the path, or give -m MODULE for a module.")
+
+
+def check_grace(grace_seconds):
+    """Raises `LaunchError` unless `grace_seconds` is a finite number of seconds, 0 or more."""
+    if (isinstance(grace_seconds, bool) or not isinstance(grace_seconds, numbers.Real)
+            or not 0 <= grace_seconds < math.inf):
+        raise LaunchError(
+            "`grace_seconds` must be a number of seconds of at least 0 (how long a stopped "
+            f"worker gets before SIGKILL). Received: grace_seconds={grace_seconds!r}. "
+            "Use e.g. 10, or 0 to kill at once.")
+
+
+def check_open_files(workers):
+    """Raises `LaunchError` when `workers` workers need more files than this process may open.
+
+    The launcher keeps `FILES_PER_WORKER` pipes open per worker while the group runs: past
+    the soft `RLIMIT_NOFILE` a start fails midway with EMFILE, after forking hundreds.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return
+    try:
+        already = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc: stdin, stdout and stderr at least
+        already = 3
+    need = FILES_PER_WORKER * workers + already + _SPARE_FILES
+    if need <= soft:
+        return
+    most = max(0, (soft - already - _SPARE_FILES) // FILES_PER_WORKER)
+    raise_it = f"`ulimit -n {need}` in the shell that launches"
+    if hard != resource.RLIM_INFINITY and need > hard:
+        raise_it += f", once the hard limit ({hard}) is raised in /etc/security/limits.conf"
+    raise LaunchError(
+        f"`workers` must fit this process' open-file limit ({soft}, `ulimit -n`): the "
+        f"launcher keeps {FILES_PER_WORKER} pipes open per worker (its stdout and stderr), so "
+        f"{workers} workers need {need} files with the {already} already open. Received: "
+        f"workers={workers}. Use at most {most} workers, or raise the limit: {raise_it}.")

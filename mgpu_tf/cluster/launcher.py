@@ -17,7 +17,8 @@ import threading
 import time
 
 from mgpu_tf.cluster import job_secret
-from mgpu_tf.cluster.launch_command import LaunchError, check_command
+from mgpu_tf.cluster.launch_command import (LaunchError, check_command, check_grace,
+                                            check_open_files)
 
 __all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
            "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
@@ -128,9 +129,12 @@ def _describe_exit(returncode):
     return f"exit code {_exit_code(returncode)} (killed by {name})"
 
 
-def check_request(command, workers, port, host, env, max_restarts=0):
+def check_request(command, workers, port, host, env, max_restarts=0, grace_seconds=10.0):
     """Raises `LaunchError` for a request that cannot start, before anything starts."""
     check_command(command, os.environ if env is None else env)
+    if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0:
+        check_open_files(workers)  # before `worker_tf_configs` opens a socket per worker
+    check_grace(grace_seconds)
     worker_tf_configs(workers, port=port, host=host)
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise LaunchError(
@@ -183,7 +187,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     Raises:
         LaunchError: for an empty or missing command, a bad worker count or a bad port.
     """
-    check_request(command, workers, port, host, env, max_restarts)
+    check_request(command, workers, port, host, env, max_restarts, grace_seconds)
     output, errors = streams(output, errors)
     warn_if_reachable(host, output)
     base = base_environment(env)
@@ -207,7 +211,7 @@ def run_alone(command, index, workers, *, env=None, output=None, grace_seconds=1
     `TIMED_OUT` returned. Returns the exit code; raises `LaunchError` as `launch` does, and
     for an index outside the group.
     """
-    check_request(command, workers, None, "127.0.0.1", env)
+    check_request(command, workers, None, "127.0.0.1", env, grace_seconds=grace_seconds)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < workers:
         raise LaunchError(f"`index` must be between 0 and {workers - 1}. "
                           f"Received: index={index!r}")
