@@ -27,10 +27,7 @@ _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras"}
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """A TensorFlow and Keras release that the matrix (`noxfile.py`) installs and tests.
-
-    `ci` is True for the pairs `.ci/run` runs; the others have sessions run by hand.
-    """
+    """A TensorFlow and Keras release that the matrix tests; `ci`: `.ci/run` runs it."""
 
     tensorflow: str
     keras: str
@@ -81,30 +78,11 @@ def _minor_text(version):
 
 
 def status(tensorflow_version, keras_version):
-    """Returns the `Status` of a TensorFlow and Keras release pair.
+    """Returns the `Status` of TensorFlow `tensorflow_version` with Keras `keras_version`.
 
-    Tested: the matrix runs their minor releases together. Unsupported: either is below
-    `FLOOR`. Untested-newer: either is newer than every pair of the matrix. Untested: in
-    the range, a combination the matrix does not run.
-
-    Example:
-
-    ```python
-    from mgpu_tf.compat import releases
-
-    assert releases.status("2.18.1", "3.8.0") == "tested"
-    assert releases.status("2.21.0", "3.7.0") == "unsupported"
-    ```
-
-    Args:
-        tensorflow_version: a TensorFlow version, such as `"2.21.0"`.
-        keras_version: a Keras version, such as `"3.15.1"`.
-
-    Returns:
-        A `Status`.
-
-    Raises:
-        ValueError: a version that does not start with `major.minor`.
+    Tested: the matrix runs their minor releases together; unsupported: one is below `FLOOR`;
+    untested-newer: one is newer than every pair of the matrix; untested: the rest.
+    Raises `ValueError` for a version not starting with `major.minor`.
     """
     tensorflow, keras = _minor(tensorflow_version), _minor(keras_version)
     if tensorflow < FLOOR["tensorflow"] or keras < FLOOR["keras"]:
@@ -144,10 +122,7 @@ def _requirement(library):
 
 
 def installed_version(library):
-    """The installed version of `library` (`"tensorflow"` or `"keras"`) from its metadata, or None.
-
-    Reads the package metadata only, so TensorFlow does not load.
-    """
+    """The installed version of `library` from its metadata (TensorFlow does not load), or None."""
     for distribution in _DISTRIBUTIONS[library]:
         try:
             return importlib.metadata.version(distribution)
@@ -157,10 +132,9 @@ def installed_version(library):
 
 
 def check_floor(logger=None):
-    """Logs one warning line when the installed TensorFlow or Keras is below `FLOOR`.
+    """Logs, and returns, one line when the installed TensorFlow or Keras is below `FLOOR`.
 
-    pip refuses such a release (the package's metadata); this is for one forced by hand.
-    Returns the line, or None when both are at the floor or newer (or not installed).
+    pip refuses such a release; this is for one forced by hand. Returns None otherwise.
     """
     below = []
     for library in FLOOR:
