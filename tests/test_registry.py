@@ -1,12 +1,15 @@
 """The registry's contracts: unknown names, taken names, and precision's global effect."""
 
 import logging
+import subprocess
+import sys
 
 import keras
 import pytest
 
 import mgpu_tf
 from mgpu_tf.base import registry
+from mgpu_tf.strategies import factory
 
 
 @pytest.fixture
@@ -23,8 +26,38 @@ def _build(options):
 
 
 def test_an_unknown_name_is_a_value_error_listing_the_known_ones():
-    with pytest.raises(ValueError, match="Unknown strategy 'mirored'. Known strategies: auto, "):
+    with pytest.raises(ValueError, match="Unknown strategy 'mirored'. Did you mean 'mirrored'"
+                                         r"\? Known strategies: auto, "):
         mgpu_tf.make_strategy("mirored")
+
+
+def test_a_misspelt_name_fails_before_tensorflow_is_imported():
+    # TensorFlow takes seconds to import; a wrong name is known without it.
+    code = ("import sys, mgpu_tf\n"
+            "try:\n    mgpu_tf.make_strategy('mirorred')\n"
+            "except ValueError as error:\n    print(error)\n"
+            "print('tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.splitlines() == [
+        "Unknown strategy 'mirorred'. Did you mean 'mirrored'? Known strategies: auto, default, "
+        "hybrid, mirrored, model_parallel, multi_worker, one_device, tpu; aliases: "
+        "multi_worker_mirrored (multi_worker), none (default), off (default).", "False"], (
+        result.stderr[-2000:])
+
+
+def test_the_names_known_before_tensorflow_are_those_registered():
+    # The built-in names the factory knows before loading are the ones its modules register.
+    mgpu_tf.available_strategies()
+    assert set(factory._BUILT_IN) == set(registry.entries())
+    assert factory._BUILT_IN_ALIASES == registry._ALIASES
+
+
+def test_a_misspelt_option_name_gets_the_closest_one():
+    with pytest.raises(TypeError, match=r"make_strategy\(\) got unknown option\(s\) "
+                                        r"\['all_reduse'\]. 'all_reduse': did you mean "
+                                        r"'all_reduce'\? Options: devices, "):
+        mgpu_tf.make_strategy("mirrored", all_reduse="ring")
 
 
 @pytest.mark.parametrize("name, aliases", [("mirrored", ()), ("mine", ("off",))])

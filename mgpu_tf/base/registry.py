@@ -5,6 +5,7 @@ Design: docs/design.md#the-strategy-factory
 
 import collections.abc
 import dataclasses
+import difflib
 import enum
 
 from mgpu_tf import Choice
@@ -41,7 +42,7 @@ class Option:
     """One option of `make_strategy`, declared once: flags, checks and docs read it.
 
     `check` turns a given value into the parsed one (raising `TypeError`/`ValueError`);
-    without one, `type`, `minimum` and `choices` check it. `flag` is the absl flag kind
+    without one, `type`, `minimum`, `maximum` and `choices` check it. `flag` is the absl flag kind
     (`"string"`, `"integer"`, `"list"`, `"boolean"`), `None` for no flag.
     """
 
@@ -49,6 +50,7 @@ class Option:
     help: str
     type: object = None
     minimum: object = None
+    maximum: object = None
     choices: tuple = ()
     default: object = None
     strategies: tuple = ()
@@ -182,12 +184,21 @@ def resolve_kind(kind):
     name = str(kind.value if isinstance(kind, enum.Enum) else kind).strip().lower()
     name = _ALIASES.get(name, name)
     if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY))
-        aliases = ", ".join(f"{a} ({t})" for a, t in sorted(_ALIASES.items()))
-        raise ValueError(
-            f"Unknown strategy {kind!r}. Known strategies: {known}; aliases: {aliases}."
-        )
+        raise unknown_strategy(kind, _REGISTRY, _ALIASES)
     return name
+
+
+def unknown_strategy(kind, strategies, aliases):
+    """The `ValueError` for a name that is none of `strategies` or `aliases` (`{alias: name}`).
+
+    It suggests the closest name, and lists the known ones.
+    """
+    name = str(getattr(kind, "value", kind)).strip().lower()
+    close = difflib.get_close_matches(name, [*strategies, *aliases], n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(f"{a} ({t})" for a, t in sorted(aliases.items()))
+    return ValueError(f"Unknown strategy {kind!r}.{hint} Known strategies: "
+                      f"{', '.join(sorted(strategies))}; aliases: {listed}.")
 
 
 def entry(name):

@@ -1,30 +1,56 @@
 """The strategy factory: one name in, the real `tf.distribute` object out.
 
+It imports TensorFlow only once a strategy's name is known to be good: a misspelt name
+fails in milliseconds, not after the seconds TensorFlow takes to load.
+
 Design: docs/design.md#the-strategy-factory
 """
 
 import logging
 
-import tensorflow as tf
-
-from mgpu_tf.base import devices as devices_lib
-from mgpu_tf.base import precision as precision_lib
 from mgpu_tf.base import registry
-from mgpu_tf.base import options as options_lib
-from mgpu_tf.base.registry import OPTIONS, entries, entry, register_strategy
-from mgpu_tf.cluster import detect as cluster_lib
-from mgpu_tf.comm import prepare as communication
-from mgpu_tf.compat import native_logs
-from mgpu_tf.compat import private
-from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
-from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
-from mgpu_tf.planner import recommend
-from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's strategies
+from mgpu_tf.base.registry import OPTIONS, register_strategy
 
-__all__ = ["auto_choice", "available_strategies", "make_strategy", "strategy_kind",
-           "prepare_model"]
+__all__ = ["auto_choice", "available_strategies", "check_strategy_name", "make_strategy",
+           "strategy_kind", "prepare_model"]
 
 logger = logging.getLogger("mgpu_tf")
+
+# The names the modules `_registered` imports register (test_strategies checks they agree),
+# known before TensorFlow is imported for them; aliases map to their strategy.
+_BUILT_IN = ("auto", "default", "one_device", "mirrored", "multi_worker", "tpu",
+             "model_parallel", "hybrid")
+_BUILT_IN_ALIASES = {"off": "default", "none": "default",
+                     "multi_worker_mirrored": "multi_worker"}
+
+
+def check_strategy_name(kind):
+    """Refuses a strategy name that neither the built-in modules nor a plugin registers.
+
+    It imports no TensorFlow, so a misspelt name fails at once, with the closest name.
+
+    Raises:
+        TypeError: when `kind` is not a string.
+        ValueError: for an unknown name.
+    """
+    if not isinstance(kind, str):
+        registry.resolve_kind(kind)  # raises its TypeError
+    name = str(getattr(kind, "value", kind)).strip().lower()
+    strategies = {*_BUILT_IN, *registry.entries()}
+    if name not in strategies and name not in _BUILT_IN_ALIASES:
+        raise registry.unknown_strategy(kind, strategies, _BUILT_IN_ALIASES)
+
+
+def _registered():
+    """Imports the modules that register the built-in strategies (and TensorFlow), once."""
+    from mgpu_tf.base import options  # noqa: F401 - declares the options
+    from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
+    from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
+    from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's strategies
+
+    if "auto" not in registry.entries():
+        register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",
+                          _resolved_by_make_strategy, options=OPTIONS)
 
 
 def auto_choice(**options):
@@ -32,6 +58,9 @@ def auto_choice(**options):
 
     Reads no more than it must, and starts no TensorFlow runtime.
     """
+    from mgpu_tf.base import devices as devices_lib
+    from mgpu_tf.cluster import detect as cluster_lib
+
     if options.get("tpu") or cluster_lib.environ_value("TPU_NAME"):
         return "tpu", "a TPU was named"
     if devices_lib.physical_devices("TPU"):
@@ -87,6 +116,11 @@ def make_strategy(kind="auto", **options):
         TypeError: for an unknown option or a value of the wrong type.
         ValueError: for a value or combination that strategy cannot use.
     """
+    check_strategy_name(kind)
+    _registered()
+    from mgpu_tf.base import options as options_lib
+    from mgpu_tf.compat import native_logs
+
     # The runtime may start here: its start-up lines stay out (TF_CPP_MIN_LOG_LEVEL shows them).
     quiet = native_logs.quiet_start()
     try:
@@ -96,6 +130,11 @@ def make_strategy(kind="auto", **options):
 
 
 def _build(settings):
+    from mgpu_tf.base import options as options_lib
+    from mgpu_tf.base import precision as precision_lib
+    from mgpu_tf.comm import prepare as communication
+    from mgpu_tf.planner import recommend
+
     if settings.kind == "auto":
         options = {k: v for k, v in settings.items() if k not in options_lib.AUTO_ONLY}
         name, reason = auto_choice(**options)
@@ -107,7 +146,7 @@ def _build(settings):
         settings = options_lib.choose(name, settings, options)  # parses only the plan's
     if settings.precision is not None:
         precision_lib.set_precision(settings.precision)
-    return communication.attach(entry(settings.kind).build(settings), settings)
+    return communication.attach(registry.entry(settings.kind).build(settings), settings)
 
 
 def strategy_kind(strategy):
@@ -116,7 +155,12 @@ def strategy_kind(strategy):
     Raises:
         TypeError: when `strategy` is not a strategy.
     """
-    for name, registered in entries().items():
+    import tensorflow as tf
+
+    from mgpu_tf.compat import private
+
+    _registered()
+    for name, registered in registry.entries().items():
         if registered.strategy_types and isinstance(strategy, registered.strategy_types):
             return name
     if isinstance(strategy, tf.distribute.Strategy):
@@ -130,16 +174,12 @@ def strategy_kind(strategy):
 
 def available_strategies():
     """Returns `{name: description}` for every strategy `make_strategy` can build."""
+    _registered()
     return registry.available_strategies()
 
 
 def _resolved_by_make_strategy(options):
     raise AssertionError("'auto' is resolved by make_strategy")  # never called
-
-
-register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",
-                  _resolved_by_make_strategy,
-                  options=OPTIONS)
 
 
 def prepare_model(model, strategy):
@@ -151,7 +191,19 @@ def prepare_model(model, strategy):
 
     Returns:
         The model to compile and fit.
+
+    Raises:
+        TypeError: when `model` is not a Keras model or `strategy` not a strategy.
     """
+    import keras
+
+    from mgpu_tf.comm import prepare as communication
+
+    if not isinstance(model, keras.Model):
+        raise TypeError(
+            "`model` must be a Keras model, built inside `strategy.scope()`. Received: "
+            f"model={model!r:.80}. Build the model first, then pass it with its strategy.")
+    strategy_kind(strategy)  # raises for what is not a strategy
     prepare = getattr(strategy, "prepare_model", None)
     model = prepare(model) if callable(prepare) else model
     return communication.prepare(model, strategy)
