@@ -74,7 +74,8 @@ def define_flags(flag_values=flags.FLAGS):
     names = ["strategy", "simulate_devices", "simulate_device_type",
              *(option.name for option in _flag_options())]
     flags.register_validator(
-        "strategy", lambda _: _validate({name: flag_values[name].value for name in names}),
+        "strategy",
+        lambda _: _validate({name: flag_values[name].value for name in names}, flag_values),
         flag_values=flag_values)
 
 
@@ -102,6 +103,12 @@ def _check_simulate_devices(count):
         raise ValueError(
             "--simulate_devices must be 0 (off) or the number of logical devices to split "
             f"the device into. Received: --simulate_devices={count}")
+    if count > devices_lib.MAX_SIMULATED_DEVICES:
+        raise ValueError(
+            f"--simulate_devices must be at most {devices_lib.MAX_SIMULATED_DEVICES}: each "
+            "logical device costs memory and threads, and a replica of the model under a "
+            f"strategy. Received: --simulate_devices={count}. Use "
+            f"{devices_lib.MAX_SIMULATED_DEVICES} or fewer.")
 
 
 def _flag_options():
@@ -119,17 +126,28 @@ def _options(values):
     return options
 
 
-def _validate(values):
+def _validate(values, flag_values):
     try:
         count = values["simulate_devices"]
-        if count and count > 0:
+        if count and 0 < count <= devices_lib.MAX_SIMULATED_DEVICES:  # else its own flag fails
             devices_lib.simulate_devices(count, values["simulate_device_type"])
         kind = registry.resolve_kind(values["strategy"])
-        if kind != "auto":
-            options_lib.parse_options(kind, _options(values))
     except (TypeError, ValueError, RuntimeError) as error:
-        message = str(error)
-        raise flags.ValidationError(message) from None
+        raise flags.ValidationError(str(error)) from None
+    if kind == "auto":
+        return True
+    options = _options(values)
+    for name, value in options.items():
+        try:
+            options_lib.check_option(kind, name, value)
+        except (TypeError, ValueError) as error:
+            # absl would name --strategy, whose validator this is, not the flag at fault.
+            raise flags.IllegalFlagValueError(
+                f"flag {flag_values[name].serialize()}: {error}") from None
+    try:  # how the options go together
+        options_lib.parse_options(kind, options)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise flags.ValidationError(str(error)) from None
     return True
 
 

@@ -71,7 +71,7 @@ def test_one_declaration_gives_a_flag(toy_option):
     bad = flags.FlagValues()
     mgpu_flags.define_flags(bad)
     with pytest.raises(flags.IllegalFlagValueError,
-                       match="flag --strategy=mirrored: `gossip_rounds` must be at least 1"):
+                       match="flag --gossip_rounds=0: `gossip_rounds` must be at least 1"):
         bad(["prog", "--strategy=mirrored", "--gossip_rounds=0"])
 
 
@@ -139,6 +139,7 @@ def _rendered(option):
     types = option.type if isinstance(option.type, tuple) else (option.type,)
     kind = " or ".join(t.__name__ for t in types) if option.type else "any"
     allowed = (", ".join(f"`{c}`" for c in option.choices) if option.choices else
+               f"{option.minimum} to {option.maximum}" if option.maximum is not None else
                f">= {option.minimum}" if option.minimum is not None else "-")
     flag = f"`--{option.name}`" if option.flag else "-"
     strategies = ", ".join(sorted(n for n, e in registry.entries().items()

@@ -2,6 +2,7 @@
 
 import logging
 
+import keras
 import pytest
 import tensorflow as tf
 
@@ -225,3 +226,34 @@ def test_the_command_line_answers_a_bad_argument_without_importing_tensorflow():
                             timeout=60)
     assert result.returncode == 2, result.stderr
     assert "`workers` must be an integer of at least 1" in result.stderr
+
+
+def test_multi_worker_after_a_tensorflow_op_says_to_make_the_strategy_first():
+    # TensorFlow alone ends with "Collective ops must be configured at program startup".
+    import subprocess
+    import sys
+
+    code = ("import tensorflow as tf, mgpu_tf\n"
+            "tf.constant(1.0) + 1\n"
+            "try:\n"
+            "    mgpu_tf.make_strategy('multi_worker', worker_hosts=['127.0.0.1:1', "
+            "'127.0.0.1:2'], task_index=0)\n"
+            "except RuntimeError as error:\n"
+            "    print(type(error).__name__, error, error.__cause__, error.__suppress_context__)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.stdout.startswith(
+        "RuntimeError make_strategy('multi_worker') must run before any TensorFlow op: "), (
+        result.stdout, result.stderr[-3000:])
+    assert "Make the strategy first thing in the program" in result.stdout
+    assert result.stdout.rstrip().endswith("None True"), result.stdout  # one error, not a chain
+
+
+def test_prepare_model_refuses_what_is_not_a_model_or_strategy():
+    strategy = mgpu_tf.make_strategy("default")
+    with pytest.raises(TypeError, match=r"^`model` must be a Keras model, built inside "
+                                        r"`strategy.scope\(\)`. Received: model=None"):
+        mgpu_tf.prepare_model(None, strategy)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(TypeError, match="`strategy` must be a strategy"):
+        mgpu_tf.prepare_model(model, "mirrored")

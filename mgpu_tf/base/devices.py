@@ -9,6 +9,7 @@ import tensorflow as tf
 
 __all__ = [
     "DevicesAlreadyInitializedError",
+    "MAX_SIMULATED_DEVICES",
     "simulate_devices",
     "physical_devices",
     "planned_logical_devices",
@@ -18,6 +19,9 @@ __all__ = [
 ]
 
 _DEVICE_TYPES = ("CPU", "GPU")
+# Each logical device has its own allocator, thread pools and, under a strategy, a replica
+# of every variable: past this, a split costs minutes and gigabytes, not a test set-up.
+MAX_SIMULATED_DEVICES = 256
 
 
 class DevicesAlreadyInitializedError(RuntimeError):
@@ -41,7 +45,7 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
     ```
 
     Args:
-        count: number of logical devices, at least 1.
+        count: number of logical devices, from 1 to `MAX_SIMULATED_DEVICES` (256).
         device_type: `"CPU"` or `"GPU"`. Defaults to `"CPU"`.
         memory_limit_mb: memory of each logical GPU in MiB; ignored for CPUs.
             Defaults to `1024`.
@@ -57,6 +61,12 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(
             f"`count` must be an integer of at least 1. Received: count={count!r}"
+        )
+    if count > MAX_SIMULATED_DEVICES:
+        raise ValueError(
+            f"`count` must be at most {MAX_SIMULATED_DEVICES}: each logical device costs "
+            "memory and threads, and a replica of the model under a strategy. "
+            f"Received: count={count}. Use {MAX_SIMULATED_DEVICES} or fewer."
         )
     device_type = str(device_type).upper()
     if device_type not in _DEVICE_TYPES:

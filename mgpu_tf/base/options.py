@@ -6,6 +6,7 @@ server starts) or ignores them silently; `parse_options` rejects each at once.
 Design: docs/design.md#the-options-walk
 """
 
+import difflib
 import functools
 import numbers
 
@@ -19,8 +20,8 @@ from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import transport
 
-__all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "parse_options",
-           "choose", "validate_options"]
+__all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "check_option",
+           "parse_options", "choose", "validate_options"]
 
 # The options only `make_strategy("auto", model=...)` takes: they size the plan.
 AUTO_ONLY = ("model", "device_memory", "global_batch_size")
@@ -30,12 +31,28 @@ _MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
 _ACROSS_WORKERS = ("multi_worker", "hybrid")  # whose all-reduce crosses machines
 
 
-def _check_int(name, value, minimum):
+def _check_int(name, value, minimum, maximum=None):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer. Received: {name}={value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"`{name}` must be at least {minimum}. Received: {name}={value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"`{name}` must be at most {maximum}. Received: {name}={value!r}")
     return int(value)
+
+
+# Gradient accumulation sums hundreds of steps at most; past this, an update may never come.
+_MAX_STEPS_PER_SYNC = 1024
+
+
+def _check_steps_per_sync(value):
+    value = _check_int("steps_per_sync", value, 1)
+    if value > _MAX_STEPS_PER_SYNC:
+        raise ValueError(
+            f"`steps_per_sync` must be at most {_MAX_STEPS_PER_SYNC}: the weights move once "
+            f"every steps_per_sync steps, so with more a run may end before its first update. "
+            f"Received: steps_per_sync={value}. Use a number of steps well below an epoch's.")
+    return value
 
 
 def check_global_batch_size(value):
@@ -179,7 +196,8 @@ _declare("compression", "gradient dtype during the all-reduce: none, float16, bf
          default=compression.Compression.NONE, strategies=("mirrored", "multi_worker"),
          flag="string")
 _declare("steps_per_sync", "steps whose gradients are summed locally before one all-reduce "
-         "and one update (1: every step)", type=int, minimum=1, default=1,
+         "and one update (1: every step; shard_dataset refuses more than an epoch's steps)",
+         _check_steps_per_sync, type=int, minimum=1, maximum=_MAX_STEPS_PER_SYNC, default=1,
          strategies=("mirrored", "multi_worker"), flag="integer")
 _declare("transport", "how gradients travel between workers: tensorflow (its collectives) or "
          "tcp (the toolkit's socket ring; one replica per worker)", transport.check_transport,
@@ -200,7 +218,7 @@ def _parse_value(option, value):
         return option.check(value)
     name = option.name
     if option.type is int:
-        return _check_int(name, value, option.minimum)
+        return _check_int(name, value, option.minimum, option.maximum)
     types = option.type if isinstance(option.type, tuple) else (option.type,)
     accepted = tuple(numbers.Real if t is float else t for t in types)
     if option.type is not None and (not isinstance(value, accepted)
@@ -212,6 +230,8 @@ def _parse_value(option, value):
                          f"Received: {name}={value!r}")
     if option.minimum is not None and value < option.minimum:
         raise ValueError(f"`{name}` must be at least {option.minimum}. Received: {name}={value!r}")
+    if option.maximum is not None and value > option.maximum:
+        raise ValueError(f"`{name}` must be at most {option.maximum}. Received: {name}={value!r}")
     return value
 
 
@@ -219,7 +239,10 @@ def _check_names(kind, options):
     """Raises for an option the table does not know, or one `kind` does not take."""
     unknown = sorted(set(options) - set(registry.OPTIONS))
     if unknown:
+        hints = [f"{name!r}: did you mean {close[0]!r}?" for name in unknown
+                 for close in [difflib.get_close_matches(name, registry.OPTIONS, n=1)] if close]
         raise TypeError(f"make_strategy() got unknown option(s) {unknown}. "
+                        f"{' '.join(hints) + ' ' if hints else ''}"
                         f"Options: {', '.join(registry.OPTIONS)}.")
     # "auto" takes every option, and passes it on to the strategy it chooses.
     accepted = registry.OPTIONS if kind == "auto" else registry.entry(kind).options
@@ -290,6 +313,21 @@ def _parse(kind, options, parsed=None):
                                                          values.pop("task_index", None))
     _check_for_strategy(kind, values, options)
     return Settings(kind, values)
+
+
+def check_option(kind, name, value):
+    """Returns one option's value parsed for strategy `kind`, alone: its name and value only.
+
+    The flags check each option so, to name the flag that is wrong; `parse_options` then
+    checks how the options go together.
+
+    Raises:
+        TypeError: for an unknown option or a value of the wrong type.
+        ValueError: for an option `kind` does not take, or a bad value.
+    """
+    kind = registry.resolve_kind(kind)
+    _check_names(kind, {name: value})
+    return _parse_value(registry.option(name), value)
 
 
 def parse_options(kind, options):

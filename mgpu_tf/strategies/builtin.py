@@ -66,9 +66,22 @@ def build_multi_worker(settings):
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
     patches.install("multi_worker", "steps")
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=resolver, communication_options=communication
-    )
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=communication
+        )
+    except RuntimeError as error:
+        if "at program startup" not in str(error):
+            raise
+        # TensorFlow's own words name neither the call to move nor what came too early.
+        raise RuntimeError(
+            "make_strategy('multi_worker') must run before any TensorFlow op: the strategy "
+            "sets up collective ops across workers, which TensorFlow allows only before its "
+            "runtime starts, and this process has already run one. Received: "
+            f"{config.num_workers if config else 1} workers, after the runtime started. "
+            "Make the strategy first thing in the program, before building a model or any "
+            "tf.constant, tf.Variable or data set op."
+        ) from None
 
 
 def _build_tpu(settings):
