@@ -118,6 +118,21 @@ def test_batch_norm_with_microbatches_is_refused():
         mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=2)
 
 
+def test_many_batch_norm_layers_are_counted_not_listed():
+    # A ResNet has dozens: the refusal gives their number, the first few, and the fix.
+    layers = [keras.Input((4,))]
+    for i in range(52):
+        layers += [keras.layers.Dense(4, name=f"dense_{i}"),
+                   keras.layers.BatchNormalization(name=f"bn_{i}")]
+    with pytest.raises(ValueError) as refused:
+        mgpu_tf.ModelParallel(keras.Sequential(layers), DEVICES[:2], microbatches=2)
+    message = str(refused.value)
+    assert "microbatches=2 with 52 BatchNormalization layers ('bn_0', 'bn_1', 'bn_2', ...)" in (
+        message), message
+    assert "'bn_3'" not in message and "Pass deferred_batch_norm=True" in message, message
+    assert len(message) < 600, message
+
+
 def test_batch_norm_without_microbatches_is_accepted():
     model = mgpu_tf.ModelParallel(models.with_batch_norm(), DEVICES[:2], microbatches=1)
     assert sum(len(s.layers) for s in model.plan) == 3

@@ -21,7 +21,7 @@ from mgpu_tf.comm import prepare
 from mgpu_tf.compat import private_callbacks
 from mgpu_tf.data import adaptive
 
-__all__ = ["BackupAndRestore"]
+__all__ = ["BackupAndRestore", "check_backup_dir"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -62,16 +62,14 @@ class BackupAndRestore(DataOrder):
         delete_checkpoint: remove the backup when training ends. Defaults to `True`.
 
     Raises:
-        ValueError: for an empty `backup_dir` or a `save_freq` that is neither
-            `"epoch"` nor a positive integer.
+        ValueError: for a `backup_dir` that is empty or cannot be a directory (a file, or
+            a path under one), or a `save_freq` that is neither `"epoch"` nor a positive
+            integer; as `fit` starts on the chief, for a `backup_dir` it cannot make.
     """
 
     def __init__(self, backup_dir, save_freq="epoch", delete_checkpoint=True):
         super().__init__()
-        if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
-            raise ValueError(
-                "`backup_dir` must be a directory path. Received: "
-                f"backup_dir={backup_dir!r}. Pass storage every worker can read.")
+        check_backup_dir(backup_dir)
         if save_freq != "epoch" and (isinstance(save_freq, bool)
                                      or not isinstance(save_freq, int) or save_freq < 1):
             raise ValueError(
@@ -90,6 +88,8 @@ class BackupAndRestore(DataOrder):
         super().set_model(model)
         # A Keras without the name stops here, not after the first backup.
         private_callbacks.require_initial_epoch(model)
+        if chief_lib.is_chief(chief_lib.strategy_of(model)):  # the others write elsewhere
+            _make_backup_dir(self.backup_dir)
 
     def on_train_begin(self, logs=None):
         super().on_train_begin(logs)
@@ -219,6 +219,43 @@ class BackupAndRestore(DataOrder):
         super().on_train_end(logs)
         if self.delete_checkpoint and chief_lib.is_chief(chief_lib.strategy_of(self.model)):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def check_backup_dir(path):
+    """Raises unless `path` is, or can be made, a directory: it is not a file, nor under one.
+
+    The callback checks so when it is made, and the main job at its `--backup_dir` flag, so
+    that such a path fails before training, not at the first backup.
+
+    Raises:
+        ValueError: for an empty path, or one that is, or lies under, a file.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(
+            "`backup_dir` must be a directory path. Received: "
+            f"backup_dir={path!r}. Pass storage every worker can read.")
+    path = os.fspath(path)
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):  # the deepest part that exists
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = ("is a file" if existing == os.path.abspath(path)
+                 else f"lies under {existing!r}, a file")
+        raise ValueError(
+            f"`backup_dir` must be a directory that can be made, but it {where}. "
+            f"Received: backup_dir={path!r}. Pass a directory path on storage every worker "
+            "can read.")
+
+
+def _make_backup_dir(path):
+    """Makes the chief's backup directory as `fit` starts: one that cannot be fails now."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise ValueError(
+            f"`backup_dir` cannot be made by this process: {error.strerror}. Received: "
+            f"backup_dir={path!r}. Pass a directory path the chief can write, on storage "
+            "every worker can read.") from None
 
 
 def _world(model):

@@ -12,6 +12,7 @@ import os
 
 import tensorflow as tf
 
+from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import attached, patches
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import in_memory
@@ -52,6 +53,13 @@ class _Request:
             raise TypeError(
                 "`shuffle_seed` must be an integer or None. "
                 f"Received: shuffle_seed={shuffle_seed!r}"
+            )
+        if shuffle_seed is not None and not 0 <= shuffle_seed < 2**31:
+            # Orders are drawn from the seed modulo 2**31: -1 would shuffle as 2**31 - 1 does.
+            raise ValueError(
+                "`shuffle_seed` must be from 0 to 2**31 - 1, each giving its own order. "
+                f"Received: shuffle_seed={shuffle_seed}. Use a non-negative integer below "
+                "2**31, or None for the source's order."
             )
         if not isinstance(training, bool):
             raise TypeError(f"`training` must be True or False. Received: training={training!r}")
@@ -161,8 +169,29 @@ def _source_kind(source):
     raise TypeError(
         "`source` must be a tf.data.Dataset of single examples, a list of TFRecord file "
         "patterns, or a function of tf.distribute.InputContext returning such a data set. "
-        f"Received: source={source!r}"
+        f"Received: source={_describe(source)}.{_from_arrays_hint(source)}"
     )
+
+
+def _describe(value):
+    """A value by its type and shape, never its contents (arrays can be gigabytes)."""
+    if isinstance(value, (list, tuple)) and len(value) <= 4:
+        return f"{type(value).__name__} of ({', '.join(_describe(v) for v in value)})"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)}"
+    if isinstance(value, (list, tuple, dict)):
+        return f"{type(value).__name__} of {len(value)} items"
+    return type(value).__name__
+
+
+def _from_arrays_hint(source):
+    items = source if isinstance(source, (list, tuple)) else [source]
+    if items and all(hasattr(item, "shape") for item in items):
+        arguments = "(x, y)" if len(items) > 1 else "x"
+        return (f" Wrap arrays in a data set: "
+                f"tf.data.Dataset.from_tensor_slices({arguments}).")
+    return ""
 
 
 def _expand_patterns(patterns):
@@ -271,6 +300,18 @@ def _make_plan(request):
     return plan_lib.plan_data(count, **common)
 
 
+def _check_steps_per_sync(strategy, plan):
+    """Refuses a `steps_per_sync` longer than an epoch: an epoch without an update."""
+    steps_per_sync = communication.settings(strategy).get("steps_per_sync", 1)
+    if steps_per_sync > plan.steps:
+        raise ValueError(
+            f"`steps_per_sync` must be at most the steps of an epoch ({plan.steps}), or whole "
+            "epochs would pass without an update and without a backup (taken at sync points "
+            f"only). Received: steps_per_sync={steps_per_sync} for {plan.steps} steps of "
+            f"global_batch_size={plan.global_batch_size}. Use steps_per_sync<={plan.steps} "
+            "in make_strategy, or a smaller global_batch_size.")
+
+
 # -------------------------------------------------------------------- public
 
 
@@ -328,20 +369,24 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
         weights: relative speeds, one per worker (or per replica on one worker), or
             `"adaptive"`. Defaults to `None` (equal batches).
         drop_remainder: leave out examples that do not fill a whole step. Defaults to `False`.
-        shuffle_seed: shuffle each epoch in an order drawn from the seed and the epoch.
-            Defaults to `None` (source order).
+        shuffle_seed: shuffle each epoch in an order drawn from the seed (0 to 2**31 - 1)
+            and the epoch. Defaults to `None` (source order).
         parse: a function applied to each example before batching. Defaults to `None`.
         training: `False` for a data set that is only evaluated. Defaults to `True`.
 
     Raises:
         TypeError: for wrong types, a distributed source, or examples not dense tensors.
-        ValueError: for bad weights or policy, a global batch the replicas cannot share,
-            too few files for `"file"`, a batched, infinite or empty source, or a file
-            pattern that matches nothing.
+        ValueError: for bad weights, policy or `shuffle_seed`, a global batch the replicas
+            cannot share, too few files for `"file"`, a batched, infinite or empty source, a
+            file pattern that matches nothing, or (for training) a strategy whose
+            `steps_per_sync` is more than an epoch's steps.
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse, training)
-    distributed = shard_pipeline.distribute(request, _make_plan(request))
+    plan = _make_plan(request)
+    if training:
+        _check_steps_per_sync(strategy, plan)
+    distributed = shard_pipeline.distribute(request, plan)
     if request.adaptive is not None:
         adaptive.hold(strategy, request.adaptive)
     patches.install("shuffle")

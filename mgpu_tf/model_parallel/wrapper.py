@@ -265,10 +265,12 @@ def _check_stages(graph, balance, devices):
 def _check_batch_coupling(model, microbatches, deferred_batch_norm):
     coupled = microbatch.batch_coupled_layers(model)
     if microbatches > 1 and coupled and not deferred_batch_norm:
+        named = ", ".join(map(repr, coupled[:3])) + (", ..." if len(coupled) > 3 else "")
         raise ValueError(
             "Batch-coupled layers compute statistics over the whole batch, so with "
             "micro-batches they would train differently from the unsplit batch. "
-            f"Received: microbatches={microbatches} with {', '.join(map(repr, coupled))}. "
+            f"Received: microbatches={microbatches} with {len(coupled)} BatchNormalization "
+            f"layer{'s' * (len(coupled) != 1)} ({named}). "
             "Pass deferred_batch_norm=True to normalise each micro-batch with its own "
             "statistics and update the moving statistics once per step from the whole "
             "batch (GPipe's batch normalisation), or use microbatches=1, or "
