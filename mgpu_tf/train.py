@@ -9,6 +9,8 @@ digits or synthetic data, and ends with one line, its fields described in docs/c
 Example: mgpu-tf launch --workers 2 -- python -m mgpu_tf.train --strategy=multi_worker
 """
 
+import math
+import numbers
 import sys
 import time
 
@@ -18,12 +20,36 @@ from mgpu_tf.compat import native_logs
 # (TF_CPP_MIN_LOG_LEVEL=0 shows them): set up before TensorFlow is imported.
 _QUIET = native_logs.quiet_start() if __name__ == "__main__" else None
 
+
+def _check_strategy_flag(argv):
+    """Ends the job on an unknown `--strategy` as absl would, before TensorFlow loads."""
+    from mgpu_tf.strategies import factory
+
+    arguments = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+    given = [(arg.partition("=")[2] if "=" in arg else next(iter(arguments[i + 1:]), ""))
+             for i, arg in enumerate(arguments)
+             if arg.startswith("-") and arg.lstrip("-").partition("=")[0] == "strategy"]
+    if not given:
+        return
+    try:
+        factory.check_strategy_name(given[-1])  # absl keeps the last
+    except ValueError as error:
+        print(f"FATAL Flags parsing error: flag --strategy={given[-1]}: {error}\n"
+              "Pass --helpshort or --helpfull to see help on flags.", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    _check_strategy_flag(sys.argv)
+
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from mgpu_tf import callbacks  # noqa: E402
+from mgpu_tf.callbacks import backup  # noqa: E402
 from mgpu_tf.callbacks import metrics  # noqa: E402
 from mgpu_tf import flags as mgpu_flags  # noqa: E402
 from mgpu_tf.cluster import detect as cluster  # noqa: E402
@@ -31,7 +57,7 @@ from mgpu_tf.cluster import failures  # noqa: E402
 from mgpu_tf.data import sharding  # noqa: E402
 from mgpu_tf.strategies import factory as strategies  # noqa: E402
 
-__all__ = ["load_data", "build_model", "train", "main"]
+__all__ = ["check_learning_rate", "load_data", "build_model", "train", "main"]
 
 mgpu_flags.define_flags()
 _EPOCHS = flags.DEFINE_integer("epochs", 3, "Passes over the training data.", lower_bound=1)
@@ -43,7 +69,9 @@ _DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "synthetic"],
 _EXAMPLES = flags.DEFINE_integer("synthetic_examples", 16384,
                                  "Examples in the synthetic data set.", lower_bound=1)
 _WIDTH = flags.DEFINE_integer("width", 256, "Width of the hidden layers.", lower_bound=1)
-_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "SGD learning rate.")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01,
+                                    "SGD learning rate: a finite number above 0.")
+flags.register_validator("learning_rate", lambda value: _flag_check(check_learning_rate, value))
 _SEED = flags.DEFINE_integer("seed", 0, "Seed for weights, shuffling and synthetic data.")
 _MONITOR = flags.DEFINE_bool(
     "monitor", False, "Show each worker's step, compute and wait times, examples/s, memory "
@@ -63,6 +91,31 @@ _METRICS_HOST = flags.DEFINE_string(
 _BACKUP_DIR = flags.DEFINE_string(
     "backup_dir", None, "Back up training state here each epoch (chief only) and resume "
     "from it after a restart, e.g. under mgpu-tf launch --max_restarts.")
+flags.register_validator(
+    "backup_dir", lambda value: not value or _flag_check(backup.check_backup_dir, value))
+
+
+def check_learning_rate(value):
+    """Returns `value` as a float, or raises for one that cannot train (not finite, not above 0).
+
+    A zero or negative rate never lowers the loss and a NaN one makes every weight NaN, yet
+    either trains to the end: the job would report `test_loss=nan` and succeed.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`learning_rate` must be a number. Received: learning_rate={value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            "`learning_rate` must be a finite number above 0. Received: "
+            f"learning_rate={value!r}. Use a small positive rate such as 0.01.")
+    return float(value)
+
+
+def _flag_check(check, value):
+    try:
+        check(value)
+    except (TypeError, ValueError) as error:
+        raise flags.ValidationError(str(error)) from None
+    return True
 
 
 def load_data(name, *, examples=16384, seed=0):
@@ -161,6 +214,7 @@ def _prepare(strategy, *, dataset, global_batch_size, width, learning_rate,
              synthetic_examples, seed, jit_compile, steps_per_execution,
              shard_weights="deployment"):
     """The compiled model and the sharded data: where bad input shows, before training."""
+    learning_rate = check_learning_rate(learning_rate)
     (x_train, y_train), (x_test, y_test) = load_data(dataset, examples=synthetic_examples,
                                                      seed=seed)
     train_data = _dataset(x_train, y_train, global_batch_size, strategy, shuffle_seed=seed,

@@ -216,3 +216,44 @@ def test_a_bad_input_is_all_a_user_sees():
         "neither `tpu` nor TPU_NAME names one. Received: tpu=None. Pass "
         "tpu='grpc://host:8470' or a TPU name, or use another strategy."], result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_a_learning_rate_that_cannot_train_fails_at_its_flag(parsed_flags, value):
+    # Such a rate used to train to the end and report test_loss=nan, with exit code 0.
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match=rf"^flag --learning_rate={float(value)}: `learning_rate` must be a "
+                             "finite number above 0. Received: learning_rate="):
+        parsed_flags(f"--learning_rate={value}")
+
+
+def test_train_refuses_a_learning_rate_that_cannot_train():
+    import mgpu_tf
+    from mgpu_tf import train
+
+    with pytest.raises(ValueError, match="`learning_rate` must be a finite number above 0"):
+        train.train(mgpu_tf.make_strategy("default"), learning_rate=float("nan"), epochs=1)
+
+
+def test_a_backup_dir_under_a_file_fails_at_its_flag(parsed_flags, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match=f"^flag --backup_dir={re.escape(str(afile))}/backup: `backup_dir` "
+                             "must be a directory that can be made, but it lies under"):
+        parsed_flags(f"--backup_dir={afile}/backup")
+
+
+def test_a_misspelt_strategy_ends_the_job_before_tensorflow_is_imported():
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "mgpu_tf.train",
+                             "--epochs=1", "--strategy", "mirorred"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert lines == [
+        "FATAL Flags parsing error: flag --strategy=mirorred: Unknown strategy 'mirorred'. "
+        "Did you mean 'mirrored'? Known strategies: auto, default, hybrid, mirrored, "
+        "model_parallel, multi_worker, one_device, tpu; aliases: multi_worker_mirrored "
+        "(multi_worker), none (default), off (default).",
+        "Pass --helpshort or --helpfull to see help on flags."], result.stderr[-3000:]
+    assert " tensorflow\n" not in result.stderr and "| tensorflow" not in result.stderr
