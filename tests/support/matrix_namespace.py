@@ -38,8 +38,13 @@ def examples(count):
         (np.arange(count, dtype="float32")[:, None], np.zeros(count, "float32")))
 
 
-def mirrored(count):
-    return mgpu_tf.make_strategy("mirrored", devices=count)
+def mirrored(count, **options):
+    return mgpu_tf.make_strategy("mirrored", devices=count, **options)
+
+
+def a_file():
+    """The path of a file that exists (so nothing can be made under it)."""
+    return __file__
 
 
 def mlp(layers):
@@ -63,4 +68,6 @@ def namespace():
         "shard_dataset": mgpu_tf.shard_dataset, "ModelParallel": mgpu_tf.ModelParallel,
         "make_manifests": kubernetes.make_manifests, "launch_elastic": launch_elastic,
         "secure": network_policy.secure,
+        "np": np, "prepare_model": mgpu_tf.prepare_model, "a_file": a_file,
+        "BackupAndRestore": mgpu_tf.callbacks.BackupAndRestore,
     }
