@@ -129,7 +129,8 @@ def _build_from_first_replica(original):
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         strategy = _strategy_of(self)
         if iterator is not None and data_batch is None and strategy is not None:
-            for _, _, batches in iterator:
+            # Keras 3.8-3.10 yield (step, batches), 3.11 on (first step, last step, batches).
+            for *_, batches in iterator:
                 data_batch = tf.nest.map_structure(
                     lambda v: (strategy.experimental_local_results(v)[0]
                                if isinstance(v, tf.distribute.DistributedValues) else v),
