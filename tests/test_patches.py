@@ -20,7 +20,7 @@ def test_installing_twice_changes_nothing():
     assert patches.install() == patches.installed()
     assert {name: private.optimizer_class_method(name) for name in first} == first
     assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile",
-                                         "shuffle"}
+                                         "shuffle", "custom_loop"}
 
 
 def test_an_unknown_patch_is_refused_with_the_known_ones():

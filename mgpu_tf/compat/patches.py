@@ -3,7 +3,8 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import compile_hook, keras_steps, multi_worker, optimizer_hooks, shuffle_hook
+from mgpu_tf.compat import (compile_hook, custom_loop, keras_steps, multi_worker, optimizer_hooks,
+                            shuffle_hook)
 
 __all__ = ["PATCHES", "install", "installed"]
 
@@ -28,6 +29,10 @@ PATCHES = (
         "fit's shuffle does not apply to data sets from shard_dataset, which order their own "
         "examples (shuffle_seed): Keras does not warn that it cannot shuffle them",
         shuffle_hook.install, shuffle_hook.installed),
+    ("custom_loop",
+        "optimizers make their variables outside the traced step of a custom training loop "
+        "(keras-team/keras#23085)",
+        custom_loop.apply_custom_loop_fix, custom_loop.installed),
 )
 
 

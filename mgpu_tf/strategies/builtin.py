@@ -41,7 +41,8 @@ def _build_mirrored(settings):
         devices = devices_lib.local_devices("GPU")[: settings.num_gpus] or None
     else:
         devices = settings.devices or devices_lib.local_devices()
-    patches.install("multi_worker", "steps")  # also keras-team/keras#19246 on one machine
+    # also keras-team/keras#19246 on one machine, and #23085 (a custom loop's optimizer)
+    patches.install("multi_worker", "steps", "custom_loop")
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(settings.all_reduce, settings.num_packs)
@@ -65,7 +66,7 @@ def build_multi_worker(settings):
     if config is not None and config.num_workers > 1:
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
-    patches.install("multi_worker", "steps")
+    patches.install("multi_worker", "steps", "custom_loop")
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=communication
