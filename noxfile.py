@@ -1,0 +1,215 @@
+"""The release matrix: the tests that reach Keras' and TensorFlow's private names, on each pair.
+
+One session per TensorFlow + Keras pair of `mgpu_tf/compat/releases.py` (`nox -l` lists them),
+one on the nightly builds, and `matrix_table`, which writes docs/compatibility.md's table
+from the sessions' results. `.ci/run` runs the pairs marked `ci` and the nightly.
+
+    pip install nox && nox -s tf2.18-keras3.8
+
+Each session installs its pair once into a virtual environment that later runs reuse
+(wheels come from pip's cache), runs `SUBSET` with a recorder of the private names the
+processes reach, and fails when a name known for its releases was reached by no test.
+"""
+
+import json
+import os
+import pathlib
+import runpy
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ElementTree
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+RESULTS = ROOT / ".nox" / "results"
+releases = runpy.run_path(str(ROOT / "mgpu_tf" / "compat" / "releases.py"))
+PAIRS = releases["PAIRS"]
+
+# The files whose tests reach mgpu_tf.compat: its patches, accessors and the fixes they
+# serve (training under each strategy, compared with one device), run whole.
+COMPAT_FILES = [
+    "tests/test_compat.py",
+    "tests/test_compat_private.py",
+    "tests/test_compat_collectives.py",
+    "tests/test_patches.py",
+    "tests/test_keras_steps.py",
+    "tests/test_keras_train_step.py",
+    "tests/test_equivalence.py",
+    "tests/test_sharding.py",
+    "tests/test_compression.py",
+    "tests/test_epoch_boundaries.py",
+]
+
+# The README's three main jobs and one run of each capability, by node id: the rows of
+# docs/compatibility.md's table.
+CAPABILITIES = {
+    "main job, default": [
+        "tests/test_train.py::test_main_job_learns_the_digits[argv0-default-1]"],
+    "main job, mirrored x2": [
+        "tests/test_train.py::test_main_job_learns_the_digits[argv1-mirrored-2]"],
+    "main job, 2 workers (launch)": [
+        "tests/test_train.py::test_main_job_under_two_local_workers"],
+    "model_parallel": [
+        "tests/test_model_parallel_training.py::"
+        "test_fit_matches_single_device_reference_after_k_steps[mlp-devices0-4]"],
+    "hybrid": [
+        "tests/test_hybrid.py::test_two_workers_of_two_devices_train_as_one_device_through_launch"],
+    "shard_optimizer_state": [
+        "tests/test_sharded_state.py::test_four_replicas_train_as_one_device[adam]",
+        "tests/test_sharded_state.py::test_two_workers_train_as_one_device[adam-tensorflow]"],
+    "steps_per_sync": [
+        "tests/test_accumulation.py::"
+        "test_mirrored_matches_unaccumulated_update_on_same_examples[2-3-0.9]"],
+    "jit_compile + steps_per_execution": [
+        "tests/test_keras_steps.py::test_workers_train_like_one_device[3-True]"],
+    "transport='tcp'": [
+        "tests/test_accumulation.py::"
+        "test_two_workers_match_unaccumulated_update_on_same_examples[tcp]"],
+    "BackupAndRestore resume": [
+        "tests/test_reliability.py::"
+        "test_resumes_at_an_epoch_boundary_and_mid_epoch_to_the_uninterrupted_weights"],
+    "adaptive shares": [
+        "tests/test_adaptive_shards.py::test_update_equals_single_device[tensorflow]"],
+}
+
+SUBSET = COMPAT_FILES + [node for nodes in CAPABILITIES.values() for node in nodes
+                         if node.partition("::")[0] not in COMPAT_FILES]
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = [pair.session for pair in PAIRS if pair.ci] + ["nightly"]
+
+
+def _requirements(exclude):
+    """The package's and its `test` extra's requirements, without those of `exclude`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    return [r for r in wanted if not r.lower().startswith(exclude)]
+
+
+_PATCHES = ("import json; from mgpu_tf.compat import patches; installed = patches.install(); "
+            "print(json.dumps({name: name in installed for name, *_ in patches.PATCHES}))")
+
+
+def _run_subset(session, started):
+    """Runs `SUBSET` with the recorder, checks the names reached, and writes the timings."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    names = RESULTS / f"{session.name}.names"
+    names.mkdir(exist_ok=True)
+    for old in names.glob("*.txt"):
+        old.unlink()
+    installed = time.monotonic()
+    env = {"PYTHONPATH": os.pathsep.join(["tests/support/recorder", "tests"]),
+           "MGPU_TF_PRIVATE_NAMES": str(names), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    versions = session.run("python", "-c", "import tensorflow as tf, keras; "
+                           "print(tf.__version__, keras.__version__)", silent=True)
+    # Which of Keras' patches apply to this release, as training installs them.
+    patches = session.run("python", "-c", _PATCHES, silent=True, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    try:
+        # Exit code 5 (no tests collected) fails the session like any other but 0.
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={RESULTS / session.name}.xml", *SUBSET, env=env)
+        session.run("python", "-m", "support.private_names", str(names),
+                    env={"PYTHONPATH": "tests"})
+    finally:
+        ended = time.monotonic()
+        (RESULTS / f"{session.name}.json").write_text(json.dumps({
+            "versions": versions.split()[-2:] if versions else None,
+            "patches": json.loads(patches.splitlines()[-1]) if patches else None,
+            "install_seconds": round(installed - started),
+            "test_seconds": round(ended - installed)}))
+
+
+def _pair_session(pair):
+    @nox.session(name=pair.session)
+    def run(session):
+        started = time.monotonic()
+        pins = [f"tensorflow=={pair.tensorflow}", f"keras=={pair.keras}"]
+        session.install("-e", ".[test]", *pins)
+        _run_subset(session, started)
+
+    run.__doc__ = f"The subset on TensorFlow {pair.tensorflow} + Keras {pair.keras}."
+    return run
+
+
+for _pair in PAIRS:
+    globals()[f"_session_{_pair.session}"] = _pair_session(_pair)
+
+
+@nox.session
+def nightly(session):
+    """The subset on tf-nightly + keras-nightly: what the next releases will break."""
+    started = time.monotonic()
+    # The nightlies install the packages `tensorflow` and `keras` under other names, so the
+    # package goes in without its dependencies, which follow without those two.
+    session.install("--pre", "--upgrade", "tf-nightly", "keras-nightly")
+    session.install("--no-deps", "-e", ".")
+    session.install(*_requirements(exclude=("tensorflow", "keras")))
+    _run_subset(session, started)
+
+
+def _outcomes(path):
+    """`{node id: "pass" | "fail" | "skip"}` from a pytest junit XML file."""
+    outcomes = {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        module = case.get("classname", "").replace(".", "/") + ".py"
+        node = f"{module}::{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcomes[node] = "fail"
+        elif case.find("skipped") is not None:
+            outcomes[node] = "skip"
+        else:
+            outcomes[node] = "pass"
+    return outcomes
+
+
+def table():
+    """docs/compatibility.md's table: a row per capability, a column per session run."""
+    sessions = [p.session for p in PAIRS] + ["nightly"]
+    ran = [s for s in sessions if (RESULTS / f"{s}.xml").exists()]
+    results = {s: _outcomes(RESULTS / f"{s}.xml") for s in ran}
+    timings = {s: json.loads((RESULTS / f"{s}.json").read_text()) for s in ran
+               if (RESULTS / f"{s}.json").exists()}
+    rows = [["", *ran], ["---"] * (len(ran) + 1)]
+    for file in COMPAT_FILES:
+        cells = []
+        for s in ran:
+            found = [o for n, o in results[s].items() if n.startswith(file + "::")]
+            cells.append(f"{found.count('pass')}/{len(found) - found.count('skip')}"
+                         if found else "not run")
+        rows.append([f"`{pathlib.Path(file).name}` (passed/run)", *cells])
+    for capability, nodes in CAPABILITIES.items():
+        cells = []
+        for s in ran:
+            found = [results[s].get(n, "not run") for n in nodes]
+            cells.append("fail" if "fail" in found else
+                         "not run" if "not run" in found else "pass")
+        rows.append([capability, *cells])
+    for patch in sorted({p for t in timings.values() for p in t.get("patches") or {}}):
+        rows.append([f"patch `{patch}`", *(
+            {True: "installed", False: "skipped", None: ""}[
+                (timings.get(s, {}).get("patches") or {}).get(patch)] for s in ran)])
+    rows.append(["release", *(" + ".join(timings[s]["versions"] or []) if s in timings else ""
+                              for s in ran)])
+    rows.append(["install / tests (min)", *(
+        "%.1f / %.1f" % (timings[s]["install_seconds"] / 60, timings[s]["test_seconds"] / 60)
+        if s in timings else "" for s in ran)])
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+@nox.session(python=False)
+def matrix_table(session):
+    """Writes the table of the sessions' last results into docs/compatibility.md."""
+    page = ROOT / "docs" / "compatibility.md"
+    start, end = "<!-- matrix table: nox -s matrix_table -->", "<!-- end of matrix table -->"
+    text = page.read_text()
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    page.write_text(f"{head}{start}\n{table()}\n{end}{tail}")
+    session.log(f"wrote the table of {page}")
+
+
+if __name__ == "__main__":
+    sys.exit("run it with nox: pip install nox && nox -l")

@@ -1,0 +1,12 @@
+"""Records the private names each process reaches when `MGPU_TF_PRIVATE_NAMES` names a directory.
+
+Python imports `sitecustomize` at start-up; this folder is on PYTHONPATH only in the
+release matrix's runs (noxfile.py). See support/private_names.py.
+"""
+
+import os
+
+if os.environ.get("MGPU_TF_PRIVATE_NAMES"):
+    from support import private_names
+
+    private_names.install(os.environ["MGPU_TF_PRIVATE_NAMES"])

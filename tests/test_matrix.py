@@ -1,0 +1,74 @@
+"""The release matrix (noxfile.py): its explicit test list, and the check of the private names."""
+
+import os
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+from mgpu_tf.compat import releases, versions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def noxfile():
+    nox = pytest.importorskip("nox")
+    assert nox  # the noxfile imports it
+    return runpy.run_path(os.path.join(ROOT, "noxfile.py"))
+
+
+def test_every_node_id_the_matrix_names_is_a_test(noxfile):
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
+                             *noxfile["SUBSET"]], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    collected = set(result.stdout.splitlines())
+    named = [n for nodes in noxfile["CAPABILITIES"].values() for n in nodes]
+    assert [n for n in named if n not in collected] == []
+    for file in noxfile["COMPAT_FILES"]:
+        assert any(line.startswith(file + "::") for line in collected), file
+
+
+def test_the_ci_pairs_span_the_supported_range(noxfile):
+    ci = [(p.tensorflow, p.keras) for p in releases.PAIRS if p.ci]
+    assert ("2.18.1", "3.8.0") in ci  # the floor
+    assert noxfile["nox"].options.sessions[-1] == "nightly"
+    assert {p.session for p in releases.PAIRS if p.ci} < set(noxfile["nox"].options.sessions)
+
+
+def _record(directory, code):
+    env = dict(os.environ, MGPU_TF_PRIVATE_NAMES=str(directory), TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "recorder"),
+                                           os.path.join(ROOT, "tests"), ROOT]))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def _check(directory):
+    return subprocess.run([sys.executable, "-m", "support.private_names", str(directory)],
+                          cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+                                             PYTHONPATH=os.path.join(ROOT, "tests")),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_process_records_the_names_its_accessors_reach(tmp_path):
+    _record(tmp_path, "import keras\n"
+                      "from mgpu_tf.compat import private\n"
+                      "private.sequential_graph(keras.Sequential([keras.Input((2,))]))\n")
+    result = _check(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    unreached = result.stdout.strip().partition(": ")[2].split(", ")
+    assert "Sequential._functional" not in unreached
+    assert "Functional._nodes_by_depth" in unreached
+    expected = {n for n in versions.KNOWN if versions.known_for(n)} - {"Sequential._functional"}
+    assert set(unreached) == expected
+
+
+def test_the_check_passes_when_every_known_name_was_reached(tmp_path):
+    (tmp_path / "1.txt").write_text("\n".join(versions.KNOWN) + "\n")
+    result = _check(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("every private name known for this release was reached")
