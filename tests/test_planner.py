@@ -330,12 +330,15 @@ def test_cli_plans_a_saved_model(capsys, tmp_path, suffix):
 @pytest.mark.parametrize("name, content, message", [
     ("missing.keras", None, "--model names a saved model that does not exist. Received: "
      "--model='{path}'"),
-    ("broken.keras", "not a model", "--model: Keras could not load the saved model: "),
+    ("broken.keras", b"not a model", "--model names a file that could not be read as a Keras "
+     "model: it is not a zip archive, as .keras files are (it starts with b'not a mo')."),
+    ("empty_zip.keras", b"PK\x05\x06" + bytes(18),
+     "--model: Keras could not load the saved model: "),
 ])
 def test_cli_says_why_a_saved_model_cannot_be_read(capsys, tmp_path, name, content, message):
     path = tmp_path / name
     if content is not None:
-        path.write_text(content)
+        path.write_bytes(content)
     code = cli_main(["plan", "--model", str(path), "--global_batch_size", "8", "--no_measure"])
     assert code == 2
     assert capsys.readouterr().err.startswith("mgpu-tf plan: " + message.format(path=path))

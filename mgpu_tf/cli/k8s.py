@@ -21,8 +21,9 @@ def add_parser(subparsers):
     parser = parsing.add_command(subparsers, k8s_command, __doc__, raw=True)
     parser.add_argument("--workers", type=int, default=None,
                         help="number of workers (default: the node pools' total)")
-    parser.add_argument("--gpus_per_worker", type=int, default=1,
-                        help="nvidia.com/gpu limit of each worker pod (default 1; 0: none)")
+    parser.add_argument("--gpus_per_worker", type=int, default=None,
+                        help="nvidia.com/gpu limit of each worker pod (default 1, or with "
+                        "--from_plan the plan's devices per worker; 0: none)")
     parser.add_argument("--image", required=True, help="container image of the workers")
     parser.add_argument("--format", choices=kubernetes.FORMATS, default="indexed-job",
                         help="indexed-job (plain Kubernetes, default), jobset (the JobSet "
@@ -76,27 +77,37 @@ def _add_metrics_and_sizes(parser):
 
 
 def _sizes(args):
-    """`(workers, memory)` from the flags, the memory read from the plan with --from_plan."""
+    """`(workers, gpus per worker, memory)` from the flags, or with --from_plan from the plan."""
     if args.from_plan is None:
-        return args.workers, args.memory
+        gpus = 1 if args.gpus_per_worker is None else args.gpus_per_worker
+        return args.workers, gpus, args.memory
     if args.memory is not None:
         raise kubernetes.ManifestError(
             "Give `memory` or `from_plan`, not both. Received: memory="
             f"{args.memory!r}, from_plan={args.from_plan!r}. Leave one out.")
     memory, plan = pod_metrics.memory_from_plan(args.from_plan, args.memory_overhead)
+    devices = int(plan["devices"])
+    # The memory is the plan's for its devices: other GPUs would hold other shares.
+    if args.gpus_per_worker not in (None, 0, devices):
+        raise kubernetes.ManifestError(
+            f"`gpus_per_worker` must be the plan's devices per worker ({devices}), for which "
+            f"it sized the memory. Received: gpus_per_worker={args.gpus_per_worker}, "
+            f"from_plan={args.from_plan!r}. Leave --gpus_per_worker out, or plan again with "
+            f"--devices {args.gpus_per_worker}.")
+    gpus = devices if args.gpus_per_worker is None else args.gpus_per_worker
     workers = args.workers
     if workers is None and not args.node_pools:
         workers = int(plan.get("workers") or 1)
-    return workers, memory
+    return workers, gpus, memory
 
 
 def k8s_command(args):
     try:
         pools = [kubernetes.parse_node_pool(text) for text in args.node_pools]
-        workers, memory = _sizes(args)
+        workers, gpus, memory = _sizes(args)
         documents = kubernetes.make_manifests(
             args.name, args.cmd, image=args.image, workers=workers,
-            gpus_per_worker=args.gpus_per_worker, format=args.format, pools=pools,
+            gpus_per_worker=gpus, format=args.format, pools=pools,
             port=args.port, namespace=args.namespace, max_restarts=args.max_restarts,
             metrics_port=args.metrics_port, pod_monitor=not args.no_pod_monitor,
             memory=memory, cpu=args.cpu)

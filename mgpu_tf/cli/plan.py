@@ -13,14 +13,17 @@ import importlib.util
 import json
 import os
 import sys
+import zipfile
 
 from mgpu_tf.cli import parsing
+from mgpu_tf.planner import inputs
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import step_model
 
-__all__ = ["add_parser", "plan_command", "load_model"]
+__all__ = ["add_parser", "plan_command", "load_model", "check_model_spec"]
 
 _SAVED_MODEL_SUFFIXES = (".keras", ".h5")
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def add_parser(subparsers):
@@ -76,17 +79,12 @@ def load_model(spec):
     Raises `ValueError` saying which part failed: the spec, the import, the function, its
     result, or the saved file.
     """
+    check_model_spec(spec)
     if str(spec).endswith(_SAVED_MODEL_SUFFIXES):
         return _load_saved_model(str(spec))
     module_name, _, function_name = str(spec).rpartition(":")
-    if not module_name or not function_name:
-        raise ValueError("--model must be MODULE:FUNCTION, a function returning a Keras "
-                         "model, or a saved Keras model (.keras or .h5). Received: "
-                         f"--model={spec!r}. For example my_models:build or best.keras.")
     try:
         if module_name.endswith(".py"):
-            if not os.path.isfile(module_name):
-                raise FileNotFoundError(f"no such file {module_name!r}")
             loader = importlib.util.spec_from_file_location("_mgpu_tf_plan_model", module_name)
             module = importlib.util.module_from_spec(loader)
             loader.loader.exec_module(module)
@@ -113,13 +111,38 @@ def load_model(spec):
     if not isinstance(model, keras.Model):
         raise ValueError(f"--model: {function_name}() returned {type(model).__name__}, not a "
                          f"Keras model. Received: --model={spec!r}")
+    if not model.built:
+        # Until it knows its input's shape, a model has no weights, and the planner counts them.
+        raise ValueError(f"--model: {function_name}() must return a built model: one that "
+                         "knows its input's shape and so has its weights. Received: "
+                         f"--model={spec!r}, an unbuilt {type(model).__name__}. Start it with "
+                         "keras.Input(shape=...), or call model.build((None, ...)) before "
+                         "returning it.")
     return model
 
 
+def check_model_spec(spec):
+    """Raises `ValueError` for a `--model` that names no model, before anything is imported:
+    a spec that is not `MODULE:FUNCTION`, or a file (the saved model, the .py) that is missing
+    or is not what its suffix says."""
+    spec = str(spec)
+    if spec.endswith(_SAVED_MODEL_SUFFIXES):
+        if not os.path.isfile(spec):
+            raise ValueError(f"--model names a saved model that does not exist. Received: "
+                             f"--model={spec!r}. Check the path.")
+        _check_saved_format(spec)
+        return
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        raise ValueError("--model must be MODULE:FUNCTION, a function returning a Keras "
+                         "model, or a saved Keras model (.keras or .h5). Received: "
+                         f"--model={spec!r}. For example my_models:build or best.keras.")
+    if module_name.endswith(".py") and not os.path.isfile(module_name):
+        raise ValueError(f"--model names a module file that does not exist. Received: "
+                         f"--model={spec!r}. Check the path.")
+
+
 def _load_saved_model(path):
-    if not os.path.isfile(path):
-        raise ValueError(f"--model names a saved model that does not exist. Received: "
-                         f"--model={path!r}. Check the path.")
     import keras
 
     try:
@@ -131,7 +154,28 @@ def _load_saved_model(path):
                          "A model with custom layers needs MODULE:FUNCTION instead.") from error
 
 
+def _check_saved_format(path):
+    """Raises `ValueError` unless the file at `path` is what its suffix says: a zip (.keras)
+    or an HDF5 file (.h5). Keras says "File not found" for either."""
+    keras_file = path.endswith(".keras")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        readable = zipfile.is_zipfile(path) if keras_file else head == _HDF5_SIGNATURE
+    except OSError as error:
+        raise ValueError(f"--model names a saved model this process cannot read: "
+                         f"{error.strerror}. Received: --model={path!r}. Check its "
+                         "permissions.") from None
+    if not readable:
+        kind = "a zip archive, as .keras files are" if keras_file else "an HDF5 file"
+        raise ValueError(f"--model names a file that could not be read as a Keras model: it "
+                         f"is not {kind} (it starts with {head!r}). Received: --model="
+                         f"{path!r}. Save the model again with model.save({path!r}), or give "
+                         "MODULE:FUNCTION.")
+
+
 def _check(args):
+    check_model_spec(args.model)
     for flag, value in (("--global_batch_size", args.global_batch_size),
                         ("--workers", args.workers), ("--devices", args.devices)):
         if value is not None and value < 1:
@@ -140,10 +184,14 @@ def _check(args):
         raise ValueError(f"--interconnect must be one of "
                          f"{', '.join(interconnect_lib.INTERCONNECTS)}. "
                          f"Received: --interconnect={args.interconnect!r}")
+    interconnect_lib.resolve_interconnect(args.interconnect, bandwidth=args.bandwidth,
+                                          latency=args.latency)
     if args.device_memory is not None:
-        from mgpu_tf.planner import memory
-
-        memory.parse_size(args.device_memory, name="--device_memory")
+        inputs.parse_size(args.device_memory, name="--device_memory")
+    if args.optimizer.strip().lower() not in inputs.OPTIMIZER_SLOTS:
+        raise ValueError(f"--optimizer must be one of {', '.join(sorted(inputs.OPTIMIZER_SLOTS))}"
+                         f". Received: --optimizer={args.optimizer!r}."
+                         f"{parsing.did_you_mean(args.optimizer.lower(), inputs.OPTIMIZER_SLOTS)}")
     if args.device_throughput is not None and args.compute_seconds is not None:
         raise ValueError("Pass one of --device_throughput and --compute_seconds. Received: "
                          f"--device_throughput={args.device_throughput:g}, "
@@ -161,8 +209,7 @@ def _check(args):
     if args.epoch_overhead and args.epoch_examples is None:
         raise ValueError("--epoch_overhead needs --epoch_examples. "
                          f"Received: --epoch_overhead={args.epoch_overhead:g}")
-    if not args.jitter >= 0:
-        raise ValueError(f"--jitter must be 0 or more. Received: --jitter={args.jitter:g}")
+    step_model.check_jitter(args.jitter, name="--jitter")
     if args.schedule.lower() not in step_model.SCHEDULES:
         raise ValueError(f"--schedule must be one of {', '.join(step_model.SCHEDULES)}. "
                          f"Received: --schedule={args.schedule!r}")

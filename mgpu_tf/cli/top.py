@@ -17,11 +17,15 @@ from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import detect
 from mgpu_tf.cluster import scrape
 
-__all__ = ["add_parser", "top_command", "read_targets", "render"]
+__all__ = ["add_parser", "top_command", "read_targets", "render", "STRAGGLER_THRESHOLD"]
 
 _COLUMNS = ("worker", "step ms", "compute ms", "wait %", "examples/s", "util %", "memory MB",
             "share", "target")
 _BOLD, _PLAIN = "\033[1;31m", "\033[0m"
+# The slowest compute over the median above which a worker is named: identical workers differ
+# by up to 10% from one measure to the next, the spread `mgpu-tf calibrate` accepts of one
+# worker's runs and the band within which adaptive shares leave settled workers alone.
+STRAGGLER_THRESHOLD = 1.1
 
 
 def add_parser(subparsers):
@@ -96,6 +100,12 @@ def _straggler(rows):
     return slowest, computes[slowest] / statistics.median(computes.values())
 
 
+def _named_straggler(rows):
+    """`_straggler`'s worker, or `None` when it is within the noise, and its ratio."""
+    slowest, times = _straggler(rows)
+    return (slowest if times is not None and times > STRAGGLER_THRESHOLD else None), times
+
+
 def _cells(row):
     def get(name, scale=1.0, digits=1):
         value = row.get(name)
@@ -109,8 +119,9 @@ def _cells(row):
 
 
 def render(rows, *, highlight=False):
-    """The table of `read_targets`' rows, the straggler's worker marked `*` (and in bold)."""
-    slowest, times = _straggler(rows)
+    """The table of `read_targets`' rows, the straggler's worker marked `*` (and in bold)
+    when its compute exceeds the median's `STRAGGLER_THRESHOLD` times."""
+    slowest, times = _named_straggler(rows)
     lines = []
     for key in sorted(rows, key=lambda k: (k[1] is None, k[1] or 0, k[0])):
         target, worker = key
@@ -128,6 +139,9 @@ def render(rows, *, highlight=False):
         text.append(f"straggler: worker {slowest[1]} (compute "
                     f"{1e3 * rows[slowest]['mgpu_tf_compute_seconds']:.1f} ms, "
                     f"{times:.2f}x the median)")
+    elif times is not None:
+        text.append(f"straggler: none (the slowest compute is {times:.2f}x the median, within "
+                    f"the {STRAGGLER_THRESHOLD - 1:.0%} that identical workers vary by)")
     return "\n".join(text)
 
 

@@ -112,6 +112,7 @@ def memory_from_plan(path, overhead="1Gi"):
     try:
         with open(path) as f:
             plan = json.load(f)
+        _check_plan_keys(plan)
         chosen = next(o for o in plan["options"] if o["name"] == plan["recommended"]["name"])
         peak, devices = float(chosen["peak"]), int(plan["devices"])
         if not (math.isfinite(peak) and peak > 0 and devices > 0):
@@ -123,6 +124,16 @@ def memory_from_plan(path, overhead="1Gi"):
             f"from_plan={str(path)!r} ({reason}). {fix}") from None
     extra = _bytes(check_quantity("memory_overhead", overhead))
     return f"{math.ceil((peak * devices + extra) / _MI)}Mi", plan
+
+
+def _check_plan_keys(plan):
+    """Raises `ValueError` saying what the JSON holds when it lacks a plan's keys."""
+    wanted = ("recommended", "options", "devices")
+    if isinstance(plan, dict) and all(key in plan for key in wanted):
+        return
+    found = (f"a JSON object with the keys {', '.join(map(repr, plan)) or 'none'}"
+             if isinstance(plan, dict) else f"a JSON {type(plan).__name__}")
+    raise ValueError(f"{found}, not a plan's {', '.join(map(repr, wanted))}")
 
 
 def _bytes(quantity):

@@ -5,8 +5,6 @@ Design: docs/design.md#memory-estimates
 
 import dataclasses
 import math
-import numbers
-import re
 
 import keras
 import numpy as np
@@ -16,6 +14,7 @@ from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import partition
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.planner import liveness
+from mgpu_tf.planner.inputs import OPTIMIZER_SLOTS, parse_size, slots_by_name
 
 __all__ = [
     "Footprint",
@@ -27,38 +26,6 @@ __all__ = [
     "sharded_footprint",
     "measure_model",
 ]
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
-          "tib": 2**40}
-
-# Slot variables per weight of Keras' optimizers with their default arguments.
-_SLOTS = {"sgd": 0, "rmsprop": 1, "adagrad": 1, "lion": 1, "adam": 2, "adamw": 2,
-          "adamax": 2, "nadam": 2, "adadelta": 2, "ftrl": 2, "lamb": 2}
-
-
-def parse_size(value, name="device_memory"):
-    """Returns a memory size in bytes: an int, or text such as `"80GiB"`, `"80 GB"`, `"512MiB"`.
-
-    `parse_size("1.5 GiB")` is 1610612736. Raises `TypeError` for neither number nor text, and
-    `ValueError` for text that is not a size, or a size that is not positive.
-    """
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise TypeError(f"`{name}` must be a size such as '80GiB' or a number of bytes. "
-                        f"Received: {name}={value!r}")
-    if isinstance(value, str):
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
-        unit = match and match.group(2).lower()
-        if not match or unit not in _UNITS:
-            raise ValueError(
-                f"`{name}` must be a size: a number with an optional unit (B, KB, MB, GB, "
-                f"TB, KiB, MiB, GiB, TiB). Received: {name}={value!r}. For example '80GiB' "
-                "or '512 MB'.")
-        value = float(match.group(1)) * _UNITS[unit]
-    if not value > 0:
-        raise ValueError(f"`{name}` must be positive. Received: {name}={value!r}")
-    return int(value)
-
 
 def format_size(nbytes):
     """Formats bytes with a binary unit: `format_size(3 * 2**30)` is `"3.00 GiB"`."""
@@ -74,18 +41,13 @@ def optimizer_slots(optimizer):
     Raises `ValueError` for an optimizer name it does not know.
     """
     if isinstance(optimizer, str):
-        name = optimizer.strip().lower()
-        if name not in _SLOTS:
-            raise ValueError(
-                f"`optimizer` must be one of {', '.join(sorted(_SLOTS))} or a Keras optimizer. "
-                f"Received: optimizer={optimizer!r}")
-        return _SLOTS[name]
+        return slots_by_name(optimizer)
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("`optimizer` must be a name or a Keras optimizer. "
                         f"Received: optimizer={optimizer!r}")
     optimizer = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
     name = type(optimizer).__name__.lower()
-    slots = _SLOTS.get(name, 2)
+    slots = OPTIMIZER_SLOTS.get(name, 2)
     if name == "sgd":
         slots = int(bool(getattr(optimizer, "momentum", 0)))
     elif name == "rmsprop":

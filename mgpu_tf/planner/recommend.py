@@ -136,6 +136,24 @@ def _does_not_fit(memory, options, count, workers, batch, slots, device_memory, 
         "none).")
 
 
+def _check_divisible(best, batch):
+    """Raises `ValueError` when `shard_dataset` would refuse the recommended layout's batch.
+
+    Each of its `pipelines` replicas takes an equal share of the global batch.
+    """
+    replicas = best.pipelines
+    if batch % replicas == 0:
+        return
+    lower = batch // replicas * replicas
+    use = f"{lower} or {lower + replicas}" if lower else f"{replicas} or a multiple"
+    layout = (f"data parallel over {replicas} devices" if best.name in ("data", "sharded")
+              else f"hybrid, one pipeline in each of {replicas} workers")
+    raise ValueError(
+        f"`global_batch_size` must be divisible by the number of replicas ({replicas}) of the "
+        f"layout the plan recommends, {layout}, as `shard_dataset` requires. Received: "
+        f"global_batch_size={batch}. Use {use}.")
+
+
 def plan(model, *, devices=None, device_memory=None, global_batch_size, optimizer="adam",
          workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
          compute_seconds=None, device_throughput=None, schedule="keras",
@@ -196,7 +214,8 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     Raises:
         TypeError, ValueError: for arguments of the wrong type or value, such as a
             `device_memory` that is not a size.
-        ValueError: for an unknown interconnect.
+        ValueError: for an unknown interconnect, and for a `global_batch_size` that the
+            recommended layout's replicas cannot share equally (`shard_dataset`'s rule).
         PlanError: when the model does not fit even split over all the devices; the
             message says by how much.
     """
@@ -204,6 +223,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     workers = _check_count("workers", workers)
     batch = _check_count("global_batch_size", global_batch_size)
     slots = memory_lib.optimizer_slots(optimizer)
+    jitter = step_model.check_jitter(jitter)
     if device_memory is not None:
         device_memory = memory_lib.parse_size(device_memory)
     speed_lib.check_compute(compute_seconds, device_throughput)
@@ -247,6 +267,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         if epoch_examples is not None:
             epochs = epoch_lib.predict_epochs(scaling, epoch_examples, epoch_overhead)
     ranked = layouts.rank(options)
+    _check_divisible(ranked[0], batch)
     return Plan(tuple(ranked), _reason(ranked[0], options, workers, compute), count, workers,
                 device_memory, link, gradients, compute, scaling, schedule, epochs)
 
@@ -271,8 +292,12 @@ def auto_strategy(model, kind, reason, options, device_memory=None, *,
         workers = config.num_workers if config is not None else 1
     devices = options.get("devices")
     optimizer = getattr(model, "optimizer", None) or "adam"
+    if global_batch_size is None:
+        # The default batch, rounded up to one every replica can share equally.
+        replicas = _device_count(devices) * workers
+        global_batch_size = math.ceil(AUTO_GLOBAL_BATCH / replicas) * replicas
     result = plan(model, devices=devices, device_memory=device_memory, workers=workers,
-                  global_batch_size=global_batch_size or AUTO_GLOBAL_BATCH,
+                  global_batch_size=global_batch_size,
                   optimizer=optimizer,
                   measure_compute=False)
     best = result.recommended

@@ -10,7 +10,7 @@ import numbers
 from mgpu_tf.planner import cost_model
 
 __all__ = ["Schedule", "SCHEDULES", "StepPrediction", "predict_step", "resolve_schedule",
-           "DEFAULT_JITTER", "BACKWARD_FRACTION"]
+           "DEFAULT_JITTER", "BACKWARD_FRACTION", "check_jitter"]
 
 # Relative step-to-step variation of one device's compute (see docs/planner.md).
 DEFAULT_JITTER = 0.02
@@ -56,6 +56,21 @@ def _non_negative(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
         raise ValueError(f"`{name}` must be a non-negative number. Received: {name}={value!r}")
     return float(value)
+
+
+def check_jitter(jitter, name="jitter"):
+    """Returns `jitter` as a float: a relative standard deviation, at least 0 and below 1.
+
+    At 1 and more a step would vary by its whole length, where the wait for the slowest
+    device (`compute x jitter x sqrt(2 ln N)`) no longer describes one.
+    """
+    if isinstance(jitter, bool) or not isinstance(jitter, numbers.Real) or not 0 <= jitter < 1:
+        hint = f" For {jitter:g}%, give {jitter / 100:g}." if (
+            isinstance(jitter, numbers.Real) and 1 <= jitter < 100) else ""
+        raise ValueError(
+            f"`{name}` must be a fraction of the step, at least 0 and below 1 (the default "
+            f"{DEFAULT_JITTER} is 2%). Received: {name}={jitter!r}.{hint}")
+    return float(jitter)
 
 
 def resolve_schedule(schedule):
@@ -130,7 +145,7 @@ def predict_step(compute_seconds, gradient_bytes, devices, link, *, batch=1, sch
     """
     schedule = resolve_schedule(schedule)
     compute = _non_negative("compute_seconds", compute_seconds)
-    jitter = _non_negative("jitter", jitter)
+    jitter = check_jitter(jitter)
     if isinstance(devices, bool) or not isinstance(devices, numbers.Integral) or devices < 1:
         raise ValueError(f"`devices` must be an integer of at least 1. Received: "
                          f"devices={devices!r}")
