@@ -11,11 +11,12 @@ from mgpu_tf.cli import k8s as k8s_cmd
 from mgpu_tf.cli import launch as launch_cmd
 from mgpu_tf.cli import parsing
 from mgpu_tf.cli import plan as plan_cmd
+from mgpu_tf.cli import test as test_cmd
 from mgpu_tf.cli import top as top_cmd
 
 __all__ = ["main"]
 
-_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd, plan_cmd, top_cmd)
+_COMMANDS = (launch_cmd, env_cmd, k8s_cmd, calibrate_cmd, bench_cmd, plan_cmd, top_cmd, test_cmd)
 
 
 def _parser():

@@ -45,7 +45,7 @@ def _environment(env, threads):
         merged.update({name: str(threads) for name in (
             "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")})
     merged.update(env or {})
-    return merged
+    return {name: value for name, value in merged.items() if value is not None}
 
 
 def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env=None,
@@ -60,7 +60,7 @@ def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env
             result counts. Defaults to `1`.
         threads: TensorFlow (and OpenMP) threads per process. Defaults to TensorFlow's.
         env: variables set on top of this process' own (without `TF_CONFIG`), CPU only
-            and quiet. Defaults to `None`.
+            and quiet; `None` as a value unsets one. Defaults to `None`.
         timeout: seconds before the processes are stopped. Defaults to `600`.
         label: what the run is, for errors. Defaults to the function's name.
 
