@@ -58,8 +58,9 @@ def add_parser(subparsers):
                         help=f"how the all-reduce runs: one of {', '.join(step_model.SCHEDULES)}"
                         " (default keras)")
     parser.add_argument("--jitter", type=float, default=step_model.DEFAULT_JITTER,
-                        help="step-to-step variation of a device's compute, for the wait for "
-                        f"the slowest device (default {step_model.DEFAULT_JITTER})")
+                        help="step-to-step variation of a device's compute, a fraction of the "
+                        "step from 0 to below 1, for the wait for the slowest device "
+                        f"(default {step_model.DEFAULT_JITTER})")
     parser.add_argument("--epoch_examples", type=int, default=None,
                         help="examples in an epoch: also predict an epoch's time")
     parser.add_argument("--epoch_overhead", type=float, default=0.0,

@@ -174,7 +174,8 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
             A new `MGPU_TF_JOB_SECRET` is added unless it holds one.
         output: stream for the workers' stdout, each line prefixed `[index] `, and the
             launcher's lines. Defaults to `sys.stdout`.
-        grace_seconds: how long stopped workers get before SIGKILL. Defaults to `10`.
+        grace_seconds: how long stopped workers get before SIGKILL, 0 or more. Defaults
+            to `10`.
         errors: stream for the workers' stderr. Defaults to `sys.stderr` when `output`
             is not given, else to `output`.
         max_restarts: starts of the whole group after a failure, each with
@@ -185,7 +186,8 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
         start (128 + signal for a killed worker; 130 on Ctrl-C, never restarted).
 
     Raises:
-        LaunchError: for an empty or missing command, a bad worker count or a bad port.
+        LaunchError: for an empty or missing command, a bad worker count or a bad port,
+            more workers than the open-file limit holds, or a bad `grace_seconds`.
     """
     check_request(command, workers, port, host, env, max_restarts, grace_seconds)
     output, errors = streams(output, errors)
