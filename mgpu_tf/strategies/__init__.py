@@ -6,6 +6,10 @@ the option checks, devices, precision), which plugins register through;
 `registry`, `options` and `devices` here are its modules under their public paths.
 """
 
+import importlib.util
+
 import lazy_loader as lazy
 
 __getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)
+# Its modules are attributes too, but out of `__all__`: `import *` would load every one.
+__all__ = [name for name in __all__ if importlib.util.find_spec(f"{__name__}.{name}") is None]

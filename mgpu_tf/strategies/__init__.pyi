@@ -5,6 +5,8 @@ __all__ = ["OPTIONS", "StrategyKind", "auto_choice", "available_strategies", "ma
            "prepare_model", "register_option", "register_strategy", "simulate_devices",
            "strategy_kind", "validate_options"]
 
+# The modules load on first use too: the factory imports `builtin` only for a known name.
+from . import builtin, devices, factory, options, registry
 from .devices import simulate_devices
 from .factory import auto_choice, available_strategies, make_strategy, prepare_model, strategy_kind
 from .options import validate_options
