@@ -1,8 +1,9 @@
 """Fixes for upstream Keras and TensorFlow bugs, and the private names mgpu_tf touches.
 
 `multi_worker` (keras-team/keras#20585, #19246), `collective_keys`, `keras_steps`,
-`keras_train_step`, `native_logs`, installed by `patches`; `private`, `private_trainer`,
-`private_callbacks`, `private_collectives` and `versions` hold every private name touched.
+`keras_train_step`, `native_logs`, `custom_loop` (keras-team/keras#23085), installed by
+`patches`; `private`, `private_trainer`, `private_callbacks`, `private_collectives` and
+`versions` hold every private name touched.
 
 Design: docs/design.md#multi-worker-workarounds
 """
