@@ -8,8 +8,6 @@ Design: docs/design.md#loading-on-first-use
 
 import enum
 import importlib.util
-import logging
-import sys
 
 import lazy_loader as lazy
 
@@ -35,44 +33,6 @@ class Choice(str, enum.Enum):
             raise ValueError(f"`{argument}` must be one of {allowed}. "
                              f"Received: {argument}={value!r}") from None
 
-
-class _UnlessRootShows(logging.Handler):
-    """Writes a record to stderr when the root logger has no handler to show it."""
-
-    def handle(self, record):
-        return False if logging.getLogger().handlers else super().handle(record)
-
-    def emit(self, record):
-        try:
-            sys.stderr.write(self.format(record) + "\n")
-        except Exception:
-            self.handleError(record)
-
-
-def _show_own_logs():
-    """Shows the "mgpu_tf" logger's INFO lines (what `auto` chose), unless already set up."""
-    logger = logging.getLogger("mgpu_tf")
-    if logger.handlers or logger.level != logging.NOTSET:
-        return
-    logger.setLevel(logging.INFO)
-    handler = _UnlessRootShows()
-    handler.setFormatter(logging.Formatter("%(levelname)s:%(message)s"))
-    logger.addHandler(handler)
-
-
-def _root_has_handlers(record):
-    return not logging.getLogger().handlers
-
-
-def _one_line_per_tensorflow_record():
-    """Stops TensorFlow's log lines from printing twice once the root logger has a handler."""
-    for handler in logging.getLogger("tensorflow").handlers:
-        if _root_has_handlers not in handler.filters:
-            handler.addFilter(_root_has_handlers)
-
-
-_show_own_logs()
-_one_line_per_tensorflow_record()
 
 __getattr__, _lazy_dir, __all__ = lazy.attach_stub(__name__, __file__)
 # Its modules are attributes too, but out of `__all__`: `import *` would load every one.

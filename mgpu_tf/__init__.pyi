@@ -7,14 +7,15 @@ import enum
 
 __all__ = ["ClusterConfig", "ClusterConfigError", "DevicesAlreadyInitializedError",
            "ModelParallel", "StrategyKind", "available_strategies", "describe_sharding",
-           "make_strategy", "parse_tf_config", "plan", "prepare_model", "shard_dataset",
-           "simulate_devices", "strategy_kind"]
+           "make_strategy", "parse_tf_config", "plan", "prepare_model", "setup_logging",
+           "shard_dataset", "simulate_devices", "strategy_kind"]
 
 from . import (base, callbacks, cli, cluster, comm, compat, data, flags, model_parallel,
                planner, strategies, train)
 from .base.devices import DevicesAlreadyInitializedError, simulate_devices
 from .base.registry import StrategyKind
 from .cluster.tf_config import ClusterConfig, ClusterConfigError, parse_tf_config
+from .compat.native_logs import setup_logging
 from .data.sharding import describe_sharding, shard_dataset
 from .model_parallel.wrapper import ModelParallel
 from .planner.recommend import plan
@@ -26,5 +27,3 @@ __version__: str
 class Choice(str, enum.Enum):  # type: ignore[misc]
     @classmethod
     def parse(cls, value, argument): ...
-
-def _one_line_per_tensorflow_record(): ...  # called by mgpu_tf.flags

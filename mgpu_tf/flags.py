@@ -1,24 +1,17 @@
 """absl flags that choose the strategy, defined next to the user's own flags.
 
-Imported before TensorFlow, it keeps TensorFlow's start-up lines out of the job's output.
+`define_flags` sets up the job's log (`mgpu_tf.setup_logging`), as the main job does.
 
 Design: docs/design.md#flags
 """
 
 from absl import flags
 
-from mgpu_tf.compat import native_logs
-
-# A script with these flags is a job: TensorFlow's own lines stay out of its output
-# (TF_CPP_MIN_LOG_LEVEL or -v shows them); set up before TensorFlow is imported.
-_QUIET = native_logs.quiet_start()
-
-import mgpu_tf  # noqa: E402
-from mgpu_tf.base import devices as devices_lib  # noqa: E402
-from mgpu_tf.base import options as options_lib  # noqa: E402
-from mgpu_tf.base import registry  # noqa: E402
-from mgpu_tf.compat import keras_steps  # noqa: E402
-from mgpu_tf.strategies import factory  # noqa: E402
+from mgpu_tf.base import devices as devices_lib
+from mgpu_tf.base import options as options_lib
+from mgpu_tf.base import registry
+from mgpu_tf.compat import keras_steps, native_logs
+from mgpu_tf.strategies import factory
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 
@@ -39,8 +32,8 @@ def define_flags(flag_values=flags.FLAGS):
     Args:
         flag_values: the `FlagValues` to define on. Defaults to `absl.flags.FLAGS`.
     """
-    # absl's app.run gives the root logger a handler: TensorFlow's own must step aside.
-    mgpu_tf._one_line_per_tensorflow_record()
+    # A script with these flags is a job: TensorFlow's own lines stay out of its log.
+    native_logs.setup_logging()
     if "strategy" in flag_values:
         return
     flags.DEFINE_string(
@@ -160,7 +153,4 @@ def strategy_options(flag_values=flags.FLAGS):
 def make_strategy_from_flags(flag_values=flags.FLAGS):
     """Returns `make_strategy(*strategy_options(flag_values))`'s strategy."""
     kind, options = strategy_options(flag_values)
-    try:
-        return factory.make_strategy(kind, **options)
-    finally:
-        _QUIET.release()  # TensorFlow has started: what it writes from now on shows
+    return factory.make_strategy(kind, **options)

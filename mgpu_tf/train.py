@@ -16,10 +16,6 @@ import time
 
 from mgpu_tf.compat import native_logs
 
-# Run as the main job, TensorFlow's C++ start-up lines stay out of its output
-# (TF_CPP_MIN_LOG_LEVEL=0 shows them): set up before TensorFlow is imported.
-_QUIET = native_logs.quiet_start() if __name__ == "__main__" else None
-
 
 def _check_strategy_flag(argv):
     """Ends the job on an unknown `--strategy` as absl would, before TensorFlow loads."""
@@ -41,6 +37,7 @@ def _check_strategy_flag(argv):
 
 if __name__ == "__main__":
     _check_strategy_flag(sys.argv)
+    native_logs.setup_logging()  # before TensorFlow loads: its own lines stay out of the log
 
 
 import keras  # noqa: E402
@@ -327,9 +324,6 @@ def main(argv):
     except (ValueError, TypeError) as error:
         print(f"FATAL mgpu_tf.train: {error}", file=sys.stderr, flush=True)
         sys.exit(1)
-    finally:
-        if _QUIET is not None:
-            _QUIET.release()
     # Adaptive shards move at the monitor's measurements.
     try:
         result = _fit(strategy, prepared, epochs=_EPOCHS.value, verbose=1,

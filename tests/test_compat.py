@@ -102,9 +102,10 @@ def test_other_backend_changes_nothing(unpatched_keras, monkeypatch, caplog):
 
 
 @in_range
-def test_patches_once_and_logs_one_line(unpatched_keras, caplog):
+def test_patches_once_and_logs_one_debug_line(unpatched_keras, caplog):
+    # At DEBUG: `mgpu-tf env` lists the patches; a job does not announce them.
     originals = _patched_functions()
-    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+    with caplog.at_level(logging.DEBUG, logger="mgpu_tf"):
         assert compat.apply_multi_worker_fixes() is True
         patched = _patched_functions()
         assert compat.apply_multi_worker_fixes() is True
@@ -112,7 +113,7 @@ def test_patches_once_and_logs_one_line(unpatched_keras, caplog):
     assert [inspect.unwrap(f) for f in patched] == list(originals)
     assert patched != originals
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 1
+    assert len(messages) == 1 and caplog.records[0].levelno == logging.DEBUG
     assert messages[0].startswith(f"mgpu_tf: patched Keras {keras.__version__} "
                                   "(keras-team/keras#20585)")
     assert "_maybe_symbolic_build" in messages[0] and "reduce_per_replica" in messages[0]
@@ -293,6 +294,7 @@ def test_fit_evaluate_predict_on_two_workers(keras_loop):
     for index, lines in outputs.items():
         for part in ("fit", "evaluate", "predict"):
             assert _finding(lines, part) == "ok", f"worker {index} {part}:\n" + "\n".join(lines)
-        assert sum("(keras-team/keras#20585)" in line for line in lines) == 1
+        # The patch works above, unannounced: `mgpu-tf env` lists it, DEBUG logs it.
+        assert not any("(keras-team/keras#20585)" in line for line in lines), lines
     assert _finding(outputs[0], "weights") == _finding(outputs[1], "weights")
     assert _finding(outputs[0], "weights") is not None

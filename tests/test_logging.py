@@ -2,6 +2,8 @@
 TensorFlow's without the copy absl's handler added. A job with the strategy flags leaves
 TensorFlow's own INFO lines out unless asked for."""
 
+import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -30,9 +32,11 @@ def main(argv):
 app.run(main)
 """
 
-# A user's job with the strategy flags, imported before TensorFlow (as the docs ask), and a
-# mirrored fit.
+# A user's job with the strategy flags, its log set up before TensorFlow is imported (as the
+# docs ask), and a mirrored fit with the flags' compile options.
 FIT = """
+import mgpu_tf
+mgpu_tf.setup_logging()
 from absl import app
 from mgpu_tf import flags as mgpu_flags
 import keras
@@ -45,7 +49,7 @@ def main(argv):
     strategy = mgpu_flags.make_strategy_from_flags()
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
+        model.compile(optimizer="sgd", loss="mse", **mgpu_flags.compile_options())
     model.fit(np.ones((16, 4)), np.ones((16, 1)), batch_size=8, epochs=1, verbose=0)
     tf.get_logger().warning("a warning from TensorFlow")
 
@@ -53,6 +57,8 @@ app.run(main)
 """
 # TensorFlow's C++ start-up lines, and its Python INFO lines of a mirrored step.
 NATIVE = ("cpu_feature_guard", "cudart_stub", "cuInit")
+# Of those, the lines TensorFlow writes while it is imported, whatever the level.
+ON_IMPORT = ("absl::InitializeLog", "oneDNN custom operations", "cudart_stub")
 PYTHON = ("cross_device_ops",)
 
 
@@ -144,3 +150,79 @@ def test_verbosity_or_tensorflows_variable_brings_them_back(tmp_path, args, vari
     stderr = _fit_stderr(tmp_path, *args, **variables)
     assert _shown(stderr, markers) == list(markers), stderr[-3000:]
     assert "a warning from TensorFlow" in stderr, stderr[-3000:]
+
+
+def _readme_script():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## In a script", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_script_leaves_tensorflows_own_lines_out(tmp_path):
+    stderr = _run_as_a_user(tmp_path, _readme_script())
+    shown = _shown(stderr, (*ON_IMPORT, *NATIVE, "GeneratorDatasetOp", "patched Keras"))
+    assert shown == [], stderr[-3000:]
+
+
+# TensorFlow first: its import lines are out of reach, the runtime's are not.
+TENSORFLOW_FIRST = """
+import tensorflow as tf
+import mgpu_tf
+
+mgpu_tf.simulate_devices(2)
+mgpu_tf.make_strategy("mirrored")
+"""
+
+
+def test_a_script_importing_tensorflow_first_still_leaves_the_runtimes_lines_out(tmp_path):
+    stderr = _run_as_a_user(tmp_path, TENSORFLOW_FIRST)
+    assert "oneDNN custom operations" in stderr, stderr[-3000:]  # the test reads real output
+    assert "cuInit" not in stderr, stderr[-3000:]
+
+
+IMPORTS = """
+import logging
+import os
+
+stderr = os.readlink("/proc/self/fd/2")
+import mgpu_tf
+from mgpu_tf import flags
+print(logging.getLogger("mgpu_tf").handlers, logging.getLogger("mgpu_tf").level,
+      os.readlink("/proc/self/fd/2") == stderr, "TF_CPP_MIN_LOG_LEVEL" in os.environ)
+"""
+
+
+def test_importing_the_toolkit_sets_up_no_logging():
+    env = {k: v for k, v in workers.environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-c", IMPORTS], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["[]", "0", "True", "False"], result.stdout
+
+
+def test_mgpu_tf_plan_leaves_tensorflows_own_lines_out(tmp_path):
+    (tmp_path / "my_models.py").write_text(textwrap.dedent("""
+        import keras
+
+        def build():
+            return keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    """))
+    env = {k: v for k, v in workers.environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "mgpu_tf.cli", "plan", "--model", "my_models:build",
+         "--global_batch_size", "32", "--devices", "2", "--device_throughput", "100"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _shown(result.stderr, (*ON_IMPORT, *NATIVE)) == [], result.stderr[-3000:]
+
+
+def test_a_mirrored_job_with_keras_speed_switches_shows_no_patch_or_autograph_lines(tmp_path):
+    stderr = _fit_stderr(tmp_path, "--steps_per_execution=2", "--jit_compile=true")
+    shown = _shown(stderr, ("patched Keras", "AutoGraph", "Local rendezvous",
+                            "GeneratorDatasetOp", *ON_IMPORT, *NATIVE))
+    assert shown == [], stderr[-3000:]
+    assert "a warning from TensorFlow" in stderr, stderr[-3000:]
+    # The one INFO line of the patches: Keras alone would refuse these switches here.
+    told = [line for line in stderr.splitlines() if "through mgpu_tf's train step" in line]
+    assert len(told) == 1 and "steps_per_execution=2 and jit_compile=True" in told[0], stderr

@@ -7,6 +7,8 @@ import sys
 
 import tensorflow as tf
 
+from mgpu_tf.compat import native_logs
+
 __all__ = [
     "DevicesAlreadyInitializedError",
     "MAX_SIMULATED_DEVICES",
@@ -74,6 +76,7 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
             f"`device_type` must be one of {_DEVICE_TYPES}. "
             f"Received: device_type={device_type!r}"
         )
+    native_logs.setup_logging()  # listing the devices starts the platforms (cuInit's line)
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
         raise ValueError(

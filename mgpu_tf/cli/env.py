@@ -75,12 +75,8 @@ def _patch_rows():
 
 
 def env_command(args):
-    quiet = None if args.verbose else native_logs.quiet_start()
-    try:
-        rows = environment_report()
-    finally:
-        if quiet is not None:
-            quiet.release()
+    native_logs.setup_logging(verbose=args.verbose)
+    rows = environment_report()
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")

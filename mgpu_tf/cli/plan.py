@@ -16,6 +16,7 @@ import sys
 import zipfile
 
 from mgpu_tf.cli import parsing
+from mgpu_tf.compat import native_logs
 from mgpu_tf.planner import inputs
 from mgpu_tf.planner import interconnect as interconnect_lib
 from mgpu_tf.planner import step_model
@@ -219,6 +220,7 @@ def _check(args):
 def plan_command(args):
     try:
         _check(args)
+        native_logs.setup_logging()  # before the model's module loads TensorFlow
         model = load_model(args.model)
         from mgpu_tf.planner import recommend
 

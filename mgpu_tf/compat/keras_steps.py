@@ -118,9 +118,10 @@ def apply_step_fixes(*, keras_version=None):
     for kind, original in originals.items():
         private_trainer.set_trainer_function(f"{_TRAINER}.make_{kind}_function",
                                              _dispatch(original, kind))
-    versions.log_once(f"patched Keras {keras_version} so that steps_per_execution and "
-                      "jit_compile work under tf.distribute strategies "
-                      "(TensorFlowTrainer.make_train_function and make_test_function).")
+    logger.debug(  # `mgpu-tf env` and `patches.installed()` list it
+        "mgpu_tf: patched Keras %s so that steps_per_execution and jit_compile work under "
+        "tf.distribute strategies (TensorFlowTrainer.make_train_function and "
+        "make_test_function).", keras_version)
     return True
 
 
@@ -153,6 +154,12 @@ def _dispatch(original, kind):
         if getattr(self, attribute) is not None and not force:
             return getattr(self, attribute)
         step = self.train_step if kind == "train" else self.test_step
+        if kind == "train" and (self.jit_compile is True or self.steps_per_execution > 1):
+            # The one change a user sees: switches Keras refuses under a strategy run.
+            versions.log_once(
+                f"steps_per_execution={self.steps_per_execution} and "
+                f"jit_compile={self.jit_compile} run under the strategy through mgpu_tf's "
+                "train step (Keras' own fails there: keras-team/keras#19005).")
         setattr(self, attribute, _make_function(self, step, kind))
         return getattr(self, attribute)
 

@@ -60,7 +60,8 @@ def train_step(model, data, *, forward=None, reduce=None):
         gradients, loss = reduce(gradients, loss)
     # Only a strategy's replicas have a loss divided by their number (Keras 3.8 on).
     if tf.distribute.has_strategy():
-        loss = private_trainer.unscale_loss(loss)
+        # Python that reads Keras, run as it is: AutoGraph cannot convert the import inside.
+        loss = tf.autograph.experimental.do_not_convert(private_trainer.unscale_loss)(loss)
     batch = next(i for i in keras.tree.flatten(x) if i is not None)
     private_trainer.loss_tracker(model).update_state(loss, sample_weight=tf.shape(batch)[0])
     model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))

@@ -93,7 +93,7 @@ def apply_multi_worker_fixes(*, keras_version=None):
         return True
     private_trainer.set_trainer_function(_BUILD, _build_from_first_replica(build))
     private_trainer.set_trainer_function(_REDUCE, _mean_over_replicas(reduce))
-    logger.info(
+    logger.debug(  # `mgpu-tf env` and `patches.installed()` list it
         "mgpu_tf: patched Keras %s (keras-team/keras#20585) for multi-worker training: "
         "TensorFlowTrainer._maybe_symbolic_build and reduce_per_replica in %s.",
         keras_version, private_trainer.keras_trainer().__name__)

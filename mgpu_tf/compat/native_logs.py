@@ -1,19 +1,22 @@
-"""TensorFlow's own log lines, kept out of a job's output unless asked for.
+"""A job's log: TensorFlow's own lines kept out unless asked for, the toolkit's own shown.
 
-`quiet_start()` drops the C++ lines `TF_CPP_MIN_LOG_LEVEL` does not reach
-(abseil/abseil-cpp#1718), and TensorFlow's Python INFO lines unless absl's `-v` is given.
+`setup_logging()` is the one call that does it. The main job, `mgpu_tf.flags`' `define_flags`,
+the `mgpu-tf` commands that load TensorFlow, `simulate_devices` and `make_strategy` make it; a
+script makes it before importing TensorFlow to leave out the lines TensorFlow writes on import,
+which `TF_CPP_MIN_LOG_LEVEL` does not reach (abseil/abseil-cpp#1718).
 
 Design: docs/design.md#native-logs
 """
 
-import atexit
+import contextlib
 import logging
 import os
 import re
 import sys
-import threading
+import tempfile
 
-__all__ = ["LEVEL_VARIABLE", "QUIET_LEVEL", "is_start_up_noise", "quiet_start"]
+__all__ = ["LEVEL_VARIABLE", "QUIET_LEVEL", "is_harmless_error", "is_start_up_noise",
+           "setup_logging"]
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"
@@ -23,6 +26,14 @@ _NOISE = re.compile(
     r"|[IW]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] "
     # No GPU driver: mgpu_tf's own line says what `auto` chose without a GPU.
     r"|E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] failed call to cuInit: ")
+# An error TensorFlow logs in a good run: a worker's last heartbeat to the coordination
+# service of a chief that has finished first, at the end of a multi-worker job.
+_HARMLESS = re.compile(
+    r"E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] \S*StartAbort UNAVAILABLE: Failed to send RPC to "
+    r"coordination service")
+# The lines gRPC adds below it.
+_HARMLESS_DETAIL = re.compile(
+    r"Additional GRPC error information from remote target |:UNKNOWN:Error received from peer ")
 
 
 class _UnlessVerbose(logging.Filter):
@@ -36,61 +47,105 @@ class _UnlessVerbose(logging.Filter):
         return "verbosity" in flags.FLAGS and bool(flags.FLAGS["verbosity"].present)
 
 
-_PYTHON_INFO = _UnlessVerbose()
+class _UnlessRootShows(logging.Handler):
+    """Writes a record to stderr when the root logger has no handler to show it."""
+
+    def handle(self, record):
+        return False if logging.getLogger().handlers else super().handle(record)
+
+    def emit(self, record):
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def _root_has_no_handlers(record):
+    return not logging.getLogger().handlers
 
 
 def is_start_up_noise(line):
-    """True for a start-up line `quiet_start` drops."""
+    """True for a line TensorFlow writes as it loads or finds its devices: `setup_logging` drops it."""
     return bool(_NOISE.match(line))
 
 
-class _Filter:
-    """Standard error (file descriptor 2) through a pipe, less the start-up noise."""
-
-    def __init__(self):
-        sys.stderr.flush()
-        self._stderr = os.dup(2)
-        read, write = os.pipe()
-        os.dup2(write, 2)
-        os.close(write)
-        self._thread = threading.Thread(target=self._forward, args=(read,), daemon=True)
-        self._thread.start()
-        atexit.register(self.release)
-
-    def _forward(self, read):
-        with os.fdopen(read, "rb") as pipe:
-            for line in pipe:
-                if not is_start_up_noise(line.decode(errors="replace")):
-                    os.write(self._stderr, line)
-
-    def release(self):
-        """Gives standard error back; safe to call more than once."""
-        if self._thread is None:
-            return
-        sys.stderr.flush()
-        os.dup2(self._stderr, 2)  # the pipe's last writer closes: the thread reads to the end
-        self._thread.join(timeout=10)
-        self._thread = None
-        os.close(self._stderr)
+def is_harmless_error(line, *, after=False):
+    """True for an error TensorFlow logs in a good multi-worker run, or, `after` one, its detail."""
+    return bool(_HARMLESS.match(line) or (after and _HARMLESS_DETAIL.match(line)))
 
 
-class _Nothing:
-    def release(self):
-        pass
+def setup_logging(*, verbose=False):
+    """Sets up a job's log: TensorFlow's own lines out, the toolkit's INFO lines shown once.
 
+    Call it first, before importing TensorFlow or Keras, so that the lines TensorFlow
+    writes while it loads stay out too; calling it again changes nothing. It imports
+    TensorFlow and lists its devices, so that what those write to standard error is
+    filtered then, and only then: nothing of the process' standard error is redirected
+    after it returns. Unless `verbose` or `TF_CPP_MIN_LOG_LEVEL` is set, TensorFlow's C++
+    lines below errors and its Python INFO lines (absl's `-v` shows them) stay out.
 
-def quiet_start(environ=os.environ):
-    """Quiets TensorFlow unless `TF_CPP_MIN_LOG_LEVEL` is set; call before importing it.
+    Example:
 
-    Returns an object whose `release()` ends the filtering of standard error (call it once
-    the strategy is built); the filtering also ends at exit. TensorFlow's Python INFO
-    lines stay hidden for the life of the process, unless absl's `-v`/`--verbosity` is given.
+    ```python
+    import mgpu_tf
+    mgpu_tf.setup_logging()  # before TensorFlow and Keras
+    import tensorflow as tf
+    ```
+
+    Args:
+        verbose: keep every line TensorFlow writes. Defaults to `False`.
     """
-    if LEVEL_VARIABLE in environ:
-        return _Nothing()
-    environ[LEVEL_VARIABLE] = QUIET_LEVEL
-    logging.getLogger("tensorflow").addFilter(_PYTHON_INFO)
+    _show_own_lines()
+    quiet = not verbose and LEVEL_VARIABLE not in os.environ
+    if quiet:
+        os.environ[LEVEL_VARIABLE] = QUIET_LEVEL
+    with _held_stderr(is_start_up_noise) if quiet else contextlib.nullcontext():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # the platforms' start (cuInit), without the runtime
+    tensorflow = tf.get_logger()  # its handler exists from here on
+    if quiet and _PYTHON_INFO not in tensorflow.filters:
+        tensorflow.addFilter(_PYTHON_INFO)
+    # absl's app.run gives the root logger a handler: TensorFlow's own steps aside, at
+    # each record, so that a line shows once.
+    for handler in tensorflow.handlers:
+        if _root_has_no_handlers not in handler.filters:
+            handler.addFilter(_root_has_no_handlers)
+
+
+_PYTHON_INFO = _UnlessVerbose()
+
+
+def _show_own_lines():
+    """Shows the "mgpu_tf" logger's INFO lines (what `auto` chose), unless already set up."""
+    logger = logging.getLogger("mgpu_tf")
+    if logger.handlers or logger.level != logging.NOTSET:
+        return
+    logger.setLevel(logging.INFO)
+    handler = _UnlessRootShows()
+    handler.setFormatter(logging.Formatter("%(levelname)s:%(message)s"))
+    logger.addHandler(handler)
+
+
+@contextlib.contextmanager
+def _held_stderr(drop):
+    """Holds what the block writes to file descriptor 2 in a file, then writes it out less
+    the lines `drop` is true for."""
+    sys.stderr.flush()
     try:
-        return _Filter()
-    except OSError:  # no file descriptor 2 to filter (a detached process)
-        return _Nothing()
+        saved = os.dup(2)
+    except OSError:  # no standard error to filter (a detached process)
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if not drop(line.decode(errors="replace")))
+            if kept:
+                os.write(2, kept)

@@ -122,11 +122,8 @@ def make_strategy(kind="auto", **options):
     from mgpu_tf.compat import native_logs
 
     # The runtime may start here: its start-up lines stay out (TF_CPP_MIN_LOG_LEVEL shows them).
-    quiet = native_logs.quiet_start()
-    try:
-        return _build(options_lib.parse_options(kind, options))
-    finally:
-        quiet.release()
+    native_logs.setup_logging()
+    return _build(options_lib.parse_options(kind, options))
 
 
 def _build(settings):
