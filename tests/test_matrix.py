@@ -37,7 +37,7 @@ def test_the_ci_pairs_span_the_supported_range(noxfile):
 
 
 def _record(directory, code):
-    env = dict(os.environ, MGPU_TF_PRIVATE_NAMES=str(directory), TF_CPP_MIN_LOG_LEVEL="3",
+    env = dict(os.environ, RECORD_PRIVATE_NAMES=str(directory), TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "recorder"),
                                            os.path.join(ROOT, "tests"), ROOT]))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -63,6 +63,19 @@ def test_a_process_records_the_names_its_accessors_reach(tmp_path):
     assert "Functional._nodes_by_depth" in unreached
     expected = {n for n in versions.KNOWN if versions.known_for(n)} - {"Sequential._functional"}
     assert set(unreached) == expected
+
+
+def test_a_test_run_records_from_its_test_processes(tmp_path):
+    """As the matrix runs pytest: two test processes, this conftest, workers in other folders."""
+    env = dict(os.environ, RECORD_PRIVATE_NAMES=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "recorder"),
+                                           os.path.join(ROOT, "tests")]))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "-p",
+                             "no:cacheprovider", "tests/test_compat_collectives.py"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:]
+    unreached = _check(tmp_path).stdout.strip().partition(": ")[2].split(", ")
+    assert "CollectiveReplicaLauncher._group_key" not in unreached
 
 
 def test_the_check_passes_when_every_known_name_was_reached(tmp_path):

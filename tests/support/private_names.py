@@ -1,6 +1,6 @@
 """Which private Keras/TensorFlow names (`versions.KNOWN`) the processes of a test run reached.
 
-With `MGPU_TF_PRIVATE_NAMES` naming a directory and `tests/support/recorder` on PYTHONPATH,
+With `RECORD_PRIVATE_NAMES` naming a directory and `tests/support/recorder` on PYTHONPATH,
 every Python process (the test session and the workers it starts) appends each name its
 accessors check to a file of its own there. The release matrix (noxfile.py) then asks
 `python -m support.private_names DIRECTORY`, which fails naming each name known for the
@@ -13,7 +13,7 @@ import sys
 
 __all__ = ["VARIABLE", "install", "missing", "reached"]
 
-VARIABLE = "MGPU_TF_PRIVATE_NAMES"
+VARIABLE = "RECORD_PRIVATE_NAMES"
 
 
 def install(directory):

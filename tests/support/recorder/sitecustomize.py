@@ -1,4 +1,4 @@
-"""Records the private names each process reaches when `MGPU_TF_PRIVATE_NAMES` names a directory.
+"""Records the private names each process reaches when `RECORD_PRIVATE_NAMES` names a directory.
 
 Python imports `sitecustomize` at start-up; this folder is on PYTHONPATH only in the
 release matrix's runs (noxfile.py). See support/private_names.py.
@@ -6,7 +6,7 @@ release matrix's runs (noxfile.py). See support/private_names.py.
 
 import os
 
-if os.environ.get("MGPU_TF_PRIVATE_NAMES"):
+if os.environ.get("RECORD_PRIVATE_NAMES"):
     from support import private_names
 
-    private_names.install(os.environ["MGPU_TF_PRIVATE_NAMES"])
+    private_names.install(os.environ["RECORD_PRIVATE_NAMES"])
