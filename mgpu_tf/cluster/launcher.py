@@ -19,6 +19,7 @@ import time
 from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import (LaunchError, check_command, check_grace,
                                             check_open_files)
+from mgpu_tf.compat import native_logs
 
 __all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
            "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
@@ -76,13 +77,29 @@ def worker_tf_configs(workers, *, port=None, host="127.0.0.1"):
     ]
 
 
-def _pump(index, stream, output, lock):
-    prefix = f"[{index}] "
-    for line in iter(stream.readline, ""):
+def _pump(index, stream, output, lock, held):
+    """Relays a worker's lines, each prefixed, as they stay on screen: the last redraw of a
+    progress bar. Errors TensorFlow logs in a good run go to `held`, shown if the run fails."""
+    prefix, holding = f"[{index}] ", False
+    for raw in iter(stream.readline, b""):
+        line = _last_redraw(raw.decode(errors="replace").rstrip("\n"))
+        holding = native_logs.is_harmless_error(line, after=holding)
         with lock:
-            output.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+            if holding:
+                held.append((output, prefix + line + "\n"))
+                continue
+            output.write(prefix + line + "\n")
             output.flush()
     stream.close()
+
+
+def _last_redraw(line):
+    """What a terminal shows of `line`: its part after the last carriage return that redraws.
+
+    Keras redraws its progress bar after `\\r` many times a second, and ends the line once an
+    epoch: a bar's redraws become one line, not a line each.
+    """
+    return next((part for part in reversed(line.split("\r")) if part.strip()), "")
 
 
 def _stop(processes, grace_seconds):
@@ -275,7 +292,7 @@ def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=
 def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_seconds,
          errors, stop_when):
     lock = threading.Lock()
-    processes, pumps = {}, []
+    processes, pumps, held = {}, [], []
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     failed = None  # (index, returncode) of the first worker seen failing
     code, message, report = 0, None, False
@@ -286,7 +303,7 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
             try:
                 process = subprocess.Popen(
                     list(command), env=worker_env, stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True, errors="replace",
+                    stderr=subprocess.PIPE,  # bytes: only "\n" ends a line, not a redraw
                     start_new_session=True,
                 )
             except OSError as error:  # checked up front: a race, or a script's bad #! line
@@ -294,7 +311,7 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
                                   f"command={list(command)!r}") from None
             processes[index] = process
             for stream, to in ((process.stdout, output), (process.stderr, errors or output)):
-                pump = threading.Thread(target=_pump, args=(index, stream, to, lock),
+                pump = threading.Thread(target=_pump, args=(index, stream, to, lock, held),
                                         daemon=True)
                 pump.start()
                 pumps.append(pump)
@@ -330,6 +347,9 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
         # Told after the stop: a worker still running when the first failed may fail on
         # its own before the signal reaches it; it was not stopped.
         message = _describe_failure(processes, failed, signalled)
+    for stream, line in held if code != 0 else ():
+        stream.write(line)
+        stream.flush()
     if message:
         output.write(f"mgpu-tf launch: {message}\n")
         output.flush()
