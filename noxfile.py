@@ -174,13 +174,14 @@ def _outcomes(path):
     return outcomes
 
 
-def table():
-    """docs/compatibility.md's table: a row per capability, a column per session run."""
+def table(folder=RESULTS):
+    """docs/compatibility.md's table from the sessions' files in `folder`: a row per file and
+    capability, a column per session run."""
     sessions = [p.session for p in PAIRS] + ["nightly"]
-    ran = [s for s in sessions if (RESULTS / f"{s}.xml").exists()]
-    results = {s: _outcomes(RESULTS / f"{s}.xml") for s in ran}
-    timings = {s: json.loads((RESULTS / f"{s}.json").read_text()) for s in ran
-               if (RESULTS / f"{s}.json").exists()}
+    ran = [s for s in sessions if (folder / f"{s}.xml").exists()]
+    results = {s: _outcomes(folder / f"{s}.xml") for s in ran}
+    timings = {s: json.loads((folder / f"{s}.json").read_text()) for s in ran
+               if (folder / f"{s}.json").exists()}
     rows = [["", *ran], ["---"] * (len(ran) + 1)]
     for file in COMPAT_FILES:
         cells = []

@@ -83,3 +83,31 @@ def test_the_check_passes_when_every_known_name_was_reached(tmp_path):
     result = _check(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("every private name known for this release was reached")
+
+
+def test_the_table_reads_each_sessions_junit_results(noxfile, tmp_path):
+    capability = noxfile["CAPABILITIES"]["hybrid"][0]
+    module, _, name = capability.partition("::")
+    compat = noxfile["COMPAT_FILES"][0]
+    (tmp_path / "nightly.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        f'<testcase classname="{module[:-3].replace("/", ".")}" name="{name}">'
+        '<failure message="x"/></testcase>'
+        f'<testcase classname="{compat[:-3].replace("/", ".")}" name="test_a"/>'
+        f'<testcase classname="{compat[:-3].replace("/", ".")}" name="test_b">'
+        '<skipped/></testcase>'
+        f'<testcase classname="{compat[:-3].replace("/", ".")}" name="test_c">'
+        '<error message="y"/></testcase>'
+        '</testsuite></testsuites>')
+    (tmp_path / "nightly.json").write_text(
+        '{"versions": ["2.23.0.dev1", "3.16.0.dev1"], "patches": {"steps": false},'
+        ' "install_seconds": 90, "test_seconds": 600}')
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:]
+            for line in noxfile["table"](tmp_path).splitlines()}
+    assert rows[""] == ["nightly |"]
+    assert rows["hybrid"] == ["fail |"]
+    assert rows["model_parallel"] == ["not run |"]
+    assert rows[f"`{os.path.basename(compat)}` (passed/run)"] == ["1/2 |"]
+    assert rows["patch `steps`"] == ["skipped |"]
+    assert rows["release"] == ["2.23.0.dev1 + 3.16.0.dev1 |"]
+    assert rows["install / tests (min)"] == ["1.5 / 10.0 |"]
