@@ -78,6 +78,10 @@ def _bare(name="thing"):
 
 # ------------------------------------------------------------------ the version table
 
+# Names whose accessor uses them only on the releases they are known for, and does without
+# them on the older ones (Keras 3.8-3.11 have no `_autoconvert_optionals`).
+RELEASE_CHOSEN = {"TensorFlowTrainer._autoconvert_optionals"}
+
 
 @pytest.mark.parametrize("name, version, known", [
     ("Sequential._functional", "3.0.0", True),
@@ -113,7 +117,8 @@ def test_known_for_rejects_unknown_names_and_versions():
 
 
 def test_the_installed_releases_are_known():
-    unknown = sorted(name for name in versions.KNOWN if not versions.known_for(name))
+    unknown = sorted(name for name in versions.KNOWN
+                     if not versions.known_for(name) and name not in RELEASE_CHOSEN)
     assert not unknown, (
         f"Keras {keras.__version__} / TensorFlow {tf.__version__} is outside the releases "
         f"these private names are known for: {unknown}. Run this file: when every accessor "
@@ -266,6 +271,8 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "TensorFlowTrainer._autoconvert_optionals", "model=<SimpleNamespace 'thing'>"),
 ])
 def test_an_object_without_the_name_gets_the_clear_error(call, name, received):
+    if name in RELEASE_CHOSEN and not versions.known_for(name):
+        pytest.skip(f"Keras {keras.__version__} does not use {name}")
     with pytest.raises(PrivateNameError, match=_missing(name, received)):
         call(_bare())
 
@@ -465,8 +472,13 @@ def test_model_strategy_is_the_scope_it_was_made_in():
 
 def test_autoconvert_optionals_gives_none_for_an_empty_optional():
     step = private_trainer.autoconvert_optionals(_sequential(), lambda data: data)
-    x, weight = step((tf.ones(2), tf.experimental.Optional.empty(None)))
-    assert weight is None
+    empty = tf.experimental.Optional.empty(None)
+    x, weight = step((tf.ones(2), empty))
+    # Keras 3.12 on convert an empty optional in a batch; 3.8-3.11 hand the batch as it is.
+    if versions.release_in(keras.__version__, (3, 0), (3, 11)):
+        assert weight is empty
+    else:
+        assert weight is None
     np.testing.assert_array_equal(x, [1.0, 1.0])
 
 

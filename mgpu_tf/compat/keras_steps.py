@@ -17,23 +17,35 @@ import warnings
 from mgpu_tf.compat import keras_train_step, private, private_trainer, versions
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
-           "check_steps_per_execution", "step_fixes_apply", "step_fixes_installed",
-           "source_fingerprints", "use_inline_steps"]
+           "check_steps_per_execution", "known_fingerprints", "step_fixes_apply",
+           "step_fixes_installed", "source_fingerprints", "use_inline_steps"]
 
 logger = logging.getLogger("mgpu_tf")
 
 # First and last Keras (major, minor) releases whose trainer code this replaces.
-KERAS_STEP_VERSIONS = ((3, 12), (3, 15))
+KERAS_STEP_VERSIONS = ((3, 8), (3, 15))
 
-# The Keras methods the fix stands in for, as `source_fingerprints()` prints them for
-# KERAS_STEP_VERSIONS; a test fails when the installed Keras differs.
+# The Keras methods the fix stands in for, as `source_fingerprints()` prints them, by the
+# releases that have that code (3.12 added `_autoconvert_optionals` to the steps); a test
+# fails when the installed Keras differs.
 KNOWN_FINGERPRINTS = {
-    "_make_function": "7748c2074e",
-    "train_step": "5e61593806",
-    "test_step": "f100ddb49f",
-    "make_train_function": "901acf9e69",
-    "make_test_function": "7137ef049d",
+    ((3, 8), (3, 11)): {
+        "_make_function": "c514879165",
+        "train_step": "8997eb9cb1",
+        "test_step": "5080354f69",
+        "make_train_function": "901acf9e69",
+        "make_test_function": "7137ef049d",
+    },
+    ((3, 12), (3, 15)): {
+        "_make_function": "7748c2074e",
+        "train_step": "5e61593806",
+        "test_step": "f100ddb49f",
+        "make_train_function": "901acf9e69",
+        "make_test_function": "7137ef049d",
+    },
 }
+_METHODS = ("_make_function", "train_step", "test_step", "make_train_function",
+            "make_test_function")
 
 _MARK = "_mgpu_tf_inline_steps"
 _TRAINER = "TensorFlowTrainer"
@@ -68,10 +80,18 @@ def step_fixes_apply(keras_version):
     return versions.release_in(keras_version, *KERAS_STEP_VERSIONS, argument="keras_version")
 
 
+def known_fingerprints(keras_version):
+    """`source_fingerprints()` as the fix knows them for `keras_version`, or None outside them."""
+    for (first, last), fingerprints in KNOWN_FINGERPRINTS.items():
+        if versions.release_in(keras_version, first, last, argument="keras_version"):
+            return fingerprints
+    return None
+
+
 def source_fingerprints():
     """`{method: short hash of its source}` for the Keras methods this module replaces."""
     out = {}
-    for name in KNOWN_FINGERPRINTS:
+    for name in _METHODS:
         method = private_trainer.trainer_function(f"{_TRAINER}.{name}")
         tree = ast.parse(inspect.getsource(method).strip())
         out[name] = hashlib.sha256(ast.unparse(tree.body[0]).encode()).hexdigest()[:10]
@@ -106,7 +126,7 @@ def apply_step_fixes(*, keras_version=None):
                          for kind in ("train", "test")}
             if getattr(originals["train"], _MARK, False):
                 return True
-            if source_fingerprints() != KNOWN_FINGERPRINTS:
+            if source_fingerprints() != known_fingerprints(keras_version):
                 reason = "the installed Keras trainer is not the code the fix was written for"
         except private.PrivateNameError as error:
             reason = str(error)

@@ -6,7 +6,8 @@ shared train step finds the model's loss there; each accessor works as `compat.p
 
 import importlib
 
-from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe, method, missing
+from mgpu_tf.compat.versions import (PrivateNameError, attribute, check, describe, method, missing,
+                                     release_in)
 
 __all__ = [
     "PrivateNameError",
@@ -14,10 +15,12 @@ __all__ = [
     "compute_loss",
     "get_data_adapter",
     "is_multi_worker",
+    "is_tf_dataset",
     "keras_trainer",
     "loss_tracker",
     "model_strategy",
     "set_get_data_adapter",
+    "set_is_tf_dataset",
     "set_trainer_function",
     "trainer_function",
     "unscale_loss",
@@ -74,13 +77,14 @@ def set_trainer_function(name, function):
     setattr(_trainer_owner(name)[0], name.rpartition(".")[2], function)
 
 
-def _data_adapters():
-    name = "keras.src.trainers.data_adapters.get_data_adapter"
-    check(name)
+def _data_adapters_function(name):
+    known = f"keras.src.trainers.data_adapters.{name}"
+    check(known)
     try:
-        return importlib.import_module("keras.src.trainers.data_adapters")
+        module = importlib.import_module("keras.src.trainers.data_adapters")
     except ImportError:
-        raise missing(name, "the Keras installation") from None
+        raise missing(known, "the Keras installation") from None
+    return module, method(module, known, "the Keras installation")
 
 
 def get_data_adapter():
@@ -89,14 +93,26 @@ def get_data_adapter():
     `keras.src.trainers.data_adapters.get_data_adapter` (Keras 3.0-3.15), which Keras'
     epoch iterators call by module-level name with keyword arguments.
     """
-    return method(_data_adapters(), "keras.src.trainers.data_adapters.get_data_adapter",
-                  "the Keras installation")
+    return _data_adapters_function("get_data_adapter")[1]
 
 
 def set_get_data_adapter(function):
     """Puts `function` in place of the one `get_data_adapter()` returns."""
-    get_data_adapter()
-    _data_adapters().get_data_adapter = function
+    _data_adapters_function("get_data_adapter")[0].get_data_adapter = function
+
+
+def is_tf_dataset():
+    """Returns Keras' `is_tf_dataset(x)`, as it is now (patched or not).
+
+    `keras.src.trainers.data_adapters.is_tf_dataset` (Keras 3.8-3.15), which
+    `get_data_adapter` calls by module-level name to choose the `tf.data` adapter.
+    """
+    return _data_adapters_function("is_tf_dataset")[1]
+
+
+def set_is_tf_dataset(function):
+    """Puts `function` in place of the one `is_tf_dataset()` returns."""
+    _data_adapters_function("is_tf_dataset")[0].is_tf_dataset = function
 
 
 def is_multi_worker(strategy):
@@ -121,8 +137,13 @@ def model_strategy(model):
 def autoconvert_optionals(model, step_function):
     """Returns `step_function` given None for each empty `tf.experimental.Optional` in its data.
 
-    `TensorFlowTrainer._autoconvert_optionals(step_function)` (Keras 3.12-3.15).
+    `TensorFlowTrainer._autoconvert_optionals(step_function)` (Keras 3.12-3.15). Keras 3.8-3.11
+    hand a step its data as it comes, and so does this: it returns `step_function` itself.
     """
+    import keras
+
+    if release_in(keras.__version__, (3, 0), (3, 11)):
+        return step_function
     return method(model, "TensorFlowTrainer._autoconvert_optionals",
                   f"model={describe(model)}")(step_function)
 

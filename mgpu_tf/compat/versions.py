@@ -108,6 +108,9 @@ KNOWN = {
     "Trainer.compile": _keras("Communication options reach the optimizer compile makes"),
     "keras.src.trainers.data_adapters.get_data_adapter": _keras(
         "fit leaves out its shuffle warning for data sets from shard_dataset"),
+    "keras.src.trainers.data_adapters.is_tf_dataset": _keras(
+        "fit takes data sets from distribute_datasets_from_function on Keras 3.8",
+        first=(3, 8)),
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
     "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
