@@ -14,7 +14,7 @@ import logging
 import numbers
 import warnings
 
-from mgpu_tf.compat import keras_train_step, private, private_trainer, versions
+from mgpu_tf.compat import keras_train_step, metric_sums, private, private_trainer, versions
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "known_fingerprints", "step_fixes_apply",
@@ -193,11 +193,18 @@ def _overrides(model, name):
 
 def _replica_step(model, step_function, kind):
     """The function `strategy.run` calls: XLA-compiled per replica when `jit_compile`."""
+    import keras
     import tensorflow as tf
 
     if not model.jit_compile or model.run_eagerly:
         return step_function
     if kind == "test":
+        if metric_sums.metric_sum_fix_applies(keras.__version__):
+            # Its metrics sum over the replicas as they update, which XLA cannot compile.
+            versions.log_once(
+                f"Keras {keras.__version__}'s metrics sum over the replicas in each step, so "
+                "evaluate runs without XLA under a strategy; Keras 3.10 and later compile it.")
+            return step_function
         return tf.function(step_function, jit_compile=True, reduce_retracing=True)
     if _overrides(model, "train_step"):
         warnings.warn(

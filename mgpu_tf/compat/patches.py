@@ -3,8 +3,8 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import (compile_hook, custom_loop, keras_steps, multi_worker, optimizer_hooks,
-                            shuffle_hook)
+from mgpu_tf.compat import (compile_hook, custom_loop, keras_steps, metric_sums, multi_worker,
+                            optimizer_hooks, shuffle_hook)
 
 __all__ = ["PATCHES", "install", "installed"]
 
@@ -21,6 +21,9 @@ PATCHES = (
         "optimizer build, apply and all-reduce follow the optimizer's record "
         "(steps_per_sync, compression, transport='tcp')",
         optimizer_hooks.install, optimizer_hooks.installed),
+    ("metric_sums",
+        "Keras 3.8-3.9's metrics count each step once under a strategy of several replicas",
+        metric_sums.apply_metric_sum_fix, metric_sums.installed),
     ("compile",
         "compile readies the optimizer of a model made under a strategy with communication "
         "options (compression, steps_per_sync, transport)",

@@ -29,7 +29,10 @@ __all__ = [
     "set_collective_key_base",
     "set_optimizer_class_method",
     "set_optional_spec",
+    "set_variable_method",
     "variable_index",
+    "variable_method",
+    "variable_storage",
     "wrap_optimizer_method",
 ]
 
@@ -107,6 +110,39 @@ def reinitialize_variable(variable, value):
     `Variable._initialize(value)` (Keras 3.0-3.15); Keras has no public way to move a variable.
     """
     method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
+
+
+def variable_storage(variable):
+    """Returns the `tf.Variable` (a distributed one under a strategy) behind a Keras variable.
+
+    `Variable._value` (Keras 3.8-3.15).
+    """
+    return attribute(variable, "Variable._value", f"variable={describe(variable)}")
+
+
+_VARIABLE_METHODS = ("assign_add", "assign_sub")
+
+
+def variable_method(name):
+    """Returns `keras.Variable`'s method `name` (`assign_add` or `assign_sub`), patched or not.
+
+    Public methods, which Keras' metrics and optimizers call through each variable, so that
+    the class's attribute takes their place (Keras 3.8-3.15).
+    """
+    import keras
+
+    if name not in _VARIABLE_METHODS:
+        raise ValueError(f"`name` must be one of {', '.join(_VARIABLE_METHODS)}. "
+                         f"Received: name={name!r}")
+    return method(keras.Variable, f"Variable.{name}", "the Keras installation")
+
+
+def set_variable_method(name, function):
+    """Puts `function` in place of `variable_method(name)` for every Keras variable."""
+    import keras
+
+    variable_method(name)
+    setattr(keras.Variable, name, function)
 
 
 # ------------------------------------------------------------------ optimizers

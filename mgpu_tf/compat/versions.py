@@ -63,6 +63,7 @@ _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribut
              "Keras' train and test functions")
 _SCATTER = ("shard_optimizer_state reduce-scatters the gradients across workers with the "
             "strategy's own collective keys")
+_METRIC_SUMS = "The fix for Keras 3.8-3.9's metric sums under a strategy adds to variables"
 _TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
                "follows Keras'")
 
@@ -73,6 +74,10 @@ KNOWN = {
     "Functional._nodes_by_depth": _keras("ModelParallel orders a functional model's layers"),
     "Layer._flatten_layers": _keras("ModelParallel looks for batch-coupled layers"),
     "Variable._initialize": _keras("ModelParallel moves each variable to its stage's device"),
+    # Public methods, patched on the class: Keras calls them through each variable.
+    "Variable.assign_add": _keras(_METRIC_SUMS, first=(3, 8)),
+    "Variable.assign_sub": _keras(_METRIC_SUMS, first=(3, 8)),
+    "Variable._value": _keras(_METRIC_SUMS, first=(3, 8)),
     "BaseOptimizer._trainable_variables": _keras(_STEPS_PER_SYNC),
     "BaseOptimizer._get_variable_index": _keras(_STEPS_PER_SYNC),
     # Public methods that Keras calls through the optimizer instance, so that an

@@ -42,7 +42,7 @@ def _build_mirrored(settings):
     else:
         devices = settings.devices or devices_lib.local_devices()
     # also keras-team/keras#19246 on one machine, and #23085 (a custom loop's optimizer)
-    patches.install("multi_worker", "steps", "custom_loop")
+    patches.install("multi_worker", "steps", "custom_loop", "metric_sums")
     with compat.distinct_collective_keys():
         return tf.distribute.MirroredStrategy(
             devices=devices, cross_device_ops=_cross_device_ops(settings.all_reduce, settings.num_packs)
@@ -66,7 +66,7 @@ def build_multi_worker(settings):
     if config is not None and config.num_workers > 1:
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
-    patches.install("multi_worker", "steps", "custom_loop")
+    patches.install("multi_worker", "steps", "custom_loop", "metric_sums")
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=communication
