@@ -1089,3 +1089,30 @@ def test_the_scan_sees_each_kind_of_private_use():
 
 def test_the_scan_allows_our_own_private_names():
     assert private_uses(_ALLOWED) == []
+
+
+# ------------------------------------------------------------------ capabilities by release
+
+
+@pytest.mark.parametrize("installed, refused", [("3.9.2", True), ("3.8.0", True),
+                                                ("3.10.0", False), ("3.15.1", False)])
+def test_a_capability_refuses_a_release_before_its_first(monkeypatch, installed, refused):
+    from mgpu_tf.compat import releases
+
+    monkeypatch.setattr(releases, "installed_version", lambda library: installed)
+    if not refused:
+        versions.refuse_below("keras", (3, 10), "shard_optimizer_state")
+        return
+    with pytest.raises(ValueError, match=re.escape(
+            f"shard_optimizer_state needs Keras 3.10 or later. Received: keras=={installed}. "
+            "pip install 'keras>=3.10', or leave it off.")):
+        versions.refuse_below("keras", (3, 10), "shard_optimizer_state")
+
+
+def test_shard_optimizer_state_refuses_keras_before_3_10_at_make_strategy():
+    if versions.release_in(keras.__version__, (3, 10), (3, 99)):
+        strategy = mgpu_tf.make_strategy("mirrored", devices=2, shard_optimizer_state=True)
+        assert strategy.num_replicas_in_sync == 2
+        return
+    with pytest.raises(ValueError, match="shard_optimizer_state needs Keras 3.10 or later. "):
+        mgpu_tf.make_strategy("mirrored", devices=2, shard_optimizer_state=True)

@@ -19,6 +19,7 @@ from mgpu_tf.base.settings import Settings
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import transport
+from mgpu_tf.compat import versions
 
 __all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "check_option",
            "parse_options", "choose", "validate_options"]
@@ -127,6 +128,14 @@ def _check_bool(value):
     return value
 
 
+def _check_shard_optimizer_state(value):
+    value = _check_bool(value)
+    if value:
+        # Its sharded parameters are a Keras variable synchronized on read (Keras 3.10 on).
+        versions.refuse_below("keras", (3, 10), "shard_optimizer_state")
+    return value
+
+
 def _check_cluster(value):
     if isinstance(value, tf_config.ClusterConfig):
         return value
@@ -204,7 +213,8 @@ _declare("transport", "how gradients travel between workers: tensorflow (its col
          type=str, choices=transport.TRANSPORTS, default="tensorflow",
          strategies=("multi_worker",), flag="string")
 _declare("shard_optimizer_state", "each replica keeps the optimizer slots of its 1/N slice "
-         "of the variables only (ZeRO stage 1); element-wise optimizers", _check_bool,
+         "of the variables only (ZeRO stage 1); element-wise optimizers",
+         _check_shard_optimizer_state,
          type=bool, default=False, strategies=("mirrored", "multi_worker"), flag="boolean")
 _declare("precision", "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
          "mixed_bfloat16", precision_lib.check_precision, type=str,

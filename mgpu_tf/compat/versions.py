@@ -11,7 +11,7 @@ import logging
 import re
 
 __all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
-           "keras_mismatch", "log_once", "method", "missing", "release_in"]
+           "keras_mismatch", "log_once", "method", "missing", "refuse_below", "release_in"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -201,6 +201,24 @@ def release_in(version, first, last, *, argument="version"):
         raise ValueError(f"`{argument}` must start with major.minor, such as '3.15.1'. "
                          f"Received: {argument}={version!r}")
     return first <= (int(match[1]), int(match[2])) <= last
+
+
+def refuse_below(library, first, capability):
+    """Raises `ValueError` when the installed `library` is older than `first` (`(3, 10)`).
+
+    For a capability that cannot work before that release; `capability` names it. Reads the
+    version from the package's metadata, so TensorFlow does not load.
+    """
+    from mgpu_tf.compat import releases
+
+    version = releases.installed_version(library)
+    if version is None or not re.match(r"\d+\.\d+", version):
+        return
+    if release_in(version, (0, 0), (first[0], first[1] - 1)):
+        raise ValueError(
+            f"{capability} needs {_LIBRARIES[library]} {first[0]}.{first[1]} or later. "
+            f"Received: {library}=={version}. "
+            f"pip install '{library}>={first[0]}.{first[1]}', or leave it off.")
 
 
 def check(name):
