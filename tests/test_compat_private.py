@@ -84,24 +84,24 @@ RELEASE_CHOSEN = {"TensorFlowTrainer._autoconvert_optionals"}
 
 
 @pytest.mark.parametrize("name, version, known", [
-    ("Sequential._functional", "3.0.0", True),
+    # The releases the release matrix runs: Keras 3.8-3.15, TensorFlow 2.18-2.21.
+    ("Sequential._functional", "3.7.0", False),
+    ("Sequential._functional", "3.8.0", True),
     ("Sequential._functional", "3.15.1", True),
     ("Sequential._functional", "3.16.0", False),
     ("Sequential._functional", "2.15.0", False),
-    ("TFOptimizer._all_reduce_sum_gradients", "3.2.0", False),
-    ("TFOptimizer._all_reduce_sum_gradients", "3.3.0", True),
-    ("TensorFlowTrainer._maybe_symbolic_build", "3.4.1", False),
-    ("TensorFlowTrainer._maybe_symbolic_build", "3.5.0", True),
-    ("Trainer._initial_epoch", "3.0.5", True),
+    ("TFOptimizer._all_reduce_sum_gradients", "3.8.0", True),
+    ("TensorFlowTrainer._maybe_symbolic_build", "3.10.0", True),
+    ("Trainer._initial_epoch", "3.0.5", False),
     ("Trainer._initial_epoch", "3.16.0", False),
+    ("DatasetV2._inputs", "2.17.1", False),
+    ("DatasetV2._inputs", "2.18.1", True),
     ("DatasetV2._inputs", "2.21.0", True),
     ("DatasetV2._inputs", "2.22.0", False),
-    ("Trainer._compute_loss", "3.3.3", False),
-    ("Trainer._compute_loss", "3.4.0", True),
     ("keras.src.losses.loss.unscale_loss_for_distribution", "3.7.0", False),
     ("keras.src.losses.loss.unscale_loss_for_distribution", "3.8.0", True),
-    ("TensorFlowTrainer._make_function", "3.6.0", False),
-    ("TensorFlowTrainer._make_function", "3.7.0", True),
+    ("TensorFlowTrainer._make_function", "3.8.0", True),
+    ("keras.src.trainers.data_adapters.is_tf_dataset", "3.8.0", True),
     ("TensorFlowTrainer._autoconvert_optionals", "3.11.3", False),
     ("TensorFlowTrainer._autoconvert_optionals", "3.12.0", True),
 ])
@@ -143,7 +143,7 @@ def test_a_release_outside_the_range_logs_once_and_tries(monkeypatch, caplog):
     [record] = caplog.records
     assert record.getMessage() == (
         "mgpu_tf: ModelParallel reads a Sequential model's layer graph through Keras' "
-        "private `Sequential._functional`, known for Keras 3.0-3.15; Keras 3.16.0 is "
+        "private `Sequential._functional`, known for Keras 3.8-3.15; Keras 3.16.0 is "
         "outside them, so it is tried untested.")
 
 
@@ -153,7 +153,7 @@ def test_a_tensorflow_outside_the_range_logs_once_and_tries(monkeypatch, caplog)
         inputs = private.dataset_inputs(tf.data.Dataset.range(4).batch(2))
     assert len(inputs) == 1
     assert "TensorFlow 2.22.0 is outside them" in caplog.text
-    assert "`DatasetV2._inputs`, known for TensorFlow 2.16-2.21" in caplog.text
+    assert "`DatasetV2._inputs`, known for TensorFlow 2.18-2.21" in caplog.text
 
 
 def test_a_release_without_the_name_says_what_to_install(monkeypatch):

@@ -56,7 +56,7 @@ def require(obj, *names, argument="obj"):
 def sequential_graph(model):
     """Returns the functional model a Sequential runs, or None while it has none.
 
-    `Sequential._functional` (Keras 3.0-3.15).
+    `Sequential._functional` (Keras 3.8-3.15).
     """
     return attribute(model, "Sequential._functional", f"model={describe(model)}")
 
@@ -64,7 +64,7 @@ def sequential_graph(model):
 def is_functional(model):
     """Returns True when `model` is a functional Keras model (`keras.Model(inputs, outputs)`).
 
-    `keras.src.models.functional.Functional` (Keras 3.0-3.15), not exported.
+    `keras.src.models.functional.Functional` (Keras 3.8-3.15), not exported.
     """
     name = "keras.src.models.functional.Functional"
     check(name)
@@ -78,7 +78,7 @@ def is_functional(model):
 def functional_nodes(model):
     """Returns a functional model's operation nodes in topological order, inputs left out.
 
-    `Functional._nodes_by_depth` (Keras 3.0-3.15): `{depth: nodes}`, outputs at depth 0.
+    `Functional._nodes_by_depth` (Keras 3.8-3.15): `{depth: nodes}`, outputs at depth 0.
     """
     by_depth = attribute(model, "Functional._nodes_by_depth", f"model={describe(model)}")
     nodes = []
@@ -90,7 +90,7 @@ def functional_nodes(model):
 def nested_layers(layer):
     """Returns every layer inside `layer`, nested ones included, `layer` itself left out.
 
-    `Layer._flatten_layers(include_self, recursive)` (Keras 3.0-3.15).
+    `Layer._flatten_layers(include_self, recursive)` (Keras 3.8-3.15).
     """
     flatten = method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
     return list(flatten(include_self=False))
@@ -99,7 +99,7 @@ def nested_layers(layer):
 def call_has_training_arg(layer):
     """Returns True when the layer's `call` takes a `training` argument.
 
-    `Layer._call_has_training_arg` (Keras 3.0-3.15), read by Keras' train and test steps.
+    `Layer._call_has_training_arg` (Keras 3.8-3.15), read by Keras' train and test steps.
     """
     return bool(attribute(layer, "Layer._call_has_training_arg", f"layer={describe(layer)}"))
 
@@ -107,7 +107,7 @@ def call_has_training_arg(layer):
 def reinitialize_variable(variable, value):
     """Gives a Keras variable new storage holding `value`, made under the current device scope.
 
-    `Variable._initialize(value)` (Keras 3.0-3.15); Keras has no public way to move a variable.
+    `Variable._initialize(value)` (Keras 3.8-3.15); Keras has no public way to move a variable.
     """
     method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
 
@@ -151,7 +151,7 @@ def set_variable_method(name, function):
 def optimizer_variables(optimizer):
     """Returns the model variables a built optimizer updates, in its own order.
 
-    `BaseOptimizer._trainable_variables` (Keras 3.0-3.15).
+    `BaseOptimizer._trainable_variables` (Keras 3.8-3.15).
     """
     return list(attribute(optimizer, "BaseOptimizer._trainable_variables",
                           f"optimizer={describe(optimizer)}"))
@@ -160,7 +160,7 @@ def optimizer_variables(optimizer):
 def variable_index(optimizer, variable):
     """Returns the position of `variable` in `optimizer_variables(optimizer)`.
 
-    `BaseOptimizer._get_variable_index(variable)` (Keras 3.0-3.15).
+    `BaseOptimizer._get_variable_index(variable)` (Keras 3.8-3.15).
     """
     index = method(optimizer, "BaseOptimizer._get_variable_index",
                    f"optimizer={describe(optimizer)}")
@@ -174,9 +174,9 @@ def wrap_optimizer_method(optimizer, name, wrap):
     instance attribute takes their place: `build` and `apply` (Keras' trainer and
     `apply_gradients` call them), `update_step` and `add_variable_from_reference`,
     `save_own_variables` and `load_own_variables` (Keras' saving calls them)
-    (Keras 3.0-3.15), the private `TFOptimizer._all_reduce_sum_gradients`
-    (Keras 3.3-3.15), which sums `(gradient, variable)` pairs over replicas, and
-    `TFOptimizer._backend_update_step` (Keras 3.0-3.15), which sums and applies them.
+    (Keras 3.8-3.15), the private `TFOptimizer._all_reduce_sum_gradients`
+    (Keras 3.8-3.15), which sums `(gradient, variable)` pairs over replicas, and
+    `TFOptimizer._backend_update_step` (Keras 3.8-3.15), which sums and applies them.
 
     Args:
         optimizer: a Keras optimizer of the TensorFlow backend.
@@ -239,7 +239,7 @@ def set_optimizer_class_method(name, function):
 def dataset_inputs(dataset):
     """Returns the data sets `dataset` reads from (none for a source such as `range`).
 
-    `DatasetV2._inputs()` (TensorFlow 2.16-2.21).
+    `DatasetV2._inputs()` (TensorFlow 2.18-2.21).
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
@@ -248,7 +248,7 @@ def dataset_inputs(dataset):
 def global_shuffle(dataset, seed):
     """`dataset` in an order drawn from `seed`, read by index: no shuffle buffer to fill.
 
-    `global_shuffle_op._global_shuffle` (TensorFlow 2.17-2.21), which `tf.data` has not made
+    `global_shuffle_op._global_shuffle` (TensorFlow 2.18-2.21), which `tf.data` has not made
     public yet. Every step before it must support random access; an iterator of the result
     fails when one does not.
     """
@@ -266,7 +266,7 @@ def global_shuffle(dataset, seed):
 def set_optional_spec(optional, spec):
     """Gives a `tf.experimental.Optional` the element spec it is to have.
 
-    `Optional._element_spec` (TensorFlow 2.16-2.21): an empty optional made before a
+    `Optional._element_spec` (TensorFlow 2.18-2.21): an empty optional made before a
     `tf.while_loop` learns its spec only when the values are traced.
     """
     attribute(optional, "Optional._element_spec", f"optional={describe(optional)}")
@@ -276,7 +276,7 @@ def set_optional_spec(optional, spec):
 def collective_key_base(strategy_class):
     """Returns the number a MirroredStrategy class starts its collective keys at.
 
-    `MirroredStrategy._collective_key_base` (TensorFlow 2.16-2.21), read by its `__init__`.
+    `MirroredStrategy._collective_key_base` (TensorFlow 2.18-2.21), read by its `__init__`.
     """
     name = "MirroredStrategy._collective_key_base"
     received = f"strategy_class={strategy_class.__name__}"
@@ -295,7 +295,7 @@ def set_collective_key_base(strategy_class, base):
 def configure_coordination_service(service_leader, jobs, timeout_ms):
     """Sets TensorFlow's coordination service for this process, unless it already has one.
 
-    `tensorflow.python.eager.context` (TensorFlow 2.16-2.21). Must run before the runtime starts.
+    `tensorflow.python.eager.context` (TensorFlow 2.18-2.21). Must run before the runtime starts.
 
     Args:
         service_leader: the leader task, such as `"/job:chief/replica:0/task:0"`.
@@ -332,7 +332,7 @@ def configure_coordination_service(service_leader, jobs, timeout_ms):
 def default_strategy():
     """Returns TensorFlow's default strategy, the one outside every `strategy.scope()`.
 
-    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.16-2.21):
+    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.18-2.21):
     `get_strategy()` in a fresh `tf.Graph` gives the default.
     """
     import tensorflow as tf

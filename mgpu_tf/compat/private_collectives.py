@@ -17,7 +17,7 @@ def collective_launchers(strategy):
     """Returns the launchers of a MultiWorkerMirroredStrategy's collectives, one per local device.
 
     `CollectiveAllReduceExtended._cross_device_ops` and `CollectiveAllReduce._launchers`
-    (TensorFlow 2.16-2.21), in the order of `strategy.extended.worker_devices`.
+    (TensorFlow 2.18-2.21), in the order of `strategy.extended.worker_devices`.
     """
     received = f"strategy={describe(strategy)}"
     ops = attribute(strategy.extended, "CollectiveAllReduceExtended._cross_device_ops", received)
@@ -33,7 +33,7 @@ def all_to_all(launcher, tensor):
     """Sends `tensor[i]` to rank `i` of the launcher's group; returns what each rank sent here.
 
     Keys and ordering come from `CollectiveReplicaLauncher._next_instance_key` and
-    `_get_ordering_token` (TensorFlow 2.16-2.21), as its own all-reduce and all-gather take
+    `_get_ordering_token` (TensorFlow 2.18-2.21), as its own all-reduce and all-gather take
     them; the op is `tf.raw_ops.CollectiveAllToAllV2`, on the launcher's device.
 
     Args:

@@ -34,7 +34,7 @@ _TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_rep
 
 
 def keras_trainer():
-    """Returns Keras' `keras.src.backend.tensorflow.trainer` module (Keras 3.0-3.15)."""
+    """Returns Keras' `keras.src.backend.tensorflow.trainer` module (Keras 3.8-3.15)."""
     name = "keras.src.backend.tensorflow.trainer"
     check(name)
     try:
@@ -58,11 +58,11 @@ def _trainer_owner(name):
 def trainer_function(name):
     """Returns a function of Keras' TensorFlow trainer, as it is now (patched or not).
 
-    `name` is `"TensorFlowTrainer._maybe_symbolic_build"` (Keras 3.5-3.15),
-    `"TensorFlowTrainer._make_function"` (Keras 3.7-3.15), `"reduce_per_replica"`,
+    `name` is `"TensorFlowTrainer._maybe_symbolic_build"` (Keras 3.8-3.15),
+    `"TensorFlowTrainer._make_function"` (Keras 3.8-3.15), `"reduce_per_replica"`,
     `"_collective_all_reduce_multi_worker"`, or `"TensorFlowTrainer."` followed by
     `make_train_function`, `make_test_function`, `train_step` or `test_step`, or
-    `"Trainer.compile"` (Keras 3.0-3.15); another raises `ValueError`.
+    `"Trainer.compile"` (Keras 3.8-3.15); another raises `ValueError`.
     """
     owner, known = _trainer_owner(name)
     return method(owner, known, "the Keras installation")
@@ -90,7 +90,7 @@ def _data_adapters_function(name):
 def get_data_adapter():
     """Returns Keras' `get_data_adapter(x, ..., shuffle=..., ...)`, as it is now (patched or not).
 
-    `keras.src.trainers.data_adapters.get_data_adapter` (Keras 3.0-3.15), which Keras'
+    `keras.src.trainers.data_adapters.get_data_adapter` (Keras 3.8-3.15), which Keras'
     epoch iterators call by module-level name with keyword arguments.
     """
     return _data_adapters_function("get_data_adapter")[1]
@@ -118,7 +118,7 @@ def set_is_tf_dataset(function):
 def is_multi_worker(strategy):
     """Returns True when `strategy` is a MultiWorkerMirroredStrategy over several workers.
 
-    Keras' `_collective_all_reduce_multi_worker(strategy)` (Keras 3.0-3.15).
+    Keras' `_collective_all_reduce_multi_worker(strategy)` (Keras 3.8-3.15).
     """
     return trainer_function("_collective_all_reduce_multi_worker")(strategy)
 
@@ -126,7 +126,7 @@ def is_multi_worker(strategy):
 def model_strategy(model):
     """Returns the strategy a Keras model was created under, or None for none.
 
-    `Trainer._distribute_strategy` (Keras 3.0-3.15); the public property gives the default instead.
+    `Trainer._distribute_strategy` (Keras 3.8-3.15); the public property gives the default instead.
     """
     return attribute(model, "Trainer._distribute_strategy", f"model={describe(model)}")
 
@@ -151,7 +151,7 @@ def autoconvert_optionals(model, step_function):
 def loss_tracker(model):
     """Returns the metric whose result Keras logs as `loss`.
 
-    `Trainer._loss_tracker` (Keras 3.0-3.15), a `keras.metrics.Mean` the steps update.
+    `Trainer._loss_tracker` (Keras 3.8-3.15), a `keras.metrics.Mean` the steps update.
     """
     return attribute(model, "Trainer._loss_tracker", f"model={describe(model)}")
 
@@ -159,7 +159,7 @@ def loss_tracker(model):
 def compute_loss(model, x, y, y_pred, sample_weight, training):
     """Returns `model`'s loss for one batch, as Keras' train and test steps compute it.
 
-    `Trainer._compute_loss(...)` (Keras 3.4-3.15), which drops `training` for overrides without it.
+    `Trainer._compute_loss(...)` (Keras 3.8-3.15), which drops `training` for overrides without it.
     """
     compute = method(model, "Trainer._compute_loss", f"model={describe(model)}")
     return compute(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)

@@ -33,12 +33,12 @@ class Known:
     purpose: str
 
     def text(self):
-        """The range as `Keras 3.0-3.15`."""
+        """The range as `Keras 3.8-3.15`."""
         return (f"{_LIBRARIES[self.library]} {self.first[0]}.{self.first[1]}-"
                 f"{self.last[0]}.{self.last[1]}")
 
     def pin(self):
-        """A pip requirement for the known releases, such as `keras>=3.0,<3.16`."""
+        """A pip requirement for the known releases, such as `keras>=3.8,<3.16`."""
         return (f"{self.library}>={self.first[0]}.{self.first[1]},"
                 f"<{self.last[0]}.{self.last[1] + 1}")
 
@@ -47,11 +47,11 @@ _LIBRARIES = {"keras": "Keras", "tensorflow": "TensorFlow"}
 _OWNERS = {"keras": "Keras'", "tensorflow": "TensorFlow's"}
 
 
-def _keras(purpose, first=(3, 0), last=(3, 15)):
+def _keras(purpose, first=(3, 8), last=(3, 15)):
     return Known("keras", first, last, purpose)
 
 
-def _tensorflow(purpose, first=(2, 16), last=(2, 21)):
+def _tensorflow(purpose, first=(2, 18), last=(2, 21)):
     return Known("tensorflow", first, last, purpose)
 
 
@@ -75,9 +75,9 @@ KNOWN = {
     "Layer._flatten_layers": _keras("ModelParallel looks for batch-coupled layers"),
     "Variable._initialize": _keras("ModelParallel moves each variable to its stage's device"),
     # Public methods, patched on the class: Keras calls them through each variable.
-    "Variable.assign_add": _keras(_METRIC_SUMS, first=(3, 8)),
-    "Variable.assign_sub": _keras(_METRIC_SUMS, first=(3, 8)),
-    "Variable._value": _keras(_METRIC_SUMS, first=(3, 8)),
+    "Variable.assign_add": _keras(_METRIC_SUMS),
+    "Variable.assign_sub": _keras(_METRIC_SUMS),
+    "Variable._value": _keras(_METRIC_SUMS),
     "BaseOptimizer._trainable_variables": _keras(_STEPS_PER_SYNC),
     "BaseOptimizer._get_variable_index": _keras(_STEPS_PER_SYNC),
     # Public methods that Keras calls through the optimizer instance, so that an
@@ -92,14 +92,14 @@ KNOWN = {
     "TFOptimizer._backend_update_step": _keras(_SHARDED),
     "TFOptimizer._all_reduce_sum_gradients": _keras(
         "Compression, the tcp transport and the all-reduce benchmarks replace the "
-        "gradients' all-reduce", first=(3, 3)),
+        "gradients' all-reduce"),
     "keras.src.backend.tensorflow.trainer": _keras(_KERAS_20585),
-    "TensorFlowTrainer._maybe_symbolic_build": _keras(_KERAS_20585, first=(3, 5)),
+    "TensorFlowTrainer._maybe_symbolic_build": _keras(_KERAS_20585),
     "trainer.reduce_per_replica": _keras(_KERAS_20585),
     "trainer._collective_all_reduce_multi_worker": _keras(_KERAS_20585),
     "Trainer._distribute_strategy": _keras(
         "The fixes for Keras under tf.distribute read the strategy a model was made under"),
-    "TensorFlowTrainer._make_function": _keras(_STEP_FIX, first=(3, 7)),
+    "TensorFlowTrainer._make_function": _keras(_STEP_FIX),
     "TensorFlowTrainer._autoconvert_optionals": _keras(_STEP_FIX, first=(3, 12)),
     # Public methods of Keras' TensorFlow trainer class, which Keras does not export:
     # the fix stands in for the first two, tells a model's own steps from the last
@@ -114,19 +114,17 @@ KNOWN = {
     "keras.src.trainers.data_adapters.get_data_adapter": _keras(
         "fit leaves out its shuffle warning for data sets from shard_dataset"),
     "keras.src.trainers.data_adapters.is_tf_dataset": _keras(
-        "fit takes data sets from distribute_datasets_from_function on Keras 3.8",
-        first=(3, 8)),
+        "fit takes data sets from distribute_datasets_from_function on Keras 3.8"),
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
-    "Trainer._compute_loss": _keras(_TRAIN_STEP, first=(3, 4)),
+    "Trainer._compute_loss": _keras(_TRAIN_STEP),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
-    "keras.src.losses.loss.unscale_loss_for_distribution": _keras(_TRAIN_STEP, first=(3, 8)),
+    "keras.src.losses.loss.unscale_loss_for_distribution": _keras(_TRAIN_STEP),
     # Keras' fit reads where to start after `on_train_begin`, where a backup is read.
     "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
     "Optional._element_spec": _tensorflow(_STEP_FIX),
     "tensorflow.python.data.experimental.ops.global_shuffle_op._global_shuffle": _tensorflow(
-        "shard_dataset shuffles a source it can read by index without a buffer",
-        first=(2, 17)),
+        "shard_dataset shuffles a source it can read by index without a buffer"),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
