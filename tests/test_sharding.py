@@ -143,13 +143,13 @@ def test_fit_on_sharded_data_warns_nothing(name):
 
 
 def test_keras_still_warns_that_it_cannot_shuffle_another_data_set():
-    # Why mgpu_tf patches Keras' get_data_adapter: Keras 3.13 on warn (3.8-3.12 say nothing);
+    # Why mgpu_tf patches Keras' get_data_adapter: Keras 3.15 on warn (3.8-3.14 say nothing);
     # when this fails there, Keras no longer warns and compat/shuffle_hook.py's part can go.
     x, y, initial = sharding_problem.problem(24)
     mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), _strategy("default"), 8)
     model = sharding_problem.build_model(initial)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
-    if versions.release_in(keras.__version__, (3, 0), (3, 12)):
+    if versions.release_in(keras.__version__, (3, 0), (3, 14)):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model.fit(data, epochs=1, verbose=0)
