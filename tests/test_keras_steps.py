@@ -234,3 +234,20 @@ def test_switch_flags_become_compile_arguments():
     flag_values(["prog", "--jit_compile=TRUE", "--steps_per_execution=8"])
     assert mgpu_flags.compile_options(flag_values) == {"jit_compile": True,
                                                        "steps_per_execution": 8}
+
+
+def test_predict_with_jit_compile_under_mirrored_gives_the_model_output():
+    # Keras 3.8-3.11 compiled predict's step across the replicas and failed ("Trying to
+    # access resource .../replica_1/..."); the fix runs it without XLA there.
+    import keras
+
+    import mgpu_tf
+
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    x = np.linspace(-1.0, 1.0, 64, dtype="float32").reshape(16, 4)
+    np.testing.assert_allclose(model.predict(x, batch_size=8, verbose=0), model(x).numpy(),
+                               rtol=1e-5, atol=1e-6)

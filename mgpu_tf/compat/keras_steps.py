@@ -48,6 +48,8 @@ _METHODS = ("_make_function", "train_step", "test_step", "make_train_function",
             "make_test_function")
 
 _MARK = "_mgpu_tf_inline_steps"
+# The Keras releases whose predict hands the XLA-compiled step itself to `strategy.run`.
+_PREDICT_ACROSS_REPLICAS = ((3, 8), (3, 11))
 _TRAINER = "TensorFlowTrainer"
 _JIT_COMPILE = {"auto": "auto", "true": True, "false": False}
 
@@ -138,11 +140,40 @@ def apply_step_fixes(*, keras_version=None):
     for kind, original in originals.items():
         private_trainer.set_trainer_function(f"{_TRAINER}.make_{kind}_function",
                                              _dispatch(original, kind))
+    if versions.release_in(keras_version, *_PREDICT_ACROSS_REPLICAS):
+        predict = f"{_TRAINER}.make_predict_function"
+        private_trainer.set_trainer_function(
+            predict, _predict_without_xla(private_trainer.trainer_function(predict)))
     logger.debug(  # `mgpu-tf env` and `patches.installed()` list it
         "mgpu_tf: patched Keras %s so that steps_per_execution and jit_compile work under "
         "tf.distribute strategies (TensorFlowTrainer.make_train_function and "
         "make_test_function).", keras_version)
     return True
+
+
+def _predict_without_xla(original):
+    """Wraps `make_predict_function` to build predict without XLA under a strategy.
+
+    Keras 3.8-3.11 hand the XLA-compiled step itself to `strategy.run`, which compiles one
+    cluster across the replicas ("Trying to access resource .../replica_1/..."); 3.12 on
+    hand it a Python function that calls it, and each replica compiles its own.
+    """
+    import keras
+
+    @functools.wraps(original)
+    def make_predict_function(self, force=False):
+        if not (self.jit_compile is True and _wants_fix(self)):
+            return original(self, force)
+        versions.log_once(f"Keras {keras.__version__} compiles predict across the replicas "
+                          "of a strategy, which XLA cannot place: predict runs without XLA "
+                          "under a strategy; Keras 3.12 and later compile it.")
+        self.jit_compile = False
+        try:
+            return original(self, force)
+        finally:
+            self.jit_compile = True
+
+    return make_predict_function
 
 
 def step_fixes_installed():

@@ -41,11 +41,14 @@ def apply_metric_sum_fix(*, keras_version=None):
 
     `make_strategy` calls it; calling it again changes nothing. Outside
     `KERAS_METRIC_SUM_VERSIONS` (for `keras_version`, defaulting to `keras.__version__`) it
-    logs why and skips. Returns True when the fix is in place, False when it skipped.
+    skips; with another Keras backend it logs why. Returns True when the fix is in place,
+    False when it skipped.
     """
     import keras
 
     keras_version = keras.__version__ if keras_version is None else keras_version
+    if not metric_sum_fix_applies(keras_version):
+        return False  # other releases keep metric variables per replica: nothing to fix
     reason = versions.keras_mismatch(keras_version, *KERAS_METRIC_SUM_VERSIONS)
     if reason:
         versions.log_once(f"not patching Keras' metric sums under tf.distribute: {reason}.")

@@ -106,6 +106,7 @@ KNOWN = {
     # two, and checks the source of all four.
     "TensorFlowTrainer.make_train_function": _keras(_STEP_FIX),
     "TensorFlowTrainer.make_test_function": _keras(_STEP_FIX),
+    "TensorFlowTrainer.make_predict_function": _keras(_STEP_FIX),
     "TensorFlowTrainer.train_step": _keras(_STEP_FIX),
     "TensorFlowTrainer.test_step": _keras(_STEP_FIX),
     # Patched on the base class itself: Keras loads a model's compile config only when
