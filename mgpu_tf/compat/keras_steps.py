@@ -268,8 +268,12 @@ def _make_function(model, step_function, kind):
 
     strategy = model.distribute_strategy
     across_workers = private_trainer.is_multi_worker(strategy)
-    replica_step = private_trainer.autoconvert_optionals(
-        model, _replica_step(model, step_function, kind))
+    step = private_trainer.autoconvert_optionals(model, _replica_step(model, step_function, kind))
+
+    def replica_step(data):
+        # A Python function: strategy.run compiles an XLA function it is given across the
+        # replicas ("Trying to access resource .../replica_1/..."), not in each.
+        return step(data)
     reduce_per_replica = private_trainer.trainer_function("reduce_per_replica")
 
     def one_step_on_data(data):
