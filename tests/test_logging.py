@@ -226,3 +226,40 @@ def test_a_mirrored_job_with_keras_speed_switches_shows_no_patch_or_autograph_li
     # The one INFO line of the patches: Keras alone would refuse these switches here.
     told = [line for line in stderr.splitlines() if "through mgpu_tf's train step" in line]
     assert len(told) == 1 and "steps_per_execution=2 and jit_compile=True" in told[0], stderr
+
+
+# What TensorFlow 2.18.1 and 2.19.1 write as they load on a machine without a GPU, as
+# recorded there: XLA's lines come in TensorFlow's own format, before absl's is set up.
+RECORDED_START_UP = (
+    "2026-12-03 20:01:07.885440: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:477]"
+    " Unable to register cuFFT factory: Attempting to register factory for plugin cuFFT when"
+    " one has already been registered",
+    "E0000 00:00:1796328067.914183    7406 cuda_dnn.cc:8310] Unable to register cuDNN factory:"
+    " Attempting to register factory for plugin cuDNN when one has already been registered",
+    "E0000 00:00:1796328067.923016    7406 cuda_blas.cc:1418] Unable to register cuBLAS factory:"
+    " Attempting to register factory for plugin cuBLAS when one has already been registered",
+    "2026-12-03 20:01:11.934314: E external/local_xla/xla/stream_executor/cuda/"
+    "cuda_driver.cc:152] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit:"
+    " UNKNOWN ERROR (303)",
+    "2026-12-03 20:01:13.859248: I tensorflow/core/util/port.cc:153] oneDNN custom operations"
+    " are on.",
+)
+
+
+@pytest.mark.parametrize("line", RECORDED_START_UP)
+def test_older_tensorflows_start_up_lines_are_noise(line):
+    from mgpu_tf.compat import native_logs
+
+    assert native_logs.is_start_up_noise(line)
+
+
+@pytest.mark.parametrize("line", [
+    "E0000 00:00:1796328067.914183    7406 cuda_dnn.cc:8310] Could not create cuDNN handle",
+    "2026-12-03 20:01:11.934314: E tensorflow/core/framework/op_kernel.cc:1857] OP_REQUIRES "
+    "failed at example.cc:12 : INVALID_ARGUMENT: bad input",
+    "F0000 00:00:1796328067.914183    7406 port.cc:153] Check failed",
+])
+def test_a_real_error_is_not_noise(line):
+    from mgpu_tf.compat import native_logs
+
+    assert not native_logs.is_start_up_noise(line)

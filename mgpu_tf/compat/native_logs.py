@@ -20,12 +20,22 @@ __all__ = ["LEVEL_VARIABLE", "QUIET_LEVEL", "is_harmless_error", "is_start_up_no
 
 LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"
+# A C++ line at a level, in absl's format (`I0000 00:00:...  123 port.cc:153] `) or, for
+# lines XLA writes before absl is set up on TensorFlow 2.18-2.19, in TensorFlow's own
+# (`2026-12-03 20:01:07.885440: E external/.../cuda_fft.cc:477] `).
+def _cpp_line(levels):
+    return (rf"(?:[{levels}]\d{{4}} [\d:.]+\s+\d+ |\d{{4}}-\d\d-\d\d [\d:.]+: [{levels}] )"
+            r"\S+\.cc:\d+\] ")
+
+
 _NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$"
     # An INFO or WARNING line of C++ (a `.cc` file; Python's absl lines name a `.py`).
-    r"|[IW]\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] "
-    # No GPU driver: mgpu_tf's own line says what `auto` chose without a GPU.
-    r"|E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] failed call to cuInit: ")
+    rf"|{_cpp_line('IW')}"
+    # No GPU driver: mgpu_tf's own line says what `auto` chose without a GPU. The CUDA
+    # plugins registering twice as TensorFlow 2.18-2.19 load: harmless, with or without one.
+    rf"|{_cpp_line('E')}"
+    r"(?:failed call to cuInit: |Unable to register cu(?:FFT|DNN|BLAS) factory: )")
 # An error TensorFlow logs in a good run: a worker's last heartbeat to the coordination
 # service of a chief that has finished first, at the end of a multi-worker job.
 _HARMLESS = re.compile(
