@@ -444,6 +444,16 @@ def test_trainer_function_refuses_other_names():
         private_trainer.trainer_function("TensorFlowTrainer.fit")
 
 
+@pytest.mark.parametrize("name", ["TensorFlowTrainer.train_step", "Trainer.compile"])
+def test_a_trainer_module_without_its_class_gets_the_clear_error(monkeypatch, name):
+    # keras-nightly 3.16.dev names the class `Trainer`: the error names what the toolkit needs.
+    trainer = private_trainer.keras_trainer()
+    monkeypatch.delattr(trainer, "TensorFlowTrainer")
+    with pytest.raises(PrivateNameError, match=_missing(
+            name, f"{trainer.__name__} without a class TensorFlowTrainer")):
+        private_trainer.trainer_function(name)
+
+
 def test_a_trainer_without_the_function_gets_the_clear_error(monkeypatch):
     trainer = private_trainer.keras_trainer()
     monkeypatch.delattr(trainer, "_collective_all_reduce_multi_worker")

@@ -49,11 +49,15 @@ def _trainer_owner(name):
         raise ValueError(f"`name` must be one of {', '.join(_TRAINER_FUNCTIONS)}. "
                          f"Received: name={name!r}")
     trainer = keras_trainer()
+    if not name.startswith(("TensorFlowTrainer.", "Trainer.")):
+        return trainer, f"trainer.{name}"
+    # keras-nightly (3.16.dev) renames the class: its users get this error, not AttributeError.
+    tensorflow_trainer = getattr(trainer, "TensorFlowTrainer", None)
+    if not isinstance(tensorflow_trainer, type):
+        raise missing(name, f"{trainer.__name__} without a class TensorFlowTrainer")
     if name.startswith("TensorFlowTrainer."):
-        return trainer.TensorFlowTrainer, name
-    if name.startswith("Trainer."):  # the backend-independent base class
-        return trainer.TensorFlowTrainer.__mro__[1], name
-    return trainer, f"trainer.{name}"
+        return tensorflow_trainer, name
+    return tensorflow_trainer.__mro__[1], name  # the backend-independent base class
 
 
 def trainer_function(name):
