@@ -33,6 +33,8 @@ COMPAT_FILES = [
     "tests/test_compat.py",
     "tests/test_compat_private.py",
     "tests/test_compat_collectives.py",
+    "tests/test_compat_metric_sums.py",
+    "tests/test_custom_loop.py",
     "tests/test_patches.py",
     "tests/test_keras_steps.py",
     "tests/test_keras_train_step.py",
