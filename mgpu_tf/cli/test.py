@@ -107,12 +107,10 @@ def _run(payload, timeout):
     from mgpu_tf.cli import proof
     from mgpu_tf.planner.bench import runner
 
-    # Local workers get the CPU only, as the runner gives it; the others the GPUs as they are.
-    env = None if payload["workers"] > 1 else {
-        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}
     try:
+        # Local workers get the CPU only, as the runner gives it; the others the GPUs as they are.
         return runner.run_in_fresh_process(proof.train_row, payload, workers=payload["workers"],
-                                           env=env, timeout=timeout,
+                                           gpus=payload["workers"] == 1, timeout=timeout,
                                            label=f"row {payload['name']}")
     except runner.FreshProcessError as error:
         return {"error": str(error)}

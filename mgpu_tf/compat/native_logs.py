@@ -75,7 +75,7 @@ def _root_has_no_handlers(record):
 
 
 def is_start_up_noise(line):
-    """True for a line TensorFlow writes as it loads or finds its devices: `setup_logging` drops it."""
+    """True for a line TensorFlow writes as it loads or finds its devices, which it drops."""
     return bool(_NOISE.match(line))
 
 

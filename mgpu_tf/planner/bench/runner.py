@@ -38,18 +38,19 @@ def _target(function):
     return f"{module}:{name}"
 
 
-def _environment(env, threads):
-    merged = dict(os.environ, **_ENV)
+def _environment(env, threads, gpus):
+    merged = dict(os.environ, **{k: v for k, v in _ENV.items()
+                                 if not (gpus and k == "CUDA_VISIBLE_DEVICES")})
     merged.pop("TF_CONFIG", None)  # the launcher gives each worker its own
     if threads is not None:
         merged.update({name: str(threads) for name in (
             "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")})
     merged.update(env or {})
-    return {name: value for name, value in merged.items() if value is not None}
+    return merged
 
 
 def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env=None,
-                         timeout=600, label=None):
+                         gpus=False, timeout=600, label=None):
     """Calls `function(payload)` in a fresh Python process; returns its JSON result.
 
     Args:
@@ -59,8 +60,9 @@ def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env
         workers: processes, above 1 local workers of one TF_CONFIG cluster; worker 0's
             result counts. Defaults to `1`.
         threads: TensorFlow (and OpenMP) threads per process. Defaults to TensorFlow's.
-        env: variables set on top of this process' own (without `TF_CONFIG`), CPU only
-            and quiet; `None` as a value unsets one. Defaults to `None`.
+        env: variables set on top of this process' own (without `TF_CONFIG`), quiet and,
+            unless `gpus`, on the CPU only. Defaults to `None`.
+        gpus: keep the GPUs this process sees. Defaults to `False`.
         timeout: seconds before the processes are stopped. Defaults to `600`.
         label: what the run is, for errors. Defaults to the function's name.
 
@@ -80,7 +82,8 @@ def run_in_fresh_process(function, payload=None, *, workers=1, threads=None, env
         # The launcher stops its workers when it gets SIGTERM, as on a timeout below.
         command = [sys.executable, "-m", "mgpu_tf.cli", "launch", f"--workers={workers}",
                    f"--grace_seconds={_GRACE_SECONDS // 2}", "--", *command]
-    process = subprocess.Popen(command, env=_environment(env, threads), stdout=subprocess.PIPE,
+    environment = _environment(env, threads, gpus)
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, errors="replace")
     try:
         out, err = process.communicate(timeout=timeout)
