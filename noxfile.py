@@ -202,7 +202,8 @@ def table(folder=RESULTS):
         for s in ran:
             found = [results[s].get(n, "not run") for n in nodes]
             cells.append("fail" if "fail" in found else
-                         "not run" if "not run" in found else "pass")
+                         "not run" if "not run" in found else
+                         "skip" if set(found) == {"skip"} else "pass")
         rows.append([capability, *cells])
     for patch in sorted({p for t in timings.values() for p in t.get("patches") or {}}):
         rows.append([f"patch `{patch}`", *(
