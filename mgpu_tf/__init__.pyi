@@ -6,20 +6,23 @@
 import enum
 
 __all__ = ["ClusterConfig", "ClusterConfigError", "DevicesAlreadyInitializedError",
-           "ModelParallel", "StrategyKind", "available_strategies", "describe_sharding",
-           "make_strategy", "parse_tf_config", "plan", "prepare_model", "setup_logging",
-           "shard_dataset", "simulate_devices", "strategy_kind"]
+           "ModelParallel", "StrategyKind", "StrategyName", "available_strategies",
+           "describe_sharding", "kind_of", "make_strategy", "parse_tf_config", "plan",
+           "prepare_model", "setup_logging", "shard_dataset", "simulate_devices",
+           "strategy_kind"]
 
 from . import (base, callbacks, cli, cluster, comm, compat, data, flags, model_parallel,
                planner, strategies, train)
 from .base.devices import DevicesAlreadyInitializedError, simulate_devices
-from .base.registry import StrategyKind
+from .base.kind import StrategyKind
+from .base.registry import StrategyName
 from .cluster.tf_config import ClusterConfig, ClusterConfigError, parse_tf_config
 from .compat.native_logs import setup_logging
 from .data.sharding import describe_sharding, shard_dataset
 from .model_parallel.wrapper import ModelParallel
 from .planner.recommend import plan
 from .strategies.factory import available_strategies, make_strategy, prepare_model, strategy_kind
+from .strategies.kinds import kind_of
 
 __version__: str
 

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf.comm import compression
+from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm import prepare as communication
-from mgpu_tf.compat import attached
 from support import compare
 from support import mw_equivalence
 from support import workers
@@ -127,7 +127,7 @@ def test_a_model_compiled_under_the_strategy_gets_the_compression_without_prepar
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="float16")
     with strategy.scope():
         model = mw_equivalence.build_model(weights)  # compiled, never given to prepare_model
-    assert attached.of_optimizer(model.optimizer).communication[0] == "float16"
+    assert optimizer_step.find(model.optimizer).communication[0] == "float16"
     model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
     _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
                           "float16")

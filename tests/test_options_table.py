@@ -12,7 +12,6 @@ from mgpu_tf import flags as mgpu_flags
 from mgpu_tf.base import options as options_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.settings import Settings
-from mgpu_tf.compat import attached
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -41,7 +40,7 @@ def toy_option(monkeypatch):
 
 def _gossip_rounds(strategy):
     """The toy option's consumer: it reads the value from the strategy's settings."""
-    return attached.of_strategy(strategy).settings.gossip_rounds
+    return mgpu_tf.kind_of(strategy).settings.gossip_rounds
 
 
 def test_one_declaration_gives_the_value_and_its_default(toy_option):
@@ -126,7 +125,7 @@ def test_settings_are_a_frozen_mapping_with_typed_attributes():
 
 def test_make_strategy_keeps_the_settings_on_the_strategy():
     strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="FLOAT16", num_packs=None)
-    settings = attached.of_strategy(strategy).settings
+    settings = mgpu_tf.kind_of(strategy).settings
     assert (settings.kind, dict(settings)) == (
         "mirrored", {"devices": ["/device:CPU:0", "/device:CPU:1"], "compression": "float16"})
 

@@ -10,7 +10,8 @@ import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf.comm import accumulation
-from mgpu_tf.compat import attached, metric_sums, patches, private
+from mgpu_tf.comm import optimizer_step
+from mgpu_tf.compat import metric_sums, patches, private
 
 
 def test_installing_twice_changes_nothing():
@@ -37,7 +38,7 @@ def test_an_optimizer_with_an_empty_record_takes_keras_update():
     optimizer = keras.optimizers.SGD(0.5)
     optimizer.apply([tf.constant([0.2, -0.4])], [variable])
     np.testing.assert_allclose(variable.numpy(), [0.9, 2.2], rtol=1e-6)
-    assert attached.of_optimizer(optimizer).accumulation is None
+    assert optimizer_step.find(optimizer) is None
 
 
 def test_accumulation_leaves_the_optimizers_own_methods_alone():
@@ -46,7 +47,7 @@ def test_accumulation_leaves_the_optimizers_own_methods_alone():
         optimizer = keras.optimizers.SGD(0.1)
     accumulation.accumulate(optimizer, strategy, 2)
     assert not {"build", "apply"} & set(vars(optimizer))
-    assert attached.of_optimizer(optimizer).accumulation is not None
+    assert optimizer_step.find(optimizer).accumulation is not None
 
 
 def test_compile_readies_the_optimizer_only_under_a_strategy_with_communication_options():
@@ -56,7 +57,7 @@ def test_compile_readies_the_optimizer_only_under_a_strategy_with_communication_
         with strategy.scope():
             model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
             model.compile(optimizer="sgd", loss="mse")
-        record = attached.of_optimizer(model.optimizer)
+        record = optimizer_step.hook_of(model.optimizer)
         assert (record.accumulation and record.accumulation.steps) == expected
 
 

@@ -7,7 +7,6 @@ weights each replica keeps, over the replicas.
 
 import mgpu_tf
 from mgpu_tf.cli import main as cli_main
-from mgpu_tf.compat import attached
 from mgpu_tf.planner import memory
 from support import planner_models
 
@@ -57,7 +56,7 @@ def test_auto_builds_mirrored_with_sharded_state():
     strategy = mgpu_tf.make_strategy("auto", model=planner_models.lopsided(),
                                      device_memory="31MiB")
     assert mgpu_tf.strategy_kind(strategy) == "mirrored"
-    assert attached.of_strategy(strategy).settings.shard_optimizer_state is True
+    assert mgpu_tf.kind_of(strategy).settings.shard_optimizer_state is True
 
 
 def test_cli_prints_the_sharded_recommendation(capsys):

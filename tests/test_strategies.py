@@ -12,15 +12,15 @@ from mgpu_tf.strategies import factory as strategies
 
 def test_available_strategies_lists_every_builtin_with_a_description():
     names = mgpu_tf.available_strategies()
-    for kind in mgpu_tf.StrategyKind:
+    for kind in mgpu_tf.StrategyName:
         assert kind.value in names
         assert names[kind.value]
 
 
-def test_strategy_kind_enum_compares_and_prints_as_string():
-    assert mgpu_tf.StrategyKind.MIRRORED == "mirrored"
-    assert str(mgpu_tf.StrategyKind.MIRRORED) == "mirrored"
-    strategy = mgpu_tf.make_strategy(mgpu_tf.StrategyKind.MIRRORED, devices=2)
+def test_strategy_name_enum_compares_and_prints_as_string():
+    assert mgpu_tf.StrategyName.MIRRORED == "mirrored"
+    assert str(mgpu_tf.StrategyName.MIRRORED) == "mirrored"
+    strategy = mgpu_tf.make_strategy(mgpu_tf.StrategyName.MIRRORED, devices=2)
     assert isinstance(strategy, tf.distribute.MirroredStrategy)
 
 

@@ -11,7 +11,7 @@ import enum
 from mgpu_tf import Choice
 
 __all__ = [
-    "StrategyKind",
+    "StrategyName",
     "Option",
     "OPTIONS",
     "register_strategy",
@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class StrategyKind(Choice):
+class StrategyName(Choice):
     """The built-in strategy names."""
 
     AUTO = "auto"
@@ -90,6 +90,7 @@ class _Entry:
     build: object
     declared: frozenset
     strategy_types: tuple
+    kind: object = None
 
     @property
     def options(self):
@@ -102,7 +103,7 @@ _ALIASES = {}
 
 
 def register_strategy(name, description, build, *, options=(), aliases=(),
-                      strategy_types=(), override=False):
+                      strategy_types=(), kind=None, override=False):
     """Adds a strategy name to the registry.
 
     A name or alias that is taken is refused unless `override=True`, so a plugin
@@ -115,7 +116,9 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
             parsed options, `mgpu_tf.base.settings.Settings`) returning the strategy.
         options: option names the strategy accepts.
         aliases: other names for it.
-        strategy_types: classes of the objects it returns, for `strategy_kind`.
+        strategy_types: classes of the objects it returns, for `kind_of`.
+        kind: the `mgpu_tf.base.kind.StrategyKind` subclass that answers for it.
+            Defaults to `None` (the base, which answers from TensorFlow's figures).
         override: replace a strategy already registered under `name` or an alias.
             Defaults to `False`.
 
@@ -136,7 +139,7 @@ def register_strategy(name, description, build, *, options=(), aliases=(),
                     f"aliases={tuple(aliases)!r}. Pick another name, or pass override=True "
                     "to replace it.")
     _REGISTRY[name] = _Entry(name, description, build, frozenset(options),
-                             tuple(strategy_types))
+                             tuple(strategy_types), kind)
     for alias in aliases:
         _ALIASES[alias] = name
 
@@ -164,16 +167,16 @@ def register_option(name, description, check=None, **declaration):
 def available_strategies():
     """Returns `{name: description}` for every registered strategy name.
 
-    The built-in names come first, in `StrategyKind`'s order, then the others in
+    The built-in names come first, in `StrategyName`'s order, then the others in
     the order they were registered.
     """
-    builtin = [kind.value for kind in StrategyKind if kind.value in _REGISTRY]
+    builtin = [kind.value for kind in StrategyName if kind.value in _REGISTRY]
     names = builtin + [name for name in _REGISTRY if name not in builtin]
     return {name: _REGISTRY[name].description for name in names}
 
 
 def resolve_kind(kind):
-    """Returns the registered name for `kind` (a name, alias or `StrategyKind`).
+    """Returns the registered name for `kind` (a name, alias or `StrategyName`).
 
     Raises:
         TypeError: when `kind` is not a string.

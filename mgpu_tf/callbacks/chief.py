@@ -11,6 +11,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from mgpu_tf.strategies import kinds
+
 __all__ = [
     "is_chief",
     "chief_path",
@@ -36,9 +38,7 @@ def is_chief(strategy=None):
     Args:
         strategy: the strategy to ask. Defaults to the current one.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    # TensorFlow's strategies answer through `extended`, the toolkit's own directly.
-    return bool(getattr(getattr(strategy, "extended", strategy), "should_checkpoint", True))
+    return kinds.kind_of(strategy or tf.distribute.get_strategy()).is_chief
 
 
 def strategy_of(model):

@@ -30,7 +30,8 @@ class ComputeTimes:
         self.wanted = wanted
         self._probe = measure.ComputeProbe(model, repeats)
         self.clock = None
-        if (wanted and kind in ("mirrored", "multi_worker") and model.optimizer is not None
+        sums_in_optimizer = kind is not None and kind.sums_in_optimizer
+        if (wanted and sums_in_optimizer and model.optimizer is not None
                 and not tf.config.list_logical_devices("GPU")):
             self.clock = wait_clock.attach(model.optimizer, strategy)
         self.last = {}  # unit: its last measured compute seconds

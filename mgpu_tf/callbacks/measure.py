@@ -10,7 +10,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf.strategies import factory as strategies_lib
+from mgpu_tf.strategies import kinds
 
 __all__ = ["memory_bytes", "ComputeProbe", "exchange", "local_units", "SHORTEST_SAMPLE"]
 
@@ -38,27 +38,13 @@ def memory_bytes():
 
 
 def local_units(strategy):
-    """`(kind, units, replicas per unit, {this process' unit: its devices})`.
-
-    A unit is what adaptive shares weigh: a worker under multi_worker (its replicas
-    together), a replica on one machine. Other strategies have one unit.
-    """
+    """`(kind, units, replicas per unit, {this process' unit: its devices})`, `kind` the
+    strategy's `StrategyKind` (`None` for what is not a strategy)."""
     try:
-        kind = strategies_lib.strategy_kind(strategy)
+        kind = kinds.kind_of(strategy)
     except TypeError:  # a hybrid model's communicator: its worker is one unit
-        return "other", 1, 1, {0: [None]}
-    replicas = strategy.num_replicas_in_sync
-    if kind == "mirrored":
-        devices = list(strategy.extended.worker_devices)
-        return kind, replicas, 1, {u: [d] for u, d in enumerate(devices)}
-    if kind == "multi_worker":
-        devices = list(strategy.extended.worker_devices)
-        local = len(devices)
-        ids = strategy.experimental_distribute_values_from_function(
-            lambda context: context.replica_id_in_sync_group)
-        first = min(int(i) for i in strategy.experimental_local_results(ids))
-        return kind, replicas // local, local, {first // local: devices}
-    return kind, 1, 1, {0: [None]}
+        return None, 1, 1, {0: [None]}
+    return (kind, *kind.local_units())
 
 
 class ComputeProbe:
@@ -134,7 +120,7 @@ def exchange(strategy, kind, units, replicas_per_unit, rows):
 
     Args:
         strategy: the training strategy.
-        kind: its kind (`local_units`).
+        kind: its `StrategyKind` (`local_units`), or `None`.
         units: units in the cluster.
         replicas_per_unit: replicas of one unit.
         rows: this process' rows, `{unit: [figures]}`.
@@ -142,7 +128,7 @@ def exchange(strategy, kind, units, replicas_per_unit, rows):
     Returns:
         A float64 array of shape `[units, figures]`.
     """
-    if kind != "multi_worker":
+    if kind is None or not kind.spans_processes:
         return np.array([rows[u] for u in range(units)], np.float64)
     width = len(next(iter(rows.values())))
 

@@ -8,7 +8,7 @@ Design: docs/design.md#training-monitor
 
 import tensorflow as tf
 
-from mgpu_tf.compat import attached, patches
+from mgpu_tf.comm import optimizer_step
 
 __all__ = ["WaitClock", "attach"]
 
@@ -51,8 +51,7 @@ class WaitClock:
 def attach(optimizer, strategy):
     """The `WaitClock` of `optimizer`, made on first use; its train step, traced from now on,
     times its all-reduce."""
-    patches.install("optimizer")
-    record = attached.of_optimizer(optimizer)
+    record = optimizer_step.hook_of(optimizer)
     if record.wait_clock is None:
         record.wait_clock = WaitClock(strategy)
     return record.wait_clock

@@ -13,6 +13,8 @@ import tempfile
 
 import keras
 
+from mgpu_tf.base import kind as kind_lib
+
 __all__ = ["RayReporter"]
 
 _SUFFIXES = (".keras", ".weights.h5")
@@ -30,7 +32,7 @@ def _ray_train():
 def _strategy_chief(model):
     """The strategy's answer to "does this process write?", as `mgpu_tf.callbacks.is_chief`."""
     strategy = getattr(model, "communicator", None) or model.distribute_strategy
-    return bool(getattr(getattr(strategy, "extended", strategy), "should_checkpoint", True))
+    return kind_lib.kind_of(strategy).is_chief
 
 
 class RayReporter(keras.callbacks.Callback):

@@ -5,8 +5,7 @@ Design: docs/design.md#gradient-accumulation
 
 import tensorflow as tf
 
-from mgpu_tf.compat import attached
-from mgpu_tf.compat import patches
+from mgpu_tf.comm import optimizer_step
 from mgpu_tf.compat import private
 
 __all__ = ["accumulate", "reset", "steps_since_sync"]
@@ -16,7 +15,7 @@ def steps_since_sync(optimizer):
 
     A backup taken when this is 0 needs no per-replica sums: they are all zero.
     """
-    state = attached.of_optimizer(optimizer).accumulation
+    state = getattr(optimizer_step.find(optimizer), "accumulation", None)
     if state is None or not state.built:
         return 0
     return int(state.count.numpy())
@@ -24,7 +23,7 @@ def steps_since_sync(optimizer):
 
 def reset(optimizer):
     """Empties `optimizer`'s sums and restarts its count, as at a sync point (for a restore)."""
-    state = attached.of_optimizer(optimizer).accumulation
+    state = getattr(optimizer_step.find(optimizer), "accumulation", None)
     if state is None or not state.built:
         return
     for variable in state.sums:
@@ -50,9 +49,8 @@ def accumulate(optimizer, strategy, steps_per_sync):
     """
     private.require(optimizer, "BaseOptimizer._trainable_variables",
                     "BaseOptimizer._get_variable_index", argument="optimizer")
-    patches.install("optimizer")
     state = _State(optimizer, strategy, steps_per_sync)
-    attached.of_optimizer(optimizer).accumulation = state
+    optimizer_step.hook_of(optimizer).accumulation = state
     if optimizer.built:
         state.build(private.optimizer_variables(optimizer))
     return optimizer

@@ -7,42 +7,29 @@ import functools
 
 import tensorflow as tf
 
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm import sharded_state
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
-from mgpu_tf.compat import attached
-from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 
-__all__ = ["attach", "settings", "prepare", "install"]
+__all__ = ["settings", "options_of", "prepare", "install"]
 
 _ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
-
-
-def attach(strategy, settings):
-    """Keeps `settings`, what `make_strategy` parsed, on `strategy`'s record; returns it.
-
-    With communication options, every model compiled under `strategy` gets them.
-    """
-    record = attached.of_strategy(strategy)
-    record.settings = settings
-    chosen = _communication(settings)
-    if chosen:
-        patches.install("compile")
-        record.ready_optimizer = functools.partial(install, **chosen)
-    return strategy
 
 
 def settings(strategy):
     """Returns the options of `strategy`'s settings that change the step (`{}` when none)."""
     try:
-        return _communication(attached.of_strategy(strategy).settings)
-    except (AttributeError, TypeError):  # takes no attribute: nothing was attached
+        return options_of(kind_lib.kind_of(strategy).settings)
+    except (AttributeError, TypeError):  # not a strategy, or settings without these options
         return {}
 
 
-def _communication(chosen):
+def options_of(chosen):
+    """The options of parsed settings that change the step, as `install` takes them."""
     if chosen is None:
         return {}
     out = {}
@@ -61,7 +48,8 @@ def _communication(chosen):
 def prepare(model, strategy):
     """Makes the optimizer of an already compiled `model` use `strategy`'s communication options.
 
-    A model compiled later gets them from `compile` (see `attach`). Returns `model`.
+    A model compiled later gets them from `compile` (the strategy kind's `prepare_optimizer`).
+    Returns `model`.
     """
     chosen = settings(strategy)
     if chosen and getattr(model, "optimizer", None) is not None:
@@ -99,7 +87,7 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         The optimizer that now all-reduces this way.
     """
     optimizer = _innermost(optimizer)
-    record = attached.of_optimizer(optimizer)
+    record = optimizer_step.hook_of(optimizer)
     if record.communication is not None:
         return optimizer
     compression = check_compression(compression)
@@ -109,13 +97,12 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if transport == "tcp" or wire is not None:
         # Checked before the ring connects, so a missing name fails fast.
         private.require(optimizer, _ALL_REDUCE, argument="optimizer")
-        patches.install("optimizer")
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
-        record.all_reduce = functools.partial(
+        record.gradient_sum = functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
     elif wire is not None:
-        record.all_reduce = functools.partial(compressed_all_reduce, wire_dtype=wire)
+        record.gradient_sum = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if shard_optimizer_state:
         sharded_state.shard(optimizer, strategy, wire_dtype=wire)
     if steps_per_sync > 1:

@@ -15,7 +15,8 @@ import tensorflow as tf
 from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
-from mgpu_tf.compat import attached
+from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.comm import optimizer_step
 from mgpu_tf.compat import private
 
 __all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded", "slot_variables",
@@ -51,7 +52,7 @@ def check_optimizer(optimizer):
 
 def is_sharded(optimizer):
     """True for an optimizer `shard` made keep its state in slices."""
-    return attached.of_optimizer(optimizer).sharded is not None
+    return getattr(optimizer_step.find(optimizer), "sharded", None) is not None
 
 
 def slot_variables(optimizer):
@@ -60,7 +61,7 @@ def slot_variables(optimizer):
     Each is a `keras.Variable` whose per-replica parts (`strategy.experimental_local_results`)
     hold one slice each, on that replica's device.
     """
-    state = attached.of_optimizer(optimizer).sharded
+    state = getattr(optimizer_step.find(optimizer), "sharded", None)
     return [] if state is None or not state.built else list(state.slots.values())
 
 
@@ -69,7 +70,7 @@ def weights_slice(optimizer):
 
     Each replica copies its slice of the weights there, updates it and all-gathers it.
     """
-    state = attached.of_optimizer(optimizer).sharded
+    state = getattr(optimizer_step.find(optimizer), "sharded", None)
     return None if state is None or not state.built else state.params
 
 
@@ -96,7 +97,7 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     Raises:
         ValueError: for an optimizer `check_optimizer` refuses, or one already built.
     """
-    record = attached.of_optimizer(optimizer)
+    record = optimizer_step.hook_of(optimizer)
     if record.sharded is not None:
         return optimizer
     check_optimizer(optimizer)
@@ -243,14 +244,14 @@ class _State:
         `"all_reduce"` (on one machine, compression's all-reduce, kept and sliced)."""
         if self._connection() is not None:
             return "ring"
-        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        if kind_lib.kind_of(self.strategy).spans_processes:
             return "all_to_all"
-        if attached.of_optimizer(self.optimizer).all_reduce is not None:
+        if optimizer_step.hook_of(self.optimizer).gradient_sum is not None:
             return "all_reduce"
         return "to_devices"
 
     def _connection(self):
-        return attached.of_strategy(self.strategy).connection
+        return kind_lib.kind_of(self.strategy).connection
 
     def _ring_reduce_scatter(self, grads, replica):
         """This worker's slice of the gradients summed over the tcp ring, in `wire_dtype`."""

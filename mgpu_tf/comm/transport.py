@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from mgpu_tf import compat
 from mgpu_tf.comm import compression
-from mgpu_tf.compat import attached
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
@@ -72,7 +72,7 @@ def connect(strategy, *, timeout_seconds=None):
             than one replica per worker.
         mgpu_tf.comm.ring.PeerLostError: when a neighbour does not connect in time.
     """
-    record = attached.of_strategy(strategy)
+    record = kind_lib.kind_of(strategy)
     if record.connection is not None:
         return record.connection
     tasks, rank = _workers(strategy)

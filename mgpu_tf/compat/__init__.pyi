@@ -5,7 +5,7 @@ __all__ = ["KERAS_20585_VERSIONS", "KERAS_STEP_VERSIONS", "apply_multi_worker_fi
            "apply_step_fixes", "distinct_collective_keys", "multi_worker_fixes_apply",
            "set_log_mean", "step_fixes_apply"]
 
-from . import (attached, collective_keys, compile_hook, keras_steps, keras_train_step, metric_sums,
+from . import (collective_keys, compile_hook, keras_steps, keras_train_step, metric_sums,
                multi_worker, native_logs, optimizer_hooks, patches, private, private_callbacks,
                private_collectives, private_trainer, releases, shuffle_hook, versions)
 from .collective_keys import distinct_collective_keys

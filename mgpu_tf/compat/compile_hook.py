@@ -1,13 +1,15 @@
 """Keras' `compile`, patched once on its trainer: the strategy may ready the optimizer it makes.
 
-A strategy whose record has no `ready_optimizer` leaves `compile` as Keras wrote it.
+It asks `kind_of(model.distribute_strategy).prepare_optimizer`; a kind without communication
+options leaves the optimizer as Keras made it.
 
 Design: docs/design.md#state-on-objects
 """
 
 import functools
 
-from mgpu_tf.compat import attached, private_trainer
+from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.compat import private_trainer
 
 __all__ = ["install", "installed"]
 
@@ -31,10 +33,8 @@ def install():
     @functools.wraps(original)
     def compile(model, *args, **kwargs):
         original(model, *args, **kwargs)
-        strategy = model.distribute_strategy
-        ready = attached.of_strategy(strategy).ready_optimizer
-        if ready is not None and model.optimizer is not None:
-            ready(model.optimizer, strategy)
+        if model.optimizer is not None:
+            kind_lib.kind_of(model.distribute_strategy).prepare_optimizer(model.optimizer)
 
     setattr(compile, _MARK, True)
     private_trainer.set_trainer_function("Trainer.compile", compile)

@@ -10,7 +10,8 @@ Design: docs/design.md#multi-worker-workarounds
 import functools
 import logging
 
-from mgpu_tf.compat import attached, private_trainer, versions
+from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.compat import private_trainer, versions
 
 __all__ = [
     "KERAS_20585_VERSIONS",
@@ -163,12 +164,12 @@ def set_log_mean(strategy, mean):
     replica per worker) and returns the mean over workers. `mgpu_tf.comm.transport`
     sets it so that logs travel over the same ring as the gradients.
     """
-    attached.of_strategy(strategy).log_mean = mean
+    kind_lib.kind_of(strategy).log_mean = mean
 
 
 def log_mean_function(strategy):
     """Returns the `mean` that `set_log_mean` gave `strategy`, or None when it has none."""
-    return attached.of_strategy(strategy).log_mean
+    return kind_lib.kind_of(strategy).log_mean
 
 
 def float_positions(logs):

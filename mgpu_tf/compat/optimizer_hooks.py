@@ -1,15 +1,19 @@
-"""Optimizer methods patched once on Keras' classes, doing what each optimizer's record asks.
+"""Optimizer methods patched once on Keras' classes, handing each step to the optimizer's hook.
 
-An optimizer whose `attached.OptimizerRecord` is empty runs Keras' own code.
+An optimizer without a hook object (attribute `HOOK_ATTRIBUTE`, set by
+`mgpu_tf.comm.optimizer_step`) runs Keras' own code.
 
 Design: docs/design.md#state-on-objects
 """
 
 import functools
 
-from mgpu_tf.compat import attached, private
+from mgpu_tf.compat import private
 
-__all__ = ["install", "installed"]
+__all__ = ["HOOK_ATTRIBUTE", "install", "installed"]
+
+# The attribute of an optimizer holding its hook object.
+HOOK_ATTRIBUTE = "_mgpu_tf_hook"
 
 _MARK = "_mgpu_tf_optimizer_hook"
 _HOOKED = ("build", "apply", "_all_reduce_sum_gradients")
@@ -46,22 +50,21 @@ def _hooked(original, hook):
 
 
 def _build(original, optimizer, variables):
-    original(optimizer, variables)
-    sums = attached.of_optimizer(optimizer).accumulation
-    if sums is not None:
-        sums.build(variables)
+    hook = getattr(optimizer, HOOK_ATTRIBUTE, None)
+    if hook is None:
+        return original(optimizer, variables)
+    return hook.build(original, optimizer, variables)
 
 
 def _apply(original, optimizer, grads, trainable_variables=None):
-    sums = attached.of_optimizer(optimizer).accumulation
-    if sums is None:
+    hook = getattr(optimizer, HOOK_ATTRIBUTE, None)
+    if hook is None:
         return original(optimizer, grads, trainable_variables)
-    return sums.apply(original, grads, trainable_variables)
+    return hook.apply(original, optimizer, grads, trainable_variables)
 
 
 def _all_reduce_sum_gradients(original, optimizer, grads_and_vars):
-    record = attached.of_optimizer(optimizer)
-    all_reduce = record.all_reduce or functools.partial(original, optimizer)
-    if record.wait_clock is None:
-        return all_reduce(grads_and_vars)
-    return record.wait_clock.around(all_reduce, grads_and_vars)
+    hook = getattr(optimizer, HOOK_ATTRIBUTE, None)
+    if hook is None:
+        return original(optimizer, grads_and_vars)
+    return hook.all_reduce(original, optimizer, grads_and_vars)

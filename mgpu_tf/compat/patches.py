@@ -6,7 +6,7 @@ Design: docs/design.md#state-on-objects
 from mgpu_tf.compat import (compile_hook, custom_loop, keras_steps, metric_sums, multi_worker,
                             optimizer_hooks, shuffle_hook)
 
-__all__ = ["PATCHES", "install", "installed"]
+__all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
 # (name, what it does, install, whether it is in place). Each install is idempotent.
 PATCHES = (
@@ -37,6 +37,9 @@ PATCHES = (
         "(keras-team/keras#23085)",
         custom_loop.apply_custom_loop_fix, custom_loop.installed),
 )
+
+# The upstream fixes a strategy of several replicas needs, on one machine too.
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums")
 
 
 def install(*names):

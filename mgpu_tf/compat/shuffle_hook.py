@@ -11,9 +11,12 @@ Design: docs/design.md#state-on-objects
 
 import functools
 
-from mgpu_tf.compat import attached, private_trainer, versions
+from mgpu_tf.compat import private_trainer, versions
 
-__all__ = ["install", "installed"]
+__all__ = ["SHARDED_ATTRIBUTE", "install", "installed"]
+
+# True on a data set shard_dataset returned (mgpu_tf.data.marks), which orders its own examples.
+SHARDED_ATTRIBUTE = "_mgpu_tf_sharded"
 
 _MARK = "_mgpu_tf_shuffle_hook"
 # The Keras releases whose `is_tf_dataset` refuses `distribute_datasets_from_function`'s data.
@@ -40,7 +43,7 @@ def install():
 
     @functools.wraps(original)
     def get_data_adapter(x, *args, **kwargs):
-        if kwargs.get("shuffle") and attached.is_sharded(x):
+        if kwargs.get("shuffle") and getattr(x, SHARDED_ATTRIBUTE, False) is True:
             kwargs["shuffle"] = False
         return original(x, *args, **kwargs)
 

@@ -17,13 +17,13 @@ import weakref
 import numpy as np
 
 from mgpu_tf.cluster import detect
-from mgpu_tf.compat import attached
 from mgpu_tf.data import compute_curve
 from mgpu_tf.data import order
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import settle
 from mgpu_tf.data import split
 from mgpu_tf.data.settle import DEFAULT_MAX_CHANGE, DEFAULT_TOLERANCE, next_shares
+from mgpu_tf.strategies import kinds
 
 __all__ = ["AdaptiveShares", "next_shares", "hold", "live_shares", "from_weights",
            "choose_policy", "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
@@ -75,14 +75,14 @@ def choose_policy(policy, source_kind):
 
 
 def hold(strategy, shares):
-    """Keeps `shares` in the record of `strategy`, where the callbacks find them."""
-    record = attached.of_strategy(order.keras_strategy(strategy))
+    """Keeps `shares` on the kind of `strategy`, where the callbacks find them."""
+    record = kinds.kind_of(order.keras_strategy(strategy))
     record.adaptive.append(weakref.ref(shares))
 
 
 def live_shares(strategy):
     """The `AdaptiveShares` of `strategy`'s adaptive data sets still in use, oldest first."""
-    record = attached.of_strategy(order.keras_strategy(strategy))
+    record = kinds.kind_of(order.keras_strategy(strategy))
     alive = [ref() for ref in record.adaptive]
     record.adaptive[:] = [ref for ref, shares in zip(record.adaptive, alive) if shares is not None]
     return [shares for shares in alive if shares is not None]

@@ -12,8 +12,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf.compat import attached
 from mgpu_tf.compat import private
+from mgpu_tf.strategies import kinds
 
 __all__ = ["Position", "Reader", "epoch_seed", "follow", "keras_strategy", "position_of"]
 
@@ -88,7 +88,7 @@ def keras_strategy(strategy):
 
 def position_of(strategy):
     """The `Position` of the data of models trained under `strategy`, made on first use."""
-    record = attached.of_strategy(keras_strategy(strategy))
+    record = kinds.kind_of(keras_strategy(strategy))
     with _lock:
         if record.position is None:
             record.position = Position()

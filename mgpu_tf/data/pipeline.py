@@ -11,6 +11,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.compat import private
 from mgpu_tf.data import in_memory
 from mgpu_tf.data import order
@@ -324,17 +325,9 @@ def distribute(request, plan):
     strategy = request.strategy
 
     def make(endless):
-        if request.kind == "default":
-            return _replica_dataset(request, plan, 0, 0, epochs, endless)
-        if request.kind == "mirrored":
-            return strategy.distribute_datasets_from_function(
-                lambda context: _replica_dataset(request, plan, 0, context.input_pipeline_id,
-                                                 epochs, endless),
-                options=tf.distribute.InputOptions(experimental_replication_mode=(
-                    tf.distribute.InputReplicationMode.PER_REPLICA)))
-        return strategy.distribute_datasets_from_function(
-            lambda context: _worker_dataset(request, plan, context.input_pipeline_id, epochs,
-                                            endless))
+        return kind_lib.kind_of(strategy).distribute_datasets(
+            lambda replica: _replica_dataset(request, plan, 0, replica, epochs, endless),
+            lambda worker: _worker_dataset(request, plan, worker, epochs, endless))
 
     epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True))
     return epochs.attach(make(endless=False))

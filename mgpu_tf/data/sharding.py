@@ -13,15 +13,15 @@ import os
 import tensorflow as tf
 
 from mgpu_tf.comm import prepare as communication
-from mgpu_tf.compat import attached, patches
 from mgpu_tf.data import adaptive
 from mgpu_tf.data import in_memory
+from mgpu_tf.data import marks
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
-from mgpu_tf.strategies import factory as strategies_lib
+from mgpu_tf.strategies import kinds
 
 __all__ = ["shard_dataset", "describe_sharding"]
 
@@ -127,30 +127,15 @@ class _Request:
 
 
 def _topology(strategy):
-    """Returns (kind, workers, replicas per worker) of a strategy."""
+    """Returns (pipeline, workers, replicas per worker) of a strategy (its kind's data layout)."""
     try:
-        kind = strategies_lib.strategy_kind(strategy)
+        kind = kinds.kind_of(strategy)
     except TypeError:
         raise TypeError(
             "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
             f"Received: strategy={strategy!r}"
         ) from None
-    if kind in ("default", "one_device", "model_parallel"):
-        # model_parallel holds one copy of the model: one pipeline, whole batches.
-        return "default", 1, 1
-    if kind == "mirrored":
-        return kind, 1, strategy.num_replicas_in_sync
-    if kind == "multi_worker":
-        local = len(strategy.extended.worker_devices)
-        return kind, strategy.num_replicas_in_sync // local, local
-    if kind == "hybrid":
-        # One pipeline per worker: the worker's share of each step, whole.
-        return kind, strategy.num_workers, 1
-    raise ValueError(
-        "shard_dataset works with the default, one_device, mirrored, multi_worker and "
-        f"model_parallel strategies. Received: strategy={type(strategy).__name__}. Use "
-        "strategy.distribute_datasets_from_function() for this one."
-    )
+    return kind.data_layout()
 
 
 def _source_kind(source):
@@ -229,7 +214,7 @@ def _choose_policy(policy, request):
             chosen, why = plan_lib.ShardPolicy.DATA, f"{files} files < {workers} workers"
         else:
             chosen, why = plan_lib.ShardPolicy.DATA, "the source is a data set, not files"
-        logged = attached.of_strategy(request.strategy).logged_policies
+        logged = kinds.kind_of(request.strategy).logged_policies
         if (chosen, why) not in logged:  # the training and the test data set, once
             logged.add((chosen, why))
             logger.info("mgpu_tf: sharding policy 'auto' chose %r: %s.", chosen.value, why)
@@ -273,7 +258,7 @@ def _make_plan(request):
                   replicas_per_worker=request.replicas_per_worker,
                   drop_remainder=request.drop_remainder, reason=request.reason)
     if request.source_kind == "files":
-        known = attached.of_strategy(request.strategy).record_counts
+        known = kinds.kind_of(request.strategy).record_counts
         counts = [shard_source.count_file(path, known) for path in request.files]
         if not sum(counts):
             raise _empty_source(request)
@@ -389,5 +374,4 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     distributed = shard_pipeline.distribute(request, plan)
     if request.adaptive is not None:
         adaptive.hold(strategy, request.adaptive)
-    patches.install("shuffle")
-    return attached.mark_sharded(distributed)
+    return marks.mark_sharded(distributed)

@@ -8,7 +8,8 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from mgpu_tf.compat import attached, private
+from mgpu_tf.comm import optimizer_step
+from mgpu_tf.compat import private
 
 __all__ = ["place_variables", "place_optimizer", "device_of"]
 
@@ -37,7 +38,7 @@ def place_optimizer(optimizer, devices_by_variable):
 
     `devices_by_variable` is `{id(tf.Variable): device}` for the model's variables.
     """
-    record = attached.of_optimizer(optimizer)
+    record = optimizer_step.hook_of(optimizer)
     if record.placed:
         return
 

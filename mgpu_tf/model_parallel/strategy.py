@@ -9,12 +9,13 @@ import tensorflow as tf
 
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import registry
+from mgpu_tf.base.kind import StrategyKind
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import wrapper
 
-__all__ = ["ModelParallelStrategy"]
+__all__ = ["ModelParallelStrategy", "ModelParallelKind"]
 
 
 class ModelParallelStrategy:
@@ -80,6 +81,29 @@ class ModelParallelStrategy:
                 f"deferred_batch_norm={self.deferred_batch_norm})")
 
 
+class ModelParallelKind(StrategyKind):
+    """One copy of the model in one process: one input pipeline of whole batches."""
+
+    name = "model_parallel"
+
+    @property
+    def worker_devices(self):
+        return self.strategy.devices
+
+    @property
+    def replicas_per_worker(self):
+        return 1
+
+    def data_layout(self):
+        return "default", 1, 1
+
+    def distribute_datasets(self, make_replica, make_worker):
+        return make_replica(0)
+
+    def prepare_model(self, model):
+        return self.strategy.prepare_model(model)
+
+
 def _build(settings):
     return ModelParallelStrategy(settings.devices or devices_lib.local_devices(),
                                  balance=settings.balance, microbatches=settings.microbatches,
@@ -116,4 +140,4 @@ registry.register_option(
     default=False, strategies=_PIPELINES, flag="boolean")
 registry.register_strategy(
     "model_parallel", "consecutive layers on different devices, pipelined (GPipe)", _build,
-    options=("devices",), strategy_types=(ModelParallelStrategy,))
+    options=("devices",), strategy_types=(ModelParallelStrategy,), kind=ModelParallelKind)

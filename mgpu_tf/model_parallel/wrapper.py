@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.base import options as options_lib
+from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import batchnorm
@@ -22,6 +23,9 @@ from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import recompute as recompute_lib
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
+
+# The Keras patches (compat.patches) a model-parallel model needs.
+_PATCHES = ("shuffle",)
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -137,6 +141,9 @@ class ModelParallel(keras.Model):
         counts, seconds = _counts(graph, balance, len(devices), model, sample)
         atoms = partition.stage_atoms(graph, counts)
         super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
+        # What it trains under is TensorFlow's default strategy: the patches of no strategy
+        # reach it, so it installs its own (fit's shuffle for shard_dataset's data).
+        patches.install(*_PATCHES)
         self.supports_jit = False  # one XLA cluster cannot span devices
         self._model = model
         self._stages = atoms

@@ -8,6 +8,7 @@ Design: docs/design.md#the-strategy-factory
 
 import logging
 
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.registry import OPTIONS, register_strategy
 
@@ -46,7 +47,7 @@ def _registered():
     from mgpu_tf.base import options  # noqa: F401 - declares the options
     from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
     from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
-    from mgpu_tf.strategies import builtin  # noqa: F401 - registers TensorFlow's strategies
+    from mgpu_tf.strategies import kinds  # noqa: F401 - registers TensorFlow's strategies
 
     if "auto" not in registry.entries():
         register_strategy("auto", "choose: TPU, else TF_CONFIG cluster, else GPUs, else default",
@@ -129,7 +130,7 @@ def make_strategy(kind="auto", **options):
 def _build(settings):
     from mgpu_tf.base import options as options_lib
     from mgpu_tf.base import precision as precision_lib
-    from mgpu_tf.comm import prepare as communication
+    from mgpu_tf.compat import patches
     from mgpu_tf.planner import recommend
 
     if settings.kind == "auto":
@@ -143,30 +144,26 @@ def _build(settings):
         settings = options_lib.choose(name, settings, options)  # parses only the plan's
     if settings.precision is not None:
         precision_lib.set_precision(settings.precision)
-    return communication.attach(registry.entry(settings.kind).build(settings), settings)
+    entry = registry.entry(settings.kind)
+    strategy = entry.build(settings)
+    kind = kind_lib.kind_of(strategy)  # TensorFlow's default strategy keeps its state
+    if type(kind) is (entry.kind or kind_lib.StrategyKind) and kind.name == settings.kind:
+        kind.settings = settings
+    else:
+        kind = kind_lib.attach(strategy, (entry.kind or kind_lib.StrategyKind)(
+            strategy, settings, name=settings.kind))
+    patches.install(*kind.patches)  # the one place the toolkit patches Keras
+    return strategy
 
 
 def strategy_kind(strategy):
-    """Returns the registry name of a strategy object (`"mirrored"`, ...).
+    """Returns the registry name of a strategy object (`"mirrored"`, ...): `kind_of(strategy).name`.
 
     Raises:
         TypeError: when `strategy` is not a strategy.
     """
-    import tensorflow as tf
-
-    from mgpu_tf.compat import private
-
     _registered()
-    for name, registered in registry.entries().items():
-        if registered.strategy_types and isinstance(strategy, registered.strategy_types):
-            return name
-    if isinstance(strategy, tf.distribute.Strategy):
-        if strategy is private.default_strategy():
-            return "default"
-        return type(strategy).__name__
-    raise TypeError(
-        "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
-        f"Received: strategy={strategy!r}")
+    return kind_lib.kind_of(strategy).name
 
 
 def available_strategies():
@@ -194,13 +191,13 @@ def prepare_model(model, strategy):
     """
     import keras
 
-    from mgpu_tf.comm import prepare as communication
-
     if not isinstance(model, keras.Model):
         raise TypeError(
             "`model` must be a Keras model, built inside `strategy.scope()`. Received: "
             f"model={model!r:.80}. Build the model first, then pass it with its strategy.")
-    strategy_kind(strategy)  # raises for what is not a strategy
-    prepare = getattr(strategy, "prepare_model", None)
-    model = prepare(model) if callable(prepare) else model
-    return communication.prepare(model, strategy)
+    _registered()
+    kind = kind_lib.kind_of(strategy)  # raises for what is not a strategy
+    model = kind.prepare_model(model)
+    if getattr(model, "optimizer", None) is not None:
+        kind.prepare_optimizer(model.optimizer)
+    return model

@@ -10,10 +10,13 @@ import tensorflow as tf
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
 from mgpu_tf.base import registry
+from mgpu_tf.base.kind import StrategyKind
+from mgpu_tf.cluster import communicator as communicator_lib
 from mgpu_tf.cluster import detect as cluster_lib
+from mgpu_tf.compat import patches
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 
-__all__ = ["HybridStrategy", "check_layout"]
+__all__ = ["HybridStrategy", "HybridKind", "check_layout"]
 
 # The multi_worker options its communicator is built with.
 _COMMUNICATION_OPTIONS = ("all_reduce", "bytes_per_pack", "timeout_seconds", "cluster",
@@ -127,11 +130,35 @@ def check_layout(devices_per_worker, devices, num_workers):
     return stage_devices
 
 
+class HybridKind(StrategyKind):
+    """A pipeline per worker: one replica and one input pipeline of whole batches each."""
+
+    name = "hybrid"
+
+    @property
+    def worker_devices(self):
+        return self.strategy.devices
+
+    @property
+    def replicas_per_worker(self):
+        return 1
+
+    @property
+    def patches(self):
+        return (*patches.REPLICA_FIXES, "shuffle")  # its communicator's
+
+    def data_layout(self):
+        return "hybrid", self.strategy.num_workers, 1
+
+    def prepare_model(self, model):
+        return self.strategy.prepare_model(model)
+
+
 def _build(settings):
     config = settings.cluster or cluster_lib.detect_cluster()
     num_workers = config.num_workers if config is not None else 1
     devices = check_layout(settings.devices_per_worker, settings.devices, num_workers)
-    communicator = registry.entry("multi_worker").build(settings)  # reads its own options
+    communicator = communicator_lib.build_multi_worker(settings)  # reads its own options
     return HybridStrategy(devices, communicator, num_workers,
                           communicator.cluster_resolver.task_id, balance=settings.balance,
                           microbatches=settings.microbatches, recompute=settings.recompute,
@@ -143,4 +170,5 @@ registry.register_option("devices_per_worker", "hybrid: devices (pipeline stages
                          strategies=("hybrid",), flag="integer")
 registry.register_strategy(
     "hybrid", "a model_parallel pipeline in each worker, data parallel across workers",
-    _build, options=("devices", *_COMMUNICATION_OPTIONS), strategy_types=(HybridStrategy,))
+    _build, options=("devices", *_COMMUNICATION_OPTIONS), strategy_types=(HybridStrategy,),
+    kind=HybridKind)

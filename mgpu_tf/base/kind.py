@@ -1,0 +1,158 @@
+"""One object per strategy kind, which every layer asks instead of matching kind names.
+
+`kind_of(strategy)` returns it: what `make_strategy` attached, or, for a strategy made
+elsewhere, the registered kind whose classes it is an instance of.
+
+Design: docs/design.md#the-strategy-factory
+"""
+
+from mgpu_tf.base import registry
+
+__all__ = ["StrategyKind", "kind_of", "attach"]
+
+# Set with object.__setattr__ on the tf.distribute object.
+_ATTRIBUTE = "_mgpu_tf_kind"
+
+
+class StrategyKind:
+    """What the toolkit asks of one strategy: its topology, the patches it needs, its hooks.
+
+    The base answers from TensorFlow's own figures; each registered kind overrides what
+    differs. `settings` are what `make_strategy` parsed (`None` for a strategy made elsewhere).
+    """
+
+    name = None
+
+    def __init__(self, strategy, settings=None, *, name=None):
+        self.strategy = strategy
+        self.settings = settings
+        if name is not None:
+            self.name = name
+        # The tcp ring of mgpu_tf.comm.transport, made on first use.
+        self.connection = None
+        # Averages a worker's packed step logs over the workers in place of a collective.
+        self.log_mean = None
+        # The data position the callbacks set and the input pipelines read (data.order).
+        self.position = None
+        # Weak references to the adaptive shares of data sets sharded for it, oldest first.
+        self.adaptive = []
+        # Records in the TFRecord files sharded for it, by (path, size, modification time).
+        self.record_counts = {}
+        # The sharding policies 'auto' chose for its data sets and logged: each shows once.
+        self.logged_policies = set()
+
+    # ------------------------------------------------------------------ topology
+
+    @property
+    def num_replicas(self):
+        """Replicas in sync over the whole cluster."""
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def worker_devices(self):
+        """This process' devices, one per local replica."""
+        return tuple(self.strategy.extended.worker_devices)
+
+    @property
+    def replicas_per_worker(self):
+        """Replicas of each worker process."""
+        return len(self.worker_devices)
+
+    @property
+    def num_workers(self):
+        """Worker processes in the cluster."""
+        return self.num_replicas // self.replicas_per_worker
+
+    @property
+    def is_chief(self):
+        """True in the process that writes checkpoints and logs."""
+        owner = getattr(self.strategy, "extended", self.strategy)
+        return bool(getattr(owner, "should_checkpoint", True))
+
+    @property
+    def spans_processes(self):
+        """True when its replicas in other processes are reached through its collectives."""
+        return False
+
+    @property
+    def sums_in_optimizer(self):
+        """True when the replicas' gradients are summed in the Keras optimizer's all-reduce."""
+        return False
+
+    def local_units(self):
+        """`(units, replicas per unit, {this process' unit: its devices})`: what adaptive
+        shares weigh."""
+        return 1, 1, {0: [None]}
+
+    def data_layout(self):
+        """`(pipeline, workers, replicas per worker)` for `shard_dataset`: `pipeline` is
+        `"default"`, `"mirrored"`, `"multi_worker"` or `"hybrid"`; `ValueError` for a kind
+        it cannot feed."""
+        raise ValueError(
+            "shard_dataset works with the default, one_device, mirrored, multi_worker, "
+            "model_parallel and hybrid strategies. Received: "
+            f"strategy={type(self.strategy).__name__}. Use "
+            "strategy.distribute_datasets_from_function() for this one.")
+
+    def distribute_datasets(self, make_replica, make_worker):
+        """What `model.fit` takes: `make_replica(pipeline)` or `make_worker(pipeline)` data
+        sets, one per input pipeline of `data_layout()`."""
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: make_worker(context.input_pipeline_id))
+
+    # ------------------------------------------------------------------ the seam
+
+    @property
+    def patches(self):
+        """The names (of `mgpu_tf.compat.patches.PATCHES`) this kind needs installed."""
+        return ("shuffle",)
+
+    def prepare_optimizer(self, optimizer):
+        """Readies the optimizer of a model compiled under the strategy; returns it."""
+        return optimizer
+
+    def prepare_model(self, model):
+        """Readies a Keras model built in the strategy's scope; returns the model to fit."""
+        return model
+
+    def __repr__(self):
+        return f"{type(self).__name__}(name={self.name!r}, strategy={self.strategy!r})"
+
+
+def attach(strategy, kind):
+    """Makes `kind` what `kind_of(strategy)` returns; returns it."""
+    object.__setattr__(strategy, _ATTRIBUTE, kind)
+    return kind
+
+
+def kind_of(strategy):
+    """The `StrategyKind` of a strategy object, adopted on first ask when made elsewhere.
+
+    Example:
+
+    ```python
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    assert mgpu_tf.kind_of(strategy).data_layout() == ("mirrored", 1, 2)
+    ```
+
+    Raises:
+        TypeError: when `strategy` is not a strategy.
+    """
+    kind = getattr(strategy, _ATTRIBUTE, None)
+    if isinstance(kind, StrategyKind):
+        return kind
+    for name, entry in registry.entries().items():
+        if entry.strategy_types and isinstance(strategy, entry.strategy_types):
+            return attach(strategy, (entry.kind or StrategyKind)(strategy, name=name))
+    if _is_tf_strategy(strategy):
+        # Not kept: a kind registered later (its module imported) answers next time.
+        return StrategyKind(strategy, name=type(strategy).__name__)
+    raise TypeError(
+        "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
+        f"Received: strategy={strategy!r}")
+
+
+def _is_tf_strategy(strategy):
+    import tensorflow as tf  # only for an unregistered strategy
+
+    return isinstance(strategy, tf.distribute.Strategy)

@@ -1,0 +1,66 @@
+"""The toolkit's part in a Keras optimizer's step: one hook object on the optimizer.
+
+The optimizer patch (`mgpu_tf.compat.optimizer_hooks`) hands `build`, `apply` and the
+all-reduce to it; an optimizer without one runs Keras' own code.
+
+Design: docs/design.md#state-on-objects
+"""
+
+import functools
+
+from mgpu_tf.compat.optimizer_hooks import HOOK_ATTRIBUTE
+
+__all__ = ["OptimizerHook", "hook_of", "find"]
+
+
+class OptimizerHook:
+    """What one Keras optimizer does besides Keras' own code, and the state it keeps."""
+
+    def __init__(self):
+        # The (compression, steps_per_sync, transport) comm.prepare installed; None before.
+        self.communication = None
+        # Sums the (gradient, variable) pairs over replicas in place of Keras' all-reduce.
+        self.gradient_sum = None
+        # Times each replica's wait in that all-reduce, for the monitor (callbacks.wait_clock).
+        self.wait_clock = None
+        # Gradient sums between syncs, which build and apply go through (comm.accumulation).
+        self.accumulation = None
+        # Updates and slots follow each variable's device (model_parallel.placement).
+        self.placed = False
+        # Slots in one slice per replica, which build, update and saving go through
+        # (comm.sharded_state).
+        self.sharded = None
+
+    def build(self, original, optimizer, variables):
+        """Keras' `build`, then the accumulation's sums."""
+        original(optimizer, variables)
+        if self.accumulation is not None:
+            self.accumulation.build(variables)
+
+    def apply(self, original, optimizer, grads, trainable_variables=None):
+        """Keras' `apply`, every step or, with accumulation, every `steps_per_sync` steps."""
+        if self.accumulation is None:
+            return original(optimizer, grads, trainable_variables)
+        return self.accumulation.apply(original, grads, trainable_variables)
+
+    def all_reduce(self, original, optimizer, grads_and_vars):
+        """The gradients summed over replicas: by `gradient_sum` or Keras, timed by the clock."""
+        summing = self.gradient_sum or functools.partial(original, optimizer)
+        if self.wait_clock is None:
+            return summing(grads_and_vars)
+        return self.wait_clock.around(summing, grads_and_vars)
+
+
+def hook_of(optimizer):
+    """The `OptimizerHook` of `optimizer`, made on first use."""
+    hook = find(optimizer)
+    if hook is None:
+        hook = OptimizerHook()
+        # Not through Keras' __setattr__, which would track the hook as optimizer state.
+        object.__setattr__(optimizer, HOOK_ATTRIBUTE, hook)
+    return hook
+
+
+def find(optimizer):
+    """The `OptimizerHook` of `optimizer`, or None when it has none."""
+    return getattr(optimizer, HOOK_ATTRIBUTE, None)

@@ -1,0 +1,130 @@
+"""The kinds of TensorFlow's own strategies: default, one_device, mirrored, multi_worker, tpu.
+
+Importing it registers them; `kind_of` is `mgpu_tf.base.kind.kind_of`, with them known.
+
+Design: docs/design.md#the-strategy-factory
+"""
+
+import tensorflow as tf
+
+from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
+from mgpu_tf.base.kind import StrategyKind, kind_of
+from mgpu_tf.base.registry import register_strategy
+from mgpu_tf.comm import prepare as communication
+from mgpu_tf.compat import patches
+from mgpu_tf.compat import private
+from mgpu_tf.strategies import builtin
+
+__all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "TPUKind",
+           "kind_of"]
+
+
+class DefaultKind(StrategyKind):
+    """TensorFlow's default strategy: one replica, one input pipeline."""
+
+    name = "default"
+
+    @property
+    def worker_devices(self):
+        return ()  # TensorFlow's default strategy names none
+
+    @property
+    def replicas_per_worker(self):
+        return 1
+
+    def data_layout(self):
+        return "default", 1, 1
+
+    def distribute_datasets(self, make_replica, make_worker):
+        return make_replica(0)
+
+
+class OneDeviceKind(DefaultKind):
+    """`tf.distribute.OneDeviceStrategy`."""
+
+    name = "one_device"
+
+    @property
+    def worker_devices(self):
+        return tuple(self.strategy.extended.worker_devices)
+
+    @property
+    def patches(self):
+        return ("steps", "shuffle")
+
+
+class _DataParallelKind(StrategyKind):
+    """What the mirrored kinds share: upstream fixes, and communication options that
+    ready the optimizer of each model compiled under them."""
+
+    sums_in_optimizer = True
+
+    @property
+    def patches(self):
+        # The optimizer and compile hooks run Keras' own code where no option asks otherwise.
+        return (*patches.REPLICA_FIXES, "optimizer", "compile", "shuffle")
+
+    def prepare_optimizer(self, optimizer):
+        chosen = communication.options_of(self.settings)
+        if chosen:
+            communication.install(optimizer, self.strategy, **chosen)
+        return optimizer
+
+
+class MirroredKind(_DataParallelKind):
+    """`tf.distribute.MirroredStrategy`: one worker, a unit and an input pipeline per replica."""
+
+    name = "mirrored"
+
+    def local_units(self):
+        devices = self.worker_devices
+        return self.num_replicas, 1, {unit: [device] for unit, device in enumerate(devices)}
+
+    def data_layout(self):
+        return "mirrored", 1, self.num_replicas
+
+    def distribute_datasets(self, make_replica, make_worker):
+        return self.strategy.distribute_datasets_from_function(
+            lambda context: make_replica(context.input_pipeline_id),
+            options=tf.distribute.InputOptions(
+                experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA))
+
+
+class MultiWorkerKind(_DataParallelKind):
+    """`tf.distribute.MultiWorkerMirroredStrategy`: a unit and an input pipeline per worker."""
+
+    name = "multi_worker"
+    spans_processes = True
+
+    def local_units(self):
+        devices = list(self.worker_devices)
+        local = len(devices)
+        ids = self.strategy.experimental_distribute_values_from_function(
+            lambda context: context.replica_id_in_sync_group)
+        first = min(int(i) for i in self.strategy.experimental_local_results(ids))
+        return self.num_replicas // local, local, {first // local: devices}
+
+    def data_layout(self):
+        return "multi_worker", self.num_workers, self.replicas_per_worker
+
+
+class TPUKind(StrategyKind):
+    """`tf.distribute.TPUStrategy`: `shard_dataset` does not feed it."""
+
+    name = "tpu"
+
+
+register_strategy("default", "no distribution: TensorFlow's default strategy",
+                  builtin.build_default, aliases=("off", "none"),
+                  strategy_types=(type(private.default_strategy()),), kind=DefaultKind)
+register_strategy("one_device", "everything on one device", builtin.build_one_device,
+                  strategy_types=(tf.distribute.OneDeviceStrategy,), kind=OneDeviceKind)
+register_strategy("mirrored", "data parallel over the devices of one machine",
+                  builtin.build_mirrored, strategy_types=(tf.distribute.MirroredStrategy,),
+                  kind=MirroredKind)
+register_strategy("multi_worker", "data parallel over several machines (TF_CONFIG)",
+                  builtin.build_multi_worker, aliases=("multi_worker_mirrored",),
+                  strategy_types=(tf.distribute.MultiWorkerMirroredStrategy,),
+                  kind=MultiWorkerKind)
+register_strategy("tpu", "TPU pods and TPU VMs", builtin.build_tpu,
+                  strategy_types=(tf.distribute.TPUStrategy,), kind=TPUKind)
