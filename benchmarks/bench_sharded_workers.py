@@ -41,7 +41,6 @@ def worker(payload):
     import keras
 
     import mgpu_tf
-    from mgpu_tf.compat import attached
 
     strategy = mgpu_tf.make_strategy("multi_worker", transport=payload["transport"],
                                      shard_optimizer_state=payload["sharded"])
@@ -52,7 +51,7 @@ def worker(payload):
     marks = []
 
     def mark(*_):
-        connection = attached.of_strategy(strategy).connection
+        connection = mgpu_tf.kind_of(strategy).connection
         ring = connection.ring.sent_bytes if connection is not None else 0
         marks.append((time.perf_counter(), _loopback_bytes(), ring))
 
