@@ -1,9 +1,10 @@
 """Strategies: one name in, the real `tf.distribute` object out.
 
-`builtin` builds TensorFlow's own strategies, `factory` is `make_strategy` (which
-also loads the model-parallel plugins). Both stand on `mgpu_tf.base` (the names,
-the option checks, devices, precision), which plugins register through;
-`registry`, `options` and `devices` here are its modules under their public paths.
+`builtin` builds TensorFlow's own strategies, `kinds` registers them with the objects that
+answer for them, `factory` is `make_strategy` (which also loads the model-parallel plugins).
+They stand on `mgpu_tf.base` (the names, the option checks, devices, precision), which
+plugins register through; `registry`, `options` and `devices` here are its modules under
+their public paths.
 """
 
 import importlib.util

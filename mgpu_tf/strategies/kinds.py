@@ -7,7 +7,6 @@ Design: docs/design.md#the-strategy-factory
 
 import tensorflow as tf
 
-from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
 from mgpu_tf.base.kind import StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import prepare as communication
