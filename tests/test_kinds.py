@@ -128,3 +128,27 @@ def test_import_and_shard_dataset_install_no_patch(tmp_path):
     result = workers.run_python(script, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"installed": [], "batches": 4}
+
+
+UNPATCHED = """
+import keras
+import tensorflow as tf
+
+import mgpu_tf
+from mgpu_tf.comm import accumulation
+
+try:
+    accumulation.accumulate(keras.optimizers.SGD(0.1), tf.distribute.get_strategy(), 2)
+except ValueError as error:
+    print(str(error).split(".")[0])
+"""
+
+
+def test_a_hook_without_the_patch_that_calls_it_is_refused(tmp_path):
+    script = tmp_path / "unpatched.py"
+    script.write_text(textwrap.dedent(UNPATCHED))
+    result = workers.run_python(script, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == (
+        "`steps_per_sync` acts through the optimizer patch, which make_strategy installs for "
+        "the strategies that take it")

@@ -49,6 +49,7 @@ def accumulate(optimizer, strategy, steps_per_sync):
     """
     private.require(optimizer, "BaseOptimizer._trainable_variables",
                     "BaseOptimizer._get_variable_index", argument="optimizer")
+    optimizer_step.require_patch("steps_per_sync")
     state = _State(optimizer, strategy, steps_per_sync)
     optimizer_step.hook_of(optimizer).accumulation = state
     if optimizer.built:

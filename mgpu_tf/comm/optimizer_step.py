@@ -8,9 +8,10 @@ Design: docs/design.md#state-on-objects
 
 import functools
 
+from mgpu_tf.compat import optimizer_hooks
 from mgpu_tf.compat.optimizer_hooks import HOOK_ATTRIBUTE
 
-__all__ = ["OptimizerHook", "hook_of", "find"]
+__all__ = ["OptimizerHook", "hook_of", "find", "require_patch"]
 
 
 class OptimizerHook:
@@ -59,6 +60,17 @@ def hook_of(optimizer):
         # Not through Keras' __setattr__, which would track the hook as optimizer state.
         object.__setattr__(optimizer, HOOK_ATTRIBUTE, hook)
     return hook
+
+
+def require_patch(option):
+    """Raises unless Keras' optimizer classes hand their step to the hook, as `make_strategy`
+    makes them for a strategy that takes `option`; a hook nobody calls would change nothing."""
+    if not optimizer_hooks.installed():
+        raise ValueError(
+            f"`{option}` acts through the optimizer patch, which make_strategy installs for "
+            f"the strategies that take it. Received: {option} for an optimizer, with the patch "
+            "not installed. Make the strategy with mgpu_tf.make_strategy(...), or call "
+            "mgpu_tf.compat.patches.install('optimizer') first.")
 
 
 def find(optimizer):

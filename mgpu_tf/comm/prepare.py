@@ -97,6 +97,7 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if transport == "tcp" or wire is not None:
         # Checked before the ring connects, so a missing name fails fast.
         private.require(optimizer, _ALL_REDUCE, argument="optimizer")
+        optimizer_step.require_patch("transport" if transport == "tcp" else "compression")
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         record.gradient_sum = functools.partial(
