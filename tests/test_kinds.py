@@ -152,3 +152,25 @@ def test_a_hook_without_the_patch_that_calls_it_is_refused(tmp_path):
     assert result.stdout.strip().splitlines()[-1] == (
         "`steps_per_sync` acts through the optimizer patch, which make_strategy installs for "
         "the strategies that take it")
+
+
+LATE_REGISTRATION = """
+import tensorflow as tf
+
+from mgpu_tf.base import kind as kind_lib
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+kind_lib.kind_of(strategy).log_mean = "kept"
+from mgpu_tf.strategies import kinds  # registers TensorFlow's strategies now
+
+kind = kinds.kind_of(strategy)
+print(type(kind).__name__, kind.name, kind.log_mean, kind.settings)
+"""
+
+
+def test_what_a_strategy_kept_before_its_kind_was_registered_stays(tmp_path):
+    script = tmp_path / "late.py"
+    script.write_text(textwrap.dedent(LATE_REGISTRATION))
+    result = workers.run_python(script, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "MirroredKind mirrored kept None"

@@ -22,6 +22,7 @@ class StrategyKind:
     """
 
     name = None
+    _provisional = False  # adopted before a registered kind claimed the strategy
 
     def __init__(self, strategy, settings=None, *, name=None):
         self.strategy = strategy
@@ -139,14 +140,22 @@ def kind_of(strategy):
         TypeError: when `strategy` is not a strategy.
     """
     kind = getattr(strategy, _ATTRIBUTE, None)
-    if isinstance(kind, StrategyKind):
+    if isinstance(kind, StrategyKind) and not getattr(kind, "_provisional", False):
         return kind
     for name, entry in registry.entries().items():
         if entry.strategy_types and isinstance(strategy, entry.strategy_types):
-            return attach(strategy, (entry.kind or StrategyKind)(strategy, name=name))
+            adopted = (entry.kind or StrategyKind)(strategy, name=name)
+            if kind is not None:  # what was kept before its kind was registered
+                adopted.__dict__.update({k: v for k, v in vars(kind).items()
+                                         if k not in ("name", "_provisional")})
+            return attach(strategy, adopted)
+    if kind is not None:
+        return kind
     if _is_tf_strategy(strategy):
-        # Not kept: a kind registered later (its module imported) answers next time.
-        return StrategyKind(strategy, name=type(strategy).__name__)
+        # Kept until a registered kind claims it (its module imported), which takes its state.
+        kind = StrategyKind(strategy, name=type(strategy).__name__)
+        kind._provisional = True
+        return attach(strategy, kind)
     raise TypeError(
         "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
         f"Received: strategy={strategy!r}")
