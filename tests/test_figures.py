@@ -6,6 +6,7 @@ place the table says, and no other.
 """
 
 import math
+import pathlib
 import re
 
 import pytest
@@ -34,6 +35,7 @@ _METRICS = {  # name: (figure, scale to base units)
     "mgpu_tf_straggler_slowdown": ("straggler_ratio", 1.0),
     "mgpu_tf_epoch": ("epoch", 1.0),
 }
+_DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
 _TOP = ("worker", "step ms", "compute ms", "wait %", "examples/s", "util %", "memory MB", "share",
         "target")
 _TABLE = ("worker", "examples/step", "step ms", "compute ms", "wait ms", "examples/s", "util %",
@@ -115,3 +117,13 @@ def test_every_figure_reaches_each_place_the_table_names_and_no_other(tmp_path, 
 def test_a_figure_in_the_progress_bar_must_be_logged():
     with pytest.raises(ValueError, match=r"^A figure in the progress bar must be logged"):
         figures.Figure("lag_ms", "ms", figures.Source.UNIT, shown=True)
+
+
+def test_the_series_the_deployment_guide_lists_are_those_served():
+    text = (_DOCS / "deployment.md").read_text()
+    section = text[text.index("### The series"):text.index("### Scraping the workers")]
+    listed = {name for line in section.splitlines() if line.startswith("| `mgpu_tf_")
+              for name in re.findall(r"`(mgpu_tf_\w+)`", line.split(" | ")[0])}
+    served = ({f.metric.name for f in figures.FIGURES if f.metric}
+              | {f"{name}_total" for name in metrics.COUNTERS} | set(metrics.DEVICE_SERIES))
+    assert listed == served
