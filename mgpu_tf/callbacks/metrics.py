@@ -10,6 +10,7 @@ import threading
 import prometheus_client
 from prometheus_client import core
 
+from mgpu_tf.callbacks import figures
 from mgpu_tf.cluster import detect
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cluster import scrape
@@ -18,25 +19,9 @@ from mgpu_tf.cluster import tf_config
 __all__ = ["SERIES", "COUNTERS", "DEVICE_SERIES", "MetricsExporter", "MetricsPortError",
            "check_port", "cluster_of", "serve"]
 
-_MB = 1024.0 * 1024.0
+_GAUGES = tuple(f for f in figures.FIGURES if f.metric is not None)
 # Gauges of each worker: name: (help, the monitor's figure, its scale to base units).
-SERIES = {
-    "mgpu_tf_step_seconds": ("Wall time of one training step over the monitor's last interval.",
-                             "step_ms", 1e-3),
-    "mgpu_tf_compute_seconds": ("The forward and backward pass of one step alone, as the "
-                                "monitor's probe times it.", "compute_ms", 1e-3),
-    "mgpu_tf_wait_seconds": ("Step time not spent computing: waiting for the other workers and "
-                             "for data.", "wait_ms", 1e-3),
-    "mgpu_tf_examples_per_second": ("Examples this worker trains on per second.",
-                                    "examples_per_sec", 1.0),
-    "mgpu_tf_batch_examples": ("Examples per step of this worker.", "batch", 1.0),
-    "mgpu_tf_utilization_ratio": ("Busy share of the worker's GPUs (NVML), or of the CPU cores "
-                                  "it may use, from 0 to 1.", "utilization_pct", 0.01),
-    "mgpu_tf_memory_bytes": ("Memory in use: the GPUs' allocator's, else the resident set.",
-                             "memory_mb", _MB),
-    "mgpu_tf_peak_memory_bytes": ("Peak memory: the GPUs' allocator's, else the resident set's.",
-                                  "peak_memory_mb", _MB),
-}
+SERIES = {f.metric.name: (f.metric.help, f.name, f.to_base) for f in _GAUGES}
 # Counters of each worker (exposed with a `_total` suffix): name: help.
 COUNTERS = {
     "mgpu_tf_steps": "Training steps done in this run of the process.",
@@ -159,15 +144,16 @@ class MetricsExporter:
                     made.add_metric([self.job_name, *map(str, labels)], value)
             families.append(made)
 
-        for name, (help_text, figure, scale) in SERIES.items():
-            family(name, help_text, [((w,), units[w][figure] * scale) for w in workers])
-        family("mgpu_tf_share_ratio", "This worker's share of the global batch, from 0 to 1.",
-               [((w,), units[w]["batch"] / total if total else None) for w in workers])
-        family("mgpu_tf_straggler_slowdown", "The slowest worker's compute time over the "
-               "median worker's (1: none holds the others back).",
-               [((w,), record["straggler_ratio"]) for w in workers])
-        family("mgpu_tf_epoch", "The epoch being trained, from 0 as Keras counts.",
-               [((w,), record["epoch"]) for w in workers])
+        # The exporter's own figures, from every worker's row.
+        own = {"share": {w: units[w]["batch"] / total if total else None for w in workers}}
+        for figure in _GAUGES:
+            if figure.source == figures.Source.EXPORTER:
+                values = own[figure.name]
+            else:
+                values = {w: figure.value(record, w) for w in workers}
+            family(figure.metric.name, figure.metric.help,
+                   [((w,), None if values[w] is None else values[w] * figure.to_base)
+                    for w in workers])
         for w in workers:
             done = self._steps.get(w, 0)
             self._examples[w] = (self._examples.get(w, 0.0)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from mgpu_tf.callbacks import chief as chief_lib
 from mgpu_tf.callbacks import compute as compute_lib
+from mgpu_tf.callbacks import figures as figures_lib
 from mgpu_tf.callbacks import measure
 from mgpu_tf.callbacks import metrics as metrics_lib
 from mgpu_tf.callbacks import scalars
@@ -23,14 +24,14 @@ from mgpu_tf.data import order
 
 __all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
 
-# The figures of each unit in an exchange, in order.
-FIGURES = ("step_ms", "compute_ms", "batch", "memory_mb", "peak_memory_mb", "utilization_pct",
-           "first_step_ms")
-# This worker's figures in `History` each epoch, with the straggler ratio; the progress
-# bar shows `SHOWN` only, so that it keeps to one line.
-LOGGED = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb",
-          "utilization_pct")
-SHOWN = ("step_ms", "wait_ms")
+# Names of the figures each worker exchanges; of this worker's figures in `History` each epoch
+# (besides the straggler ratio); of those the progress bar shows, so that it keeps to one line.
+FIGURES = figures_lib.names(figures_lib.Source.ROW)
+LOGGED = figures_lib.names(figures_lib.Source.ROW, figures_lib.Source.UNIT, logged=True)
+SHOWN = figures_lib.names(shown=True)
+# Each worker's figures in `TrainingMonitor.history`, and the chief's table of their means.
+_UNIT = figures_lib.names(figures_lib.Source.ROW, figures_lib.Source.UNIT)
+_TABLE = tuple(f for f in figures_lib.FIGURES if f.table is not None)
 _MB = 1024.0 * 1024.0
 
 
@@ -171,19 +172,15 @@ class TrainingMonitor(keras.callbacks.Callback):
         kept = self._summarised()
         if not kept:
             return []
-        names = FIGURES + ("wait_ms", "examples_per_sec")
-        return [{name: _finite_mean([r["units"][u][name] for r in kept]) for name in names}
+        return [{name: _finite_mean([r["units"][u][name] for r in kept]) for name in _UNIT}
                 for u in range(len(kept[0]["units"]))]
 
     def table(self):
         """The summary as text: one line per worker, then the straggler ratio and cost."""
         rows = self.summary()
-        columns = ("worker", "examples/step", "step ms", "compute ms", "wait ms", "examples/s",
-                   "util %", "memory MB", "peak MB")
-        names = ("batch", "step_ms", "compute_ms", "wait_ms", "examples_per_sec",
-                 "utilization_pct", "memory_mb", "peak_memory_mb")
-        lines = [[str(u)] + [f"{row[n]:.1f}" if np.isfinite(row[n]) else "-" for n in names]
-                 for u, row in enumerate(rows)]
+        columns = ("worker", *(f.table for f in _TABLE))
+        lines = [[str(u)] + [f"{row[f.name]:.1f}" if np.isfinite(row[f.name]) else "-"
+                             for f in _TABLE] for u, row in enumerate(rows)]
         widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(columns)]
         text = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
         text += ["  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in lines]
@@ -320,9 +317,12 @@ class _Run:
         clocked = bool(self.compute.clocked(step, self._steps_done))
         if probe and not clocked:
             self.compute.probe(unit_batches, repeats)
-        rows = {unit: [1000.0 * step, 1000.0 * self.compute.last.get(unit, float("nan")),
-                       batch, memory / _MB, peak / _MB, busy, 1000.0 * first]
-                for unit, batch in unit_batches.items()}
+        rows = {unit: figures_lib.to_row({
+            "step_ms": 1000.0 * step,
+            "compute_ms": 1000.0 * self.compute.last.get(unit, float("nan")),
+            "batch": batch, "memory_mb": memory / _MB, "peak_memory_mb": peak / _MB,
+            "utilization_pct": busy, "first_step_ms": 1000.0 * first})
+            for unit, batch in unit_batches.items()}
         table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
         return clocked or probe, self._record(table, batches is not None)
 
@@ -338,7 +338,7 @@ class _Run:
     def _record(self, table, known_batches):
         units = []
         for row in table:
-            unit = dict(zip(FIGURES, (float(v) for v in row)))
+            unit = figures_lib.from_row([float(v) for v in row])
             unit["wait_ms"] = (max(0.0, unit["step_ms"] - unit["compute_ms"])
                                if np.isfinite(unit["compute_ms"]) else float("nan"))
             unit["examples_per_sec"] = (1000.0 * unit["batch"] / unit["step_ms"]
@@ -357,9 +357,8 @@ class _Run:
         Keras' progress bar prints every key of `logs` with four decimals; `History` and
         the progress bar both read `logs`, so the others go to `History` directly.
         """
-        own = record["units"][min(self._local)]
-        figures = {name: own[name] for name in LOGGED}
-        figures["straggler_ratio"] = record["straggler_ratio"]
+        own = min(self._local)
+        figures = {f.name: f.value(record, own) for f in figures_lib.FIGURES if f.logged}
         shown = {name: figures[name] for name in SHOWN if np.isfinite(figures[name])}
         if logs is not None:
             logs.update(shown)

@@ -12,11 +12,13 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.callbacks import chief as chief_lib
+from mgpu_tf.callbacks import figures
 
 __all__ = ["write"]
 
-_NAMES = ("step_ms", "compute_ms", "wait_ms", "examples_per_sec", "memory_mb", "peak_memory_mb",
-          "utilization_pct")
+_SCALARS = tuple(f for f in figures.FIGURES if f.scalar)
+_OF_RECORD = tuple(f for f in _SCALARS if f.source == figures.Source.RECORD)
+_OF_WORKER = tuple(f for f in _SCALARS if f.source != figures.Source.RECORD)
 
 
 def write(log_dir, strategy, record):
@@ -29,11 +31,13 @@ def write(log_dir, strategy, record):
         writer = tf.summary.create_file_writer(scratch)
         with writer.as_default():
             step = record["step"]
-            tf.summary.scalar("monitor/straggler_ratio", record["straggler_ratio"], step)
-            for index, unit in enumerate(record["units"]):
-                for name in _NAMES:
-                    if np.isfinite(unit[name]):
-                        tf.summary.scalar(f"monitor/worker_{index}/{name}", unit[name], step)
+            for figure in _OF_RECORD:
+                tf.summary.scalar(figure.tag(None), figure.value(record, None), step)
+            for index in range(len(record["units"])):
+                for figure in _OF_WORKER:
+                    value = figure.value(record, index)
+                    if np.isfinite(value):
+                        tf.summary.scalar(figure.tag(index), value, step)
         writer.close()
         for path in glob.glob(os.path.join(scratch, "events.out.tfevents.*")):
             name = f"{os.path.basename(path)}.step{record['step']}"

@@ -13,14 +13,16 @@ import time
 import urllib.error
 import urllib.request
 
+from mgpu_tf.callbacks import figures
 from mgpu_tf.cli import parsing
 from mgpu_tf.cluster import detect
 from mgpu_tf.cluster import scrape
 
 __all__ = ["add_parser", "top_command", "read_targets", "render", "STRAGGLER_THRESHOLD"]
 
-_COLUMNS = ("worker", "step ms", "compute ms", "wait %", "examples/s", "util %", "memory MB",
-            "share", "target")
+_SHOWN = tuple(f for f in figures.FIGURES if f.top is not None)
+_COLUMNS = ("worker", *(f.top.header for f in _SHOWN), "target")
+_COMPUTE = figures.named("compute_ms")
 _BOLD, _PLAIN = "\033[1;31m", "\033[0m"
 # The slowest compute over the median above which a worker is named: identical workers differ
 # by up to 10% from one measure to the next, the spread `mgpu-tf calibrate` accepts of one
@@ -90,10 +92,16 @@ def read_targets(targets, timeout=2.0):
     return rows
 
 
+def _figure(row, figure):
+    """`figure`'s value in its own unit, from a row of metrics, or `None`."""
+    value = row.get(figure.metric.name)
+    return None if value is None else value / figure.to_base
+
+
 def _straggler(rows):
     """The worker with the longest compute, and how many times the median it takes."""
-    computes = {key: row["mgpu_tf_compute_seconds"] for key, row in rows.items()
-                if row and "mgpu_tf_compute_seconds" in row}
+    computes = {key: row[_COMPUTE.metric.name] for key, row in rows.items()
+                if row and _COMPUTE.metric.name in row}
     if len(computes) < 2 or statistics.median(computes.values()) <= 0:
         return None, None
     slowest = max(computes, key=computes.get)
@@ -107,15 +115,15 @@ def _named_straggler(rows):
 
 
 def _cells(row):
-    def get(name, scale=1.0, digits=1):
-        value = row.get(name)
-        return "-" if value is None or value != value else f"{value * scale:.{digits}f}"
-
-    step, wait = row.get("mgpu_tf_step_seconds"), row.get("mgpu_tf_wait_seconds")
-    waited = f"{100.0 * wait / step:.1f}" if step and wait is not None and wait == wait else "-"
-    return [get("mgpu_tf_step_seconds", 1e3), get("mgpu_tf_compute_seconds", 1e3), waited,
-            get("mgpu_tf_examples_per_second"), get("mgpu_tf_utilization_ratio", 100.0),
-            get("mgpu_tf_memory_bytes", 1.0 / (1024 * 1024)), get("mgpu_tf_share_ratio", 1.0, 2)]
+    cells = []
+    for figure in _SHOWN:
+        value = _figure(row, figure)
+        if figure.top.percent_of is not None:
+            whole = _figure(row, figures.named(figure.top.percent_of))
+            value = 100.0 * value / whole if value is not None and whole else None
+        cells.append("-" if value is None or value != value
+                     else f"{value:.{figure.top.digits}f}")
+    return cells
 
 
 def render(rows, *, highlight=False):
@@ -126,7 +134,7 @@ def render(rows, *, highlight=False):
     for key in sorted(rows, key=lambda k: (k[1] is None, k[1] or 0, k[0])):
         target, worker = key
         if rows[key] is None:
-            lines.append(["?", *["-"] * 7, f"{target} (no answer)"])
+            lines.append(["?", *["-"] * len(_SHOWN), f"{target} (no answer)"])
             continue
         lines.append([("*" if key == slowest else "") + str(worker), *_cells(rows[key]), target])
     widths = [max(len(c), *(len(line[i]) for line in lines)) if lines else len(c)
@@ -137,7 +145,7 @@ def render(rows, *, highlight=False):
         text.append(f"{_BOLD}{row}{_PLAIN}" if highlight and line[0].startswith("*") else row)
     if slowest is not None:
         text.append(f"straggler: worker {slowest[1]} (compute "
-                    f"{1e3 * rows[slowest]['mgpu_tf_compute_seconds']:.1f} ms, "
+                    f"{_figure(rows[slowest], _COMPUTE):.1f} ms, "
                     f"{times:.2f}x the median)")
     elif times is not None:
         text.append(f"straggler: none (the slowest compute is {times:.2f}x the median, within "
