@@ -2,8 +2,9 @@
 
 `builtin` builds TensorFlow's own strategies, `factory` is `make_strategy` (which
 also loads the model-parallel plugins). Both stand on `mgpu_tf.base` (the names,
-the option checks, devices, precision), which plugins register through;
-`registry`, `options` and `devices` here are its modules under their public paths.
+the option checks, devices, precision), which plugins register through; `options`
+here gathers every feature's declared options, `registry` and `devices` are base's
+modules under their public paths (`devices.simulate_devices` sets the log up first).
 """
 
 import importlib.util
