@@ -60,3 +60,34 @@ def test_importing_every_public_name_changes_no_keras_class_logger_or_stream():
     assert found["loaded"] > 40, found  # the script reached the toolkit's names
     assert found["changed"] == [], found["changed"][:20]
     assert (found["handlers"], found["stderr"], found["level"]) == ([], True, None), found
+
+
+_DECLARE_WITHOUT_TENSORFLOW = """
+import json, sys
+from mgpu_tf.base import registry
+from mgpu_tf.strategies import options
+
+refused = {}
+for name, bad in [("compression", "int8"), ("transport", "udp"), ("steps_per_sync", 0),
+                  ("shard_optimizer_state", "yes"), ("cluster", "{not json")]:
+    try:
+        registry.option(name).check(bad)
+    except (TypeError, ValueError) as error:
+        refused[name] = "TypeError" if isinstance(error, TypeError) else "ValueError"
+print(json.dumps({"options": list(registry.OPTIONS), "refused": refused,
+                  "tensorflow": "tensorflow" in sys.modules}))
+"""
+
+
+def test_every_feature_declares_its_options_without_loading_tensorflow():
+    result = subprocess.run([sys.executable, "-c", _DECLARE_WITHOUT_TENSORFLOW],
+                            env=workers.environment(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert {"devices", "cluster", "worker_hosts", "task_index", "compression",
+            "steps_per_sync", "transport", "shard_optimizer_state"} <= set(found["options"])
+    assert found["refused"] == {"compression": "ValueError", "transport": "ValueError",
+                                "steps_per_sync": "ValueError",
+                                "shard_optimizer_state": "TypeError", "cluster": "ValueError"}
+    assert found["tensorflow"] is False
