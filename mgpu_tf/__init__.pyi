@@ -1,6 +1,6 @@
 # For type checkers and IDEs; at run time lazy-loader loads each import below on first use.
 # Type checkers take a stub's imports as exported only where `__all__` names them, and read
-# nothing of __init__.py: what it defines itself is declared at the end. (lazy-loader accepts
+# nothing of __init__.py: what it imports itself is declared at the end. (lazy-loader accepts
 # only relative `from` imports, hence `import enum`.)
 
 import enum
@@ -13,9 +13,10 @@ __all__ = ["ClusterConfig", "ClusterConfigError", "DevicesAlreadyInitializedErro
 
 from . import (base, callbacks, cli, cluster, comm, compat, data, flags, model_parallel,
                planner, strategies, train)
-from .base.devices import DevicesAlreadyInitializedError, simulate_devices
+from .base.devices import DevicesAlreadyInitializedError
 from .base.kind import StrategyKind
 from .base.registry import StrategyName
+from .strategies.devices import simulate_devices
 from .cluster.tf_config import ClusterConfig, ClusterConfigError, parse_tf_config
 from .compat.native_logs import setup_logging
 from .data.sharding import describe_sharding, shard_dataset

@@ -7,11 +7,11 @@ Design: docs/design.md#flags
 
 from absl import flags
 
-from mgpu_tf.base import devices as devices_lib
-from mgpu_tf.base import options as options_lib
 from mgpu_tf.base import registry
 from mgpu_tf.compat import keras_steps, native_logs
+from mgpu_tf.strategies import devices as devices_lib
 from mgpu_tf.strategies import factory
+from mgpu_tf.strategies import options as options_lib
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 

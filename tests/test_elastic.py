@@ -151,6 +151,18 @@ def test_the_elastic_launcher_shrinks_after_a_failure_and_grows_at_a_backup(refe
           f"weights within {difference:.1e}")
 
 
+def test_a_worker_that_leaves_for_a_regroup_exits_with_its_code_and_no_traceback():
+    code = ("from mgpu_tf.cluster import elastic\n"
+            "try:\n    raise elastic.RegroupExit(2, 0)\nexcept elastic.RegroupExit as error:\n"
+            "    print(error)\n"
+            "raise elastic.RegroupExit(2, 0)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=workers.environment(),
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (75, ""), done.stderr[-2000:]
+    assert done.stdout == ("left at the backup of epoch 2 step 0: the elastic launcher "
+                           "regroups here (exit code 75).\n")
+
+
 def test_bad_worker_ranges_and_scripts_fail_before_anything_starts(tmp_path):
     for text in ("0", "3:2", "a:b", "1:2:3", "0:2"):
         with pytest.raises(launcher.LaunchError, match="`workers` must be an integer of at"):

@@ -7,8 +7,6 @@ import sys
 
 import tensorflow as tf
 
-from mgpu_tf.compat import native_logs
-
 __all__ = [
     "DevicesAlreadyInitializedError",
     "MAX_SIMULATED_DEVICES",
@@ -36,7 +34,8 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
     Mirrored and model-parallel code then runs on a laptop: `simulate_devices(4)`
     gives `/device:CPU:0` to `/device:CPU:3`. It must run before anything starts
     TensorFlow's runtime (creating a tensor, listing logical devices, building a
-    model). Calling it again with the same count is a no-op.
+    model). Calling it again with the same count is a no-op. `mgpu_tf.simulate_devices`
+    sets the log up first (`mgpu_tf.setup_logging`), which this one leaves to the caller.
 
     Example:
 
@@ -76,7 +75,6 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
             f"`device_type` must be one of {_DEVICE_TYPES}. "
             f"Received: device_type={device_type!r}"
         )
-    native_logs.setup_logging()  # listing the devices starts the platforms (cuInit's line)
     physical = tf.config.list_physical_devices(device_type)
     if not physical:
         raise ValueError(

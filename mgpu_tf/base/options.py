@@ -1,7 +1,9 @@
-"""The table of `make_strategy`'s options, and parsing them once into `Settings`.
+"""The options every strategy shares, and parsing the table once into `Settings`.
 
 TensorFlow rejects many combinations late (at the first all-reduce, or when a
-server starts) or ignores them silently; `parse_options` rejects each at once.
+server starts) or ignores them silently; `parse_options` rejects each at once. The
+options of a feature are declared where it lives (`cluster.options`, `comm.options`,
+`model_parallel`); `mgpu_tf.strategies.options` imports them all.
 
 Design: docs/design.md#the-options-walk
 """
@@ -10,16 +12,9 @@ import difflib
 import functools
 import numbers
 
-import tensorflow as tf
-
-from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import precision as precision_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.settings import Settings
-from mgpu_tf.cluster import tf_config
-from mgpu_tf.comm import compression
-from mgpu_tf.comm import transport
-from mgpu_tf.compat import versions
 
 __all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "check_option",
            "parse_options", "choose", "validate_options"]
@@ -29,7 +24,6 @@ AUTO_ONLY = ("model", "device_memory", "global_batch_size")
 
 _ONE_MACHINE_ALL_REDUCE = ("auto", "nccl", "hierarchical_copy", "reduce_to_one")
 _MULTI_WORKER_ALL_REDUCE = ("auto", "ring", "nccl")
-_ACROSS_WORKERS = ("multi_worker", "hybrid")  # whose all-reduce crosses machines
 
 
 def _check_int(name, value, minimum, maximum=None):
@@ -40,20 +34,6 @@ def _check_int(name, value, minimum, maximum=None):
     if maximum is not None and value > maximum:
         raise ValueError(f"`{name}` must be at most {maximum}. Received: {name}={value!r}")
     return int(value)
-
-
-# Gradient accumulation sums hundreds of steps at most; past this, an update may never come.
-_MAX_STEPS_PER_SYNC = 1024
-
-
-def _check_steps_per_sync(value):
-    value = _check_int("steps_per_sync", value, 1)
-    if value > _MAX_STEPS_PER_SYNC:
-        raise ValueError(
-            f"`steps_per_sync` must be at most {_MAX_STEPS_PER_SYNC}: the weights move once "
-            f"every steps_per_sync steps, so with more a run may end before its first update. "
-            f"Received: steps_per_sync={value}. Use a number of steps well below an epoch's.")
-    return value
 
 
 def check_global_batch_size(value):
@@ -67,6 +47,8 @@ def check_global_batch_size(value):
 
 def check_devices(kind, value):
     """Returns `devices` (a count or names) as canonical names; `kind` is unused."""
+    from mgpu_tf.base import devices as devices_lib  # loads TensorFlow: only when asked
+
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         count = _check_int("devices", value, 1)
         present = devices_lib.local_devices()
@@ -83,6 +65,8 @@ def check_devices(kind, value):
             "`devices` must be a non-empty list of device names or a count. "
             f"Received: devices={value!r}"
         )
+    import tensorflow as tf
+
     names = [devices_lib.canonical_device(d) for d in value]
     if len(set(names)) != len(names):
         raise ValueError(f"`devices` names a device twice. Received: devices={list(value)!r}")
@@ -102,6 +86,8 @@ def check_devices(kind, value):
 
 
 def _check_num_gpus(value):
+    from mgpu_tf.base import devices as devices_lib
+
     count = _check_int("num_gpus", value, 0)
     present = devices_lib.local_devices("GPU")
     if count > len(present):
@@ -121,27 +107,6 @@ def _check_timeout(value):
     return float(value)
 
 
-def _check_bool(value):
-    if not isinstance(value, bool):
-        raise TypeError(f"`shard_optimizer_state` must be True or False. "
-                        f"Received: shard_optimizer_state={value!r}")
-    return value
-
-
-def _check_shard_optimizer_state(value):
-    value = _check_bool(value)
-    if value:
-        # Its sharded parameters are a Keras variable synchronized on read (Keras 3.10 on).
-        versions.refuse_below("keras", (3, 10), "shard_optimizer_state")
-    return value
-
-
-def _check_cluster(value):
-    if isinstance(value, tf_config.ClusterConfig):
-        return value
-    return tf_config.parse_tf_config(value, source="cluster")
-
-
 def _check_tpu(value):
     if not isinstance(value, str):
         raise TypeError(f"`tpu` must be a TPU name or address. Received: tpu={value!r}")
@@ -155,7 +120,7 @@ def _devices_from_flag(value):
     return value
 
 
-def _unchanged(value):  # checked later, with the others: cluster_from_hosts, the planner
+def _unchanged(value):  # checked later, by the planner
     return value
 
 
@@ -164,7 +129,7 @@ def _lower(value):  # its choices depend on the strategy: _check_for_strategy ch
 
 
 _declare = registry.register_option
-# The registry's table, whole once this module has declared the built-in options below.
+# The registry's table, whole once mgpu_tf.strategies.options has imported every declarer.
 OPTIONS = registry.OPTIONS
 _declare("devices", "device names, or how many local devices to use",
          functools.partial(check_devices, None), type=(list, int),
@@ -183,12 +148,6 @@ _declare("bytes_per_pack", "gradient bytes per all-reduce pack across workers (0
 _declare("timeout_seconds", "seconds a collective waits for a peer, and a silent worker "
          "counts as lost, before failing (default: collectives wait, workers lost after 10 s)",
          _check_timeout, type=float, strategies=("multi_worker",))
-_declare("cluster", "a TF_CONFIG dictionary or JSON string", _check_cluster, type=(dict, str),
-         strategies=("multi_worker",))
-_declare("worker_hosts", "'host:port' of every worker, instead of cluster", _unchanged,
-         type=list, strategies=("multi_worker",), flag="list", flag_note=" (comma-separated).")
-_declare("task_index", "this process' index in worker_hosts", _unchanged, type=int,
-         strategies=("multi_worker",), flag="integer")
 _declare("tpu", "TPU address or name", _check_tpu, type=str, strategies=("tpu",), flag="string")
 _declare("model", "auto only: a built Keras model; one too big for a device gets "
          "model_parallel (one machine) or hybrid (several workers) instead of data parallelism",
@@ -199,23 +158,6 @@ _declare("device_memory", "auto only, with model: memory of each device, e.g. '1
 _declare("global_batch_size", "auto only, with model: examples per step over all replicas, "
          "which the plan sizes activations for (default 32)", type=int, minimum=1, default=32,
          strategies=("auto",))
-_declare("compression", "gradient dtype during the all-reduce: none, float16, bfloat16 "
-         "(the update stays float32)", compression.check_compression, type=str,
-         choices=tuple(c.value for c in compression.Compression),
-         default=compression.Compression.NONE, strategies=("mirrored", "multi_worker"),
-         flag="string")
-_declare("steps_per_sync", "steps whose gradients are summed locally before one all-reduce "
-         "and one update (1: every step; shard_dataset refuses more than an epoch's steps)",
-         _check_steps_per_sync, type=int, minimum=1, maximum=_MAX_STEPS_PER_SYNC, default=1,
-         strategies=("mirrored", "multi_worker"), flag="integer")
-_declare("transport", "how gradients travel between workers: tensorflow (its collectives) or "
-         "tcp (the toolkit's socket ring; one replica per worker)", transport.check_transport,
-         type=str, choices=transport.TRANSPORTS, default="tensorflow",
-         strategies=("multi_worker",), flag="string")
-_declare("shard_optimizer_state", "each replica keeps the optimizer slots of its 1/N slice "
-         "of the variables only (ZeRO stage 1); element-wise optimizers",
-         _check_shard_optimizer_state,
-         type=bool, default=False, strategies=("mirrored", "multi_worker"), flag="boolean")
 _declare("precision", "Keras dtype policy: float32, mixed_float16 (with loss scaling), "
          "mixed_bfloat16", precision_lib.check_precision, type=str,
          choices=tuple(p.value for p in precision_lib.Precision),
@@ -272,14 +214,15 @@ def _check_exclusive(options):
     if "devices" in options and "num_gpus" in options:
         raise ValueError("Pass `devices` or `num_gpus`, not both. Received: "
                          f"devices={options['devices']!r}, num_gpus={options['num_gpus']!r}")
-    if "cluster" in options and ("worker_hosts" in options or "task_index" in options):
-        raise ValueError(
-            "Pass `cluster` or `worker_hosts` with `task_index`, not both. Received: "
-            f"cluster={options['cluster']!r}, worker_hosts={options.get('worker_hosts')!r}")
     for name in ("device_memory", "global_batch_size"):
         if name in options and options.get("model") is None:
             raise ValueError(f"`{name}` is for planning a model: pass `model` too. "
                              f"Received: {name}={options[name]!r}, model=None")
+
+
+def _across_workers(kind):
+    """True for a strategy whose all-reduce crosses machines: one that takes a `cluster`."""
+    return "cluster" in registry.entry(kind).options
 
 
 def _check_for_strategy(kind, values, given):
@@ -291,15 +234,18 @@ def _check_for_strategy(kind, values, given):
                          f"Received: devices={given['devices']!r}. Use 'mirrored' for several.")
     if "all_reduce" in values:
         value = values["all_reduce"]
-        allowed = _MULTI_WORKER_ALL_REDUCE if kind in _ACROSS_WORKERS else _ONE_MACHINE_ALL_REDUCE
+        across = _across_workers(kind)
+        allowed = _MULTI_WORKER_ALL_REDUCE if across else _ONE_MACHINE_ALL_REDUCE
         if value not in allowed:
             other = (" ('ring' is for multi_worker)" if value == "ring" else
                      " ('hierarchical_copy' and 'reduce_to_one' are for one machine)"
                      if value in ("hierarchical_copy", "reduce_to_one") else "")
             raise ValueError(f"`all_reduce` for {kind} must be one of {', '.join(allowed)}"
                              f"{other}. Received: all_reduce={given['all_reduce']!r}")
+        from mgpu_tf.base import devices as devices_lib
+
         if value == "nccl" and not devices_lib.nccl_available():
-            alternative = "ring" if kind in _ACROSS_WORKERS else "hierarchical_copy"
+            alternative = "ring" if across else "hierarchical_copy"
             raise ValueError(
                 "`all_reduce='nccl'` needs NCCL, which runs only on Linux with GPUs and a "
                 "CUDA build of TensorFlow; this machine has none. Received: all_reduce='nccl'. "
@@ -316,11 +262,11 @@ def _parse(kind, options, parsed=None):
     options = {k: v for k, v in options.items() if v is not None}
     _check_names(kind, options)
     _check_exclusive(options)
+    for settle in dict.fromkeys(registry.option(name).settle for name in options):
+        if settle is not None:
+            options = settle(options)
     values = {name: parsed[name] if parsed.get(name) is value else
               _parse_value(registry.option(name), value) for name, value in options.items()}
-    if "worker_hosts" in values or "task_index" in values:
-        values["cluster"] = tf_config.cluster_from_hosts(values.pop("worker_hosts", None),
-                                                         values.pop("task_index", None))
     _check_for_strategy(kind, values, options)
     return Settings(kind, values)
 

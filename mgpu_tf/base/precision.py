@@ -5,7 +5,7 @@ Design: docs/design.md#precision
 
 import logging
 
-from mgpu_tf import Choice
+from mgpu_tf.base.choice import Choice
 
 __all__ = ["Precision", "check_precision", "set_precision"]
 

@@ -8,7 +8,7 @@ import dataclasses
 import difflib
 import enum
 
-from mgpu_tf import Choice
+from mgpu_tf.base.choice import Choice
 
 __all__ = [
     "StrategyName",
@@ -42,8 +42,10 @@ class Option:
     """One option of `make_strategy`, declared once: flags, checks and docs read it.
 
     `check` turns a given value into the parsed one (raising `TypeError`/`ValueError`);
-    without one, `type`, `minimum`, `maximum` and `choices` check it. `flag` is the absl flag kind
-    (`"string"`, `"integer"`, `"list"`, `"boolean"`), `None` for no flag.
+    without one, `type`, `minimum`, `maximum` and `choices` check it. `settle`, a function of
+    the options given returning them settled, runs first: options declared together check
+    how they go together there (`worker_hosts` and `task_index` become a `cluster`). `flag` is the absl flag kind (`"string"`, `"integer"`,
+    `"list"`, `"boolean"`), `None` for no flag.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Option:
     flag: str = None
     flag_note: str = ""
     from_flag: object = None
+    settle: object = None
 
 
 class _Descriptions(collections.abc.Mapping):
@@ -76,9 +79,9 @@ class _Descriptions(collections.abc.Mapping):
         return repr(dict(self))
 
 
-# The table: every option make_strategy knows, declared with register_option; the
-# built-in ones by mgpu_tf.base.options, which make_strategy, the flags and
-# mgpu_tf.strategies import (this module imports no other part of the toolkit).
+# The table: every option make_strategy knows, declared with register_option where the
+# feature lives; mgpu_tf.strategies.options imports every declarer (this module imports
+# no other part of the toolkit).
 _TABLE = {}
 OPTIONS = _Descriptions()
 

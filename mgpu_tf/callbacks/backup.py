@@ -292,7 +292,7 @@ def _tell_launcher(epoch, steps_done, epochs):
         logger.info("mgpu_tf: leaving at the backup of epoch %d step %d: the elastic "
                     "launcher regroups here.", epoch, steps_done)
         # Keras ends `fit` on an exception without `on_train_end`: the backup stays.
-        raise SystemExit(elastic.REGROUP_EXIT)
+        raise elastic.RegroupExit(epoch, steps_done)
 
 
 def _rng_variables(model):

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from mgpu_tf import __version__
+from mgpu_tf.base.version import __version__
 from mgpu_tf.cli import bench as bench_cmd
 from mgpu_tf.cli import calibrate as calibrate_cmd
 from mgpu_tf.cli import env as env_cmd

@@ -102,6 +102,8 @@ def _switches(args):
 
 
 def bench_command(args):
+    from mgpu_tf.cli import bench_scaling  # trains: loaded only for a run
+
     try:
         settings = _check(args)
     except ValueError as error:
@@ -119,8 +121,8 @@ def bench_command(args):
           f"rounds, load {load:.2f}",
           flush=True)
     started = time.time()
-    rows = bench_lib.run_benchmark(settings, rounds=args.rounds, steps=args.steps, spec=spec,
-                                   progress=sys.stderr)
+    rows = bench_scaling.run_benchmark(settings, rounds=args.rounds, steps=args.steps,
+                                       spec=spec, progress=sys.stderr)
     print(bench_lib.format_table(rows))
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "bench.json")

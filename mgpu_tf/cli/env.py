@@ -28,14 +28,14 @@ def environment_report():
     import numpy as np
     import tensorflow as tf
 
-    import mgpu_tf
+    from mgpu_tf.base import version
     from mgpu_tf.cluster import detect as cluster
     from mgpu_tf.cluster import tf_config
     from mgpu_tf.compat import releases
     from mgpu_tf.strategies import factory as strategies
 
     rows = [
-        ("mgpu_tf", mgpu_tf.__version__),
+        ("mgpu_tf", version.__version__),
         ("python", f"{platform.python_version()} ({sys.platform}, {platform.machine()})"),
         ("tensorflow", f"{tf.__version__} (cuda build: {tf.test.is_built_with_cuda()})"),
         ("keras", f"{keras.__version__} (backend: {keras.backend.backend()})"),

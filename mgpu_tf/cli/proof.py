@@ -78,11 +78,11 @@ def tolerance(problem, epochs):
 
 def _strategy(row):
     """The row's strategy, and whether its gradients travel by NCCL."""
-    import mgpu_tf
-    from mgpu_tf.base import devices as devices_lib
+    from mgpu_tf.strategies import devices as devices_lib
+    from mgpu_tf.strategies import factory
 
     if row["simulate"]:
-        mgpu_tf.simulate_devices(row["simulate"], device_type=row["device_type"])
+        devices_lib.simulate_devices(row["simulate"], device_type=row["device_type"])
     options = dict(row["options"])
     if row["devices"]:
         options["devices"] = row["devices"]
@@ -91,7 +91,7 @@ def _strategy(row):
             and not row["simulate"] and devices_lib.nccl_available())
     if nccl:
         options["all_reduce"] = "nccl"
-    return mgpu_tf.make_strategy(row["strategy"], **options), nccl
+    return factory.make_strategy(row["strategy"], **options), nccl
 
 
 def _devices(strategy, row):
@@ -111,7 +111,8 @@ def _fit(strategy, problem, x, y, epochs, learning_rate, **compile_options):
     import keras
     import tensorflow as tf
 
-    import mgpu_tf
+    from mgpu_tf.data import sharding
+    from mgpu_tf.strategies import factory
 
     with strategy.scope():
         model = keras.Sequential([keras.Input((FEATURES,)),
@@ -119,7 +120,7 @@ def _fit(strategy, problem, x, y, epochs, learning_rate, **compile_options):
                                   keras.layers.Dense(WIDTH, activation="tanh"),
                                   keras.layers.Dense(CLASSES)])
         model.set_weights(problem.initial_weights())
-        model = mgpu_tf.prepare_model(model, strategy)
+        model = factory.prepare_model(model, strategy)
         model.compile(optimizer=keras.optimizers.SGD(learning_rate, momentum=MOMENTUM),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       **compile_options)
@@ -133,7 +134,7 @@ def _fit(strategy, problem, x, y, epochs, learning_rate, **compile_options):
             seconds.append(time.perf_counter() - self._start)
 
     examples = tf.data.Dataset.from_tensor_slices((x, y))
-    history = model.fit(mgpu_tf.shard_dataset(examples, strategy, problem.global_batch),
+    history = model.fit(sharding.shard_dataset(examples, strategy, problem.global_batch),
                         epochs=epochs, verbose=0, callbacks=[_Clock()])
     return model, seconds, history.history["loss"][-1]
 

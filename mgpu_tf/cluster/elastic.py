@@ -19,7 +19,7 @@ from mgpu_tf.cluster import launcher
 from mgpu_tf.cluster.launch_command import LaunchError
 
 __all__ = ["BACKUP_MARKER_VARIABLE", "REGROUP_EXIT", "REGROUP_SUFFIX", "DiscoveryError",
-           "parse_workers", "discover", "launch_elastic"]
+           "RegroupExit", "parse_workers", "discover", "launch_elastic"]
 
 # Set by the elastic launcher: the file the chief rewrites after each complete backup,
 # `epoch steps_done epochs time`. While a file of this name plus REGROUP_SUFFIX exists, the
@@ -35,6 +35,19 @@ _HOST_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\])(?::(\d
 
 class DiscoveryError(LaunchError):
     """The discovery script failed or printed something that is not a worker count."""
+
+
+class RegroupExit(SystemExit):
+    """`BackupAndRestore` leaves `fit` at the backup (`epoch`, `steps_done`) the elastic
+    launcher regroups at; uncaught, the process ends with `REGROUP_EXIT`, no traceback."""
+
+    def __init__(self, epoch, steps_done):
+        super().__init__(REGROUP_EXIT)
+        self.epoch, self.steps_done = epoch, steps_done
+
+    def __str__(self):
+        return (f"left at the backup of epoch {self.epoch} step {self.steps_done}: the "
+                f"elastic launcher regroups here (exit code {REGROUP_EXIT}).")
 
 
 def parse_workers(text):

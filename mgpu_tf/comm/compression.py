@@ -3,29 +3,11 @@
 Design: docs/design.md#gradient-compression
 """
 
-
 import tensorflow as tf
 
-from mgpu_tf import Choice
+from mgpu_tf.comm.options import Compression, check_compression
 
 __all__ = ["Compression", "check_compression", "compressed_all_reduce", "sum_gradients"]
-
-
-class Compression(Choice):
-    """The dtype gradients have on the wire during the all-reduce."""
-
-    NONE = "none"
-    FLOAT16 = "float16"
-    BFLOAT16 = "bfloat16"
-
-
-def check_compression(value):
-    """Returns `value` as a `Compression`.
-
-    Raises:
-        ValueError: when it is not one of none, float16, bfloat16.
-    """
-    return Compression.parse(value, "compression")
 
 
 def compressed_all_reduce(grads_and_vars, *, wire_dtype=tf.float16):

@@ -13,27 +13,14 @@ import tensorflow as tf
 from mgpu_tf import compat
 from mgpu_tf.comm import compression
 from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.comm.options import TRANSPORTS, check_transport
 from mgpu_tf.comm import ring as ring_lib
 
 __all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "all_reduce_gradients"]
 
-TRANSPORTS = ("tensorflow", "tcp")
 # How long a transfer waits for a neighbour when no timeout_seconds was given.
 DEFAULT_TIMEOUT_SECONDS = 600.0
-
-
-def check_transport(value):
-    """Returns `value` as one of `TRANSPORTS`.
-
-    Raises:
-        ValueError: for anything else.
-    """
-    name = value.lower() if isinstance(value, str) else value
-    if name not in TRANSPORTS:
-        raise ValueError(
-            f"`transport` must be one of {', '.join(TRANSPORTS)}. Received: transport={value!r}")
-    return name
 
 
 def _workers(strategy):

@@ -9,7 +9,7 @@ Design: docs/design.md#the-layout-of-a-sharded-epoch
 
 import dataclasses
 
-from mgpu_tf import Choice
+from mgpu_tf.base.choice import Choice
 from mgpu_tf.data.split import piece_size, smooth_pattern, worker_batch_sizes
 
 __all__ = [

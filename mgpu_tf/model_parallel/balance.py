@@ -8,7 +8,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf import Choice
+from mgpu_tf.base.choice import Choice
 
 __all__ = [
     "Balance",

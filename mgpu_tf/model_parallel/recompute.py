@@ -7,7 +7,7 @@ import contextlib
 
 import tensorflow as tf
 
-from mgpu_tf import Choice
+from mgpu_tf.base.choice import Choice
 
 __all__ = ["Recompute", "check_recompute", "is_recomputed", "stage_state", "read",
            "replayed_state"]

@@ -10,6 +10,7 @@ import tensorflow as tf
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.kind import StrategyKind
+from mgpu_tf.comm import options as _comm  # noqa: F401 - the table lists them before these
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
 from mgpu_tf.model_parallel import recompute as recompute_lib

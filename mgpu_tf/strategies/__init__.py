@@ -3,8 +3,9 @@
 `builtin` builds TensorFlow's own strategies, `kinds` registers them with the objects that
 answer for them, `factory` is `make_strategy` (which also loads the model-parallel plugins).
 They stand on `mgpu_tf.base` (the names, the option checks, devices, precision), which
-plugins register through; `registry`, `options` and `devices` here are its modules under
-their public paths.
+plugins register through; `options` here gathers every feature's declared options,
+`registry` and `devices` are base's modules under their public paths
+(`devices.simulate_devices` sets the log up first).
 """
 
 import importlib.util

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf import compat
 from mgpu_tf.base import devices as devices_lib
-from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
+from mgpu_tf.strategies import options as _options  # noqa: F401 - declares the options named here
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster.communicator import build_multi_worker
 

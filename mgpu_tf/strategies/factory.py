@@ -44,7 +44,7 @@ def check_strategy_name(kind):
 
 def _registered():
     """Imports the modules that register the built-in strategies (and TensorFlow), once."""
-    from mgpu_tf.base import options  # noqa: F401 - declares the options
+    from mgpu_tf.strategies import options  # noqa: F401 - declares the options
     from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 - registers
     from mgpu_tf.model_parallel.hybrid import strategy as _hybrid  # noqa: F401 - registers
     from mgpu_tf.strategies import kinds  # noqa: F401 - registers TensorFlow's strategies

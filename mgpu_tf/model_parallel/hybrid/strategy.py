@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import options as _options  # noqa: F401 - declares the options named here
+from mgpu_tf.cluster import options as _cluster  # noqa: F401 - cluster, worker_hosts, task_index
 from mgpu_tf.base import registry
 from mgpu_tf.base.kind import StrategyKind
 from mgpu_tf.cluster import communicator as communicator_lib

@@ -1,11 +1,9 @@
 """Measures on this machine what the planner's cost model predicts (`mgpu-tf bench`).
 
-`settings` names the model and the ways to run it, `job` is what each fresh
-process does (build, train, time, time the collectives), `runner` runs a
-function in a fresh process and hands back its JSON result (the benchmarks
-in `benchmarks/` use it too), `scaling` measures the settings in alternating
-rounds and `report` summarises them into a table, a JSON file and a plot.
-The names load on first use, so `mgpu-tf bench --help` answers without TensorFlow.
+`settings` names the model and the ways to run it, `runner` runs a function in a
+fresh process and hands back its JSON result (the benchmarks in `benchmarks/` use it
+too), `report` summarises the runs. `mgpu_tf.cli.bench_job` and `bench_scaling`, above
+the strategies, train. The names load on first use.
 """
 
 import lazy_loader as lazy

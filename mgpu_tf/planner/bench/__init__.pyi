@@ -2,10 +2,8 @@
 # Type checkers take a stub's imports as exported only where `__all__` names them.
 
 __all__ = ["FreshProcessError", "ModelSpec", "Setting", "default_settings", "format_table",
-           "measure", "run_benchmark", "run_in_fresh_process", "summarise", "switched",
-           "write_json", "write_plot"]
+           "run_in_fresh_process", "summarise", "switched", "write_json", "write_plot"]
 
 from .report import format_table, summarise, write_json, write_plot
 from .runner import FreshProcessError, run_in_fresh_process
-from .scaling import measure, run_benchmark
 from .settings import ModelSpec, Setting, default_settings, switched

@@ -12,7 +12,7 @@ __all__ = ["summarise", "format_table", "write_json", "plot_points", "write_plot
 def summarise(settings, runs):
     """Median figures per setting, with the ratios and the cost model's predictions.
 
-    `runs` is `{setting name: [the figures of each round]}`, as `scaling.measure` returns
+    `runs` is `{setting name: [the figures of each round]}`, as `mgpu_tf.cli.bench_scaling.measure` returns
     them. A ratio is the median over rounds of the setting's examples/s over the
     1-process row's in the same round; a whole-run ratio (`fit_ratio`) is the median of
     the 1-process row's `fit_seconds` over the setting's, so that above 1 is faster too.

@@ -5,7 +5,8 @@ Design: docs/design.md#the-scaling-benchmark
 
 import dataclasses
 
-from mgpu_tf.planner.bench import job, report, runner
+from mgpu_tf.cli import bench_job as job
+from mgpu_tf.planner.bench import report, runner
 from mgpu_tf.planner.bench.settings import ModelSpec
 
 __all__ = ["measure", "run_benchmark"]

@@ -1,4 +1,4 @@
-"""What one fresh process of the scaling benchmark does: build, train, time.
+"""What one fresh process of the scaling benchmark (`mgpu-tf bench`) does: build, train, time.
 
 Design: docs/design.md#the-scaling-benchmark
 """
@@ -104,15 +104,16 @@ def time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
 
 
 def _strategy(setting, options):
-    import mgpu_tf
+    from mgpu_tf.strategies import devices as devices_lib
+    from mgpu_tf.strategies import factory
 
     if setting.mode == "process":
-        return mgpu_tf.make_strategy("default", **options)
+        return factory.make_strategy("default", **options)
     if setting.mode == "workers":
-        return mgpu_tf.make_strategy("multi_worker", **options)
-    mgpu_tf.simulate_devices(setting.count)
+        return factory.make_strategy("multi_worker", **options)
+    devices_lib.simulate_devices(setting.count)
     name = "mirrored" if setting.mode == "mirrored" else "model_parallel"
-    return mgpu_tf.make_strategy(name, devices=setting.count, **options)
+    return factory.make_strategy(name, devices=setting.count, **options)
 
 
 def train_and_time(payload):
@@ -127,7 +128,7 @@ def train_and_time(payload):
     import keras
     import tensorflow as tf
 
-    import mgpu_tf
+    from mgpu_tf.strategies import factory
 
     setting, spec = Setting.from_dict(payload["setting"]), ModelSpec(**payload["spec"])
     steps = payload["steps"]
@@ -138,7 +139,7 @@ def train_and_time(payload):
     strategy = _strategy(setting, options)
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = mgpu_tf.prepare_model(_build_model(spec), strategy)
+        model = factory.prepare_model(_build_model(spec), strategy)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       **dict(setting.compile))
