@@ -22,7 +22,7 @@ class StrategyKind:
     """
 
     name = None
-    _provisional = False  # adopted before a registered kind claimed the strategy
+    provisional = False  # adopted before a registered kind claimed the strategy
 
     def __init__(self, strategy, settings=None, *, name=None):
         self.strategy = strategy
@@ -140,21 +140,21 @@ def kind_of(strategy):
         TypeError: when `strategy` is not a strategy.
     """
     kind = getattr(strategy, _ATTRIBUTE, None)
-    if isinstance(kind, StrategyKind) and not getattr(kind, "_provisional", False):
+    if isinstance(kind, StrategyKind) and not kind.provisional:
         return kind
     for name, entry in registry.entries().items():
         if entry.strategy_types and isinstance(strategy, entry.strategy_types):
             adopted = (entry.kind or StrategyKind)(strategy, name=name)
             if kind is not None:  # what was kept before its kind was registered
                 adopted.__dict__.update({k: v for k, v in vars(kind).items()
-                                         if k not in ("name", "_provisional")})
+                                         if k not in ("name", "provisional")})
             return attach(strategy, adopted)
     if kind is not None:
         return kind
     if _is_tf_strategy(strategy):
         # Kept until a registered kind claims it (its module imported), which takes its state.
         kind = StrategyKind(strategy, name=type(strategy).__name__)
-        kind._provisional = True
+        kind.provisional = True
         return attach(strategy, kind)
     raise TypeError(
         "`strategy` must be a strategy, such as mgpu_tf.make_strategy() returns. "
