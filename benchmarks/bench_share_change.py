@@ -71,7 +71,7 @@ def _setup(args, jit_compile):
     y = rng.normal(size=(args.batch * args.steps, 1)).astype("float32")
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  args.batch, weights="adaptive")
-    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    shares = [s for s in mgpu_tf.kind_of(strategy).adaptive_shares() if s.units == 2][-1]
     with strategy.scope():
         traced = _Traced()
         model = keras.Sequential([keras.Input((args.width,)), traced] + [
@@ -99,6 +99,7 @@ def _monitored(args):
 def _run(args, jit_compile):
     data, shares, model, traced = _setup(args, jit_compile)
     shares.restore({"schedule": {str(e): [s, 1.0 - s] for e, (s, _) in enumerate(_SCHEDULE)}})
+    shares.drive()  # the schedule decides every epoch: fit needs no monitor to steer them
     times = _StepTimes()
     model.fit(data, epochs=len(_SCHEDULE), verbose=0,
               callbacks=[mgpu_tf.callbacks.DataOrder(), times])

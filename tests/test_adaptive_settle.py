@@ -237,7 +237,7 @@ def test_a_real_run_takes_sizes_from_the_set_and_traces_once(caplog):
     y = rng.normal(size=(256, 1)).astype("float32")
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, 64,
                                  weights="adaptive")
-    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    shares = [s for s in mgpu_tf.kind_of(strategy).adaptive_shares() if s.units == 2][-1]
     with strategy.scope():
         rows = _Rows()
         model = keras.Sequential([keras.Input((3,)), rows, keras.layers.Dense(1)])

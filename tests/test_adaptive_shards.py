@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.data import adaptive, order, settle
+from mgpu_tf.data import adaptive, order
+from mgpu_tf.data.adaptive import settle
 from support import adaptive_worker
 from support import compare
 from support import sharding_problem
@@ -193,7 +194,7 @@ def _mirrored_adaptive(x, y, initial, batch):
         model = sharding_problem.build_model(initial)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy, batch,
                                  weights="adaptive")
-    shares = [s for s in adaptive.live_shares(strategy) if s.units == 2][-1]
+    shares = [s for s in mgpu_tf.kind_of(strategy).adaptive_shares() if s.units == 2][-1]
     return strategy, model, data, shares
 
 
@@ -249,7 +250,7 @@ def test_adaptive_shares_check_the_global_batch_first(batch, error, match):
     examples = tf.data.Dataset.from_tensor_slices((np.ones((8, 2)), np.ones((8, 1))))
     with pytest.raises(error, match=match):
         mgpu_tf.shard_dataset(examples, strategy, batch, weights="adaptive")
-    assert adaptive.live_shares(strategy) == []
+    assert mgpu_tf.kind_of(strategy).adaptive_shares() == []
 
 
 def test_equal_adaptive_shares_read_each_replicas_slots_of_every_block():

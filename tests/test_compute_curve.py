@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from mgpu_tf.data import compute_curve
-from mgpu_tf.data.compute_curve import Curve
+from mgpu_tf.data.adaptive import compute_curve
+from mgpu_tf.data.adaptive.compute_curve import Curve
 
 
 def test_a_fit_through_two_sizes_is_the_line_through_them():

@@ -6,6 +6,8 @@ elsewhere, the registered kind whose classes it is an instance of.
 Design: docs/design.md#the-strategy-factory
 """
 
+import weakref
+
 from mgpu_tf.base import registry
 
 __all__ = ["StrategyKind", "kind_of", "attach"]
@@ -35,8 +37,9 @@ class StrategyKind:
         self.log_mean = None
         # The data position the callbacks set and the input pipelines read (data.order).
         self.position = None
-        # Weak references to the adaptive shares of data sets sharded for it, oldest first.
-        self.adaptive = []
+        # The adaptive shares of data sets sharded for it, oldest first, kept while their
+        # data set lives (`adaptive_shares()`).
+        self._adaptive = weakref.WeakKeyDictionary()
         # Records in the TFRecord files sharded for it, by (path, size, modification time).
         self.record_counts = {}
         # The sharding policies 'auto' chose for its data sets and logged: each shows once.
@@ -106,7 +109,7 @@ class StrategyKind:
     @property
     def patches(self):
         """The names (of `mgpu_tf.compat.patches.PATCHES`) this kind needs installed."""
-        return ("shuffle",)
+        return ("shuffle", "fit")
 
     def prepare_optimizer(self, optimizer):
         """Readies the optimizer of a model compiled under the strategy; returns it."""
@@ -115,6 +118,26 @@ class StrategyKind:
     def prepare_model(self, model):
         """Readies a Keras model built in the strategy's scope; returns the model to fit."""
         return model
+
+    # ------------------------------------------------------------------ adaptive shares
+
+    def hold_adaptive_shares(self, shares):
+        """Keeps the `mgpu_tf.data.adaptive.AdaptiveShares` of a data set sharded for it."""
+        self._adaptive[shares] = None
+
+    def adaptive_shares(self):
+        """Its data sets' adaptive shares, oldest first: what a `TrainingMonitor` steers."""
+        return list(self._adaptive)
+
+    def prepare_fit(self, data, callbacks):
+        """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it."""
+        for shares in self.adaptive_shares():
+            shares.check_fit(data, callbacks)
+
+    def finish_fit(self):
+        """`fit` ended or failed: nothing decides shares any more, and no pipeline waits."""
+        for shares in self.adaptive_shares():
+            shares.release()
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r}, strategy={self.strategy!r})"

@@ -19,11 +19,16 @@ from mgpu_tf.cluster import elastic
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import prepare
 from mgpu_tf.compat import private_callbacks
-from mgpu_tf.data import adaptive
+from mgpu_tf.strategies import kinds
 
 __all__ = ["BackupAndRestore", "check_backup_dir"]
 
 logger = logging.getLogger("mgpu_tf")
+
+
+def _adaptive_shares(model):
+    """The shares of the adaptive data sets of `model`'s strategy, which a backup keeps."""
+    return kinds.kind_of(model.distribute_strategy).adaptive_shares()
 
 
 class _ShortEpoch:
@@ -116,8 +121,7 @@ class BackupAndRestore(DataOrder):
         if optimizer is not None:
             accumulation.reset(optimizer)
         if self._same_world(metadata):
-            shares = adaptive.live_shares(self.model.distribute_strategy)
-            for state, live in zip(metadata.get("adaptive", []), shares):
+            for state, live in zip(metadata.get("adaptive", []), _adaptive_shares(self.model)):
                 live.restore(state)
         self._position().resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
@@ -147,7 +151,7 @@ class BackupAndRestore(DataOrder):
             _describe(then), _describe(now),
             "" if then["steps_per_sync"] == now["steps_per_sync"] else
             f" (steps_per_sync {then['steps_per_sync']} -> {now['steps_per_sync']})",
-            "" if same or not adaptive.live_shares(self.model.distribute_strategy) else
+            "" if same or not _adaptive_shares(self.model) else
             "; adaptive shares start again from even or the deployment's weights")
         return same
 
@@ -200,11 +204,10 @@ class BackupAndRestore(DataOrder):
             model.save_weights(target, overwrite=True)
         metadata = {"epoch": epoch, "steps_done": steps_done, "weights": name,
                     "rng": [np.asarray(v).tolist() for v in _rng_variables(model)],
-                    "adaptive": [shares.state() for shares in
-                                 adaptive.live_shares(model.distribute_strategy)],
+                    "adaptive": [shares.state() for shares in _adaptive_shares(model)],
                     "world": dict(_world(model), shares=[
                         list(shares.shares_for(epoch, wait=False))
-                        for shares in adaptive.live_shares(model.distribute_strategy)]),
+                        for shares in _adaptive_shares(model)]),
                     "steps_per_epoch": (self.params or {}).get("steps")}
         with chief_lib.chief_path(os.path.join(self.backup_dir, _METADATA), strategy) as target:
             with open(target, "w") as f:

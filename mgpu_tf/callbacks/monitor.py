@@ -17,10 +17,10 @@ from mgpu_tf.callbacks import figures as figures_lib
 from mgpu_tf.callbacks import measure
 from mgpu_tf.callbacks import metrics as metrics_lib
 from mgpu_tf.callbacks import scalars
-from mgpu_tf.callbacks import steering
 from mgpu_tf.callbacks import utilization
-from mgpu_tf.data import adaptive
 from mgpu_tf.data import order
+from mgpu_tf.data.adaptive import steering
+from mgpu_tf.strategies import kinds
 
 __all__ = ["TrainingMonitor", "FIGURES", "LOGGED", "SHOWN"]
 
@@ -87,6 +87,9 @@ class TrainingMonitor(keras.callbacks.Callback):
             batch hook only notes the time).
         train_seconds: wall time of the training it watched.
     """
+
+    # Decides the shares of the adaptive data sets it trains on (`mgpu_tf.data.adaptive`).
+    steers_adaptive_shares = True
 
     def __init__(self, every_n_steps=None, *, global_batch_size=None, log_dir=None,
                  print_table=True, probe_repeats=1, probe_budget=0.02, metrics_port=None,
@@ -222,7 +225,8 @@ class _Run:
          self._local) = measure.local_units(self.strategy)
         self._busy = utilization.make_reader(len(tf.config.list_physical_devices("GPU")))
         strategy = monitor.model.distribute_strategy
-        self.shares = [s for s in adaptive.live_shares(strategy) if s.units == self._units]
+        self.shares = [s for s in kinds.kind_of(strategy).adaptive_shares()
+                       if s.units == self._units]
         self.steering = steering.ShareSteering(
             self.shares, order.position_of(strategy), monitor.model) if self.shares else None
         # Compute is measured where a unit can hold others back, or adaptive shares need

@@ -3,8 +3,8 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import (compile_hook, custom_loop, keras_steps, metric_sums, multi_worker,
-                            optimizer_hooks, shuffle_hook)
+from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_sums,
+                            multi_worker, optimizer_hooks, shuffle_hook)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -32,6 +32,10 @@ PATCHES = (
         "fit's shuffle does not apply to data sets from shard_dataset, which order their own "
         "examples (shuffle_seed): Keras does not warn that it cannot shuffle them",
         shuffle_hook.install, shuffle_hook.installed),
+    ("fit",
+        "fit refuses a data set from shard_dataset(weights='adaptive') that nothing steers, and "
+        "releases the pipelines waiting for its shares however it ends",
+        fit_hook.install, fit_hook.installed),
     ("custom_loop",
         "optimizers make their variables outside the traced step of a custom training loop "
         "(keras-team/keras#23085)",

@@ -31,7 +31,8 @@ _TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_rep
                       "TensorFlowTrainer.make_train_function",
                       "TensorFlowTrainer.make_test_function",
                       "TensorFlowTrainer.make_predict_function", "TensorFlowTrainer.train_step",
-                      "TensorFlowTrainer.test_step", "Trainer.compile")
+                      "TensorFlowTrainer.test_step", "TensorFlowTrainer.fit",
+                      "Trainer.compile")
 
 
 def keras_trainer():
@@ -66,8 +67,8 @@ def trainer_function(name):
     `name` is `"TensorFlowTrainer._maybe_symbolic_build"` (Keras 3.8-3.15),
     `"TensorFlowTrainer._make_function"` (Keras 3.8-3.15), `"reduce_per_replica"`,
     `"_collective_all_reduce_multi_worker"`, or `"TensorFlowTrainer."` followed by
-    `make_train_function`, `make_test_function`, `make_predict_function`, `train_step` or
-    `test_step`, or
+    `make_train_function`, `make_test_function`, `make_predict_function`, `train_step`,
+    `test_step` or `fit`, or
     `"Trainer.compile"` (Keras 3.8-3.15); another raises `ValueError`.
     """
     owner, known = _trainer_owner(name)

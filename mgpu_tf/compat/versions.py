@@ -109,6 +109,8 @@ KNOWN = {
     "TensorFlowTrainer.make_predict_function": _keras(_STEP_FIX),
     "TensorFlowTrainer.train_step": _keras(_STEP_FIX),
     "TensorFlowTrainer.test_step": _keras(_STEP_FIX),
+    "TensorFlowTrainer.fit": _keras(
+        "fit checks that something steers an adaptive data set's shares, and releases them"),
     # Patched on the base class itself: Keras loads a model's compile config only when
     # the model's class has Trainer.compile, so a patch on a subclass would stop that.
     "Trainer.compile": _keras("Communication options reach the optimizer compile makes"),

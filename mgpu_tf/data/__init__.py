@@ -2,8 +2,8 @@
 
 `sharding` is the request (`shard_dataset`, `describe_sharding`), `source` checks
 and counts what is sharded, `plan` computes the layout as plain Python,
-`pipeline` builds the input pipelines, and `replica_weights` corrects the loss
-when replicas' batches differ in size.
+`pipeline` builds the input pipelines, `replica_weights` corrects the loss
+when replicas' batches differ in size, and `adaptive` moves the shares by measured speed.
 """
 
 import lazy_loader as lazy

@@ -1,11 +1,15 @@
-"""The mark on a data set `shard_dataset` made, which orders its own examples.
+"""The marks on a data set `shard_dataset` made: it orders its own examples, and its shares.
 
-Keras' `fit` leaves its `shuffle` to such a data set (`mgpu_tf.compat.shuffle_hook`).
+Keras' `fit` leaves its `shuffle` to such a data set (`mgpu_tf.compat.shuffle_hook`), and
+checks that something steers an adaptive one's shares (`mgpu_tf.compat.fit_hook`).
 """
 
 from mgpu_tf.compat.shuffle_hook import SHARDED_ATTRIBUTE
 
-__all__ = ["mark_sharded", "is_sharded"]
+__all__ = ["mark_sharded", "is_sharded", "mark_adaptive", "adaptive_of"]
+
+# The `AdaptiveShares` of a data set sharded with weights="adaptive".
+_ADAPTIVE_ATTRIBUTE = "_mgpu_tf_adaptive_shares"
 
 
 def mark_sharded(data):
@@ -17,3 +21,14 @@ def mark_sharded(data):
 def is_sharded(data):
     """True for a data set `mark_sharded` marked."""
     return getattr(data, SHARDED_ATTRIBUTE, False) is True
+
+
+def mark_adaptive(data, shares):
+    """Marks `data` as reading `shares` (`mgpu_tf.data.adaptive.AdaptiveShares`); returns it."""
+    object.__setattr__(data, _ADAPTIVE_ATTRIBUTE, shares)
+    return data
+
+
+def adaptive_of(data):
+    """The `AdaptiveShares` `data` reads, or `None`."""
+    return getattr(data, _ADAPTIVE_ATTRIBUTE, None)

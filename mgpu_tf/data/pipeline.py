@@ -235,7 +235,7 @@ def _strided_batches(request, plan, epoch, stride, size):
 
 
 def _adaptive_epoch(request, plan, worker, replicas, epoch):
-    """One epoch of adaptive shares (`mgpu_tf.data.adaptive`) for some of a worker's replicas."""
+    """One epoch of adaptive shares (`mgpu_tf.data.adaptive.shares`) for some of a worker's replicas."""
     shares = request.adaptive
     mine = [tf.reshape(tf.numpy_function(
         lambda e, r=r: shares.positions(e, worker, r), [epoch], tf.int64, stateful=True),

@@ -13,14 +13,15 @@ import os
 import tensorflow as tf
 
 from mgpu_tf.comm import prepare as communication
-from mgpu_tf.data import adaptive
 from mgpu_tf.data import in_memory
 from mgpu_tf.data import marks
+from mgpu_tf.data import order
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
+from mgpu_tf.data.adaptive import start as adaptive_start
 from mgpu_tf.strategies import kinds
 
 __all__ = ["shard_dataset", "describe_sharding"]
@@ -35,8 +36,8 @@ class _Request:
                  shuffle_seed, parse, training=True):
         self.kind, self.num_workers, self.replicas_per_worker = _topology(strategy)
         self.strategy = strategy
-        self.adaptive = adaptive.from_weights(weights, global_batch_size, self.num_workers,
-                                              self.replicas_per_worker)
+        self.adaptive = adaptive_start.from_weights(weights, global_batch_size, self.num_workers,
+                                                    self.replicas_per_worker)
         if self.adaptive is not None:
             self.batch_sizes = self.adaptive.first_batch_sizes
         else:
@@ -202,7 +203,7 @@ def _choose_policy(policy, request):
             f"`policy` must be one of {', '.join(choices)}. Received: policy={policy!r}"
         ) from None
     if request.adaptive is not None:
-        return adaptive.choose_policy(policy, request.source_kind)
+        return adaptive_start.choose_policy(policy, request.source_kind)
     workers, kind = request.num_workers, request.source_kind
     files = len(request.files or ())
     if policy == plan_lib.ShardPolicy.AUTO:
@@ -373,5 +374,7 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
         _check_steps_per_sync(strategy, plan)
     distributed = shard_pipeline.distribute(request, plan)
     if request.adaptive is not None:
-        adaptive.hold(strategy, request.adaptive)
+        # Where a TrainingMonitor finds the shares to steer (kind_of(...).adaptive_shares()).
+        kinds.kind_of(order.keras_strategy(strategy)).hold_adaptive_shares(request.adaptive)
+        marks.mark_adaptive(distributed, request.adaptive)
     return marks.mark_sharded(distributed)

@@ -25,7 +25,7 @@ from mgpu_tf.model_parallel import recompute as recompute_lib
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
 
 # The Keras patches (compat.patches) a model-parallel model needs.
-_PATCHES = ("shuffle",)
+_PATCHES = ("shuffle", "fit")
 
 logger = logging.getLogger("mgpu_tf")
 

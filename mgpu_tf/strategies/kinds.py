@@ -49,7 +49,7 @@ class OneDeviceKind(DefaultKind):
 
     @property
     def patches(self):
-        return ("steps", "shuffle")
+        return ("steps", "shuffle", "fit")
 
 
 class _DataParallelKind(StrategyKind):
@@ -61,7 +61,7 @@ class _DataParallelKind(StrategyKind):
     @property
     def patches(self):
         # The optimizer and compile hooks run Keras' own code where no option asks otherwise.
-        return (*patches.REPLICA_FIXES, "optimizer", "compile", "shuffle")
+        return (*patches.REPLICA_FIXES, "optimizer", "compile", "shuffle", "fit")
 
     def prepare_optimizer(self, optimizer):
         chosen = communication.options_of(self.settings)

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.data import adaptive, order
+from mgpu_tf.data import order
 from support import sharding_problem
 
 EXAMPLES, GLOBAL_BATCH, EPOCHS = 240, 24, 4
@@ -76,7 +76,7 @@ def main(directory):
                                       strategy)
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  GLOBAL_BATCH, weights="adaptive")
-    shares = adaptive.live_shares(strategy)[0]
+    shares = mgpu_tf.kind_of(strategy).adaptive_shares()[0]
     monitor = mgpu_tf.callbacks.TrainingMonitor(log_dir=directory / "tb")
     history = model.fit(data, epochs=EPOCHS, callbacks=[monitor], verbose=0, shuffle=False)
     report("WEIGHTS", sharding_problem.to_json(model.get_weights()))

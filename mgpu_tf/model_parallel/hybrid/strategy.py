@@ -146,7 +146,7 @@ class HybridKind(StrategyKind):
 
     @property
     def patches(self):
-        return (*patches.REPLICA_FIXES, "shuffle")  # its communicator's
+        return (*patches.REPLICA_FIXES, "shuffle", "fit")  # its communicator's
 
     def data_layout(self):
         return "hybrid", self.strategy.num_workers, 1

@@ -1,6 +1,6 @@
 """When adaptive shares move: smoothed figures, a dead band, and a move that pays for itself.
 
-`mgpu_tf.data.adaptive.AdaptiveShares.decide` asks `Settle` whether the sizes it proposes
+`shares.AdaptiveShares.decide` asks `Settle` whether the sizes it proposes
 are worth a change of shares.
 
 Design: docs/design.md#adaptive-shard-weights
@@ -11,7 +11,7 @@ import statistics
 
 import numpy as np
 
-from mgpu_tf.data import compute_curve
+from mgpu_tf.data.adaptive import compute_curve
 
 __all__ = ["Settle", "SpeedWindow", "next_shares", "usable",
            "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]

@@ -1,9 +1,8 @@
-"""Adaptive shard weights: each worker's share of the global batch follows its speed.
+"""The shares of one adaptive data set: each unit's part of the global batch, epoch by epoch.
 
-`shard_dataset(..., weights="adaptive")` keeps an `AdaptiveShares`; between epochs
-`TrainingMonitor` measures each worker's speed and every worker computes the same new shares:
-sizes from a fixed set (`mgpu_tf.data.split.grain`), moved when `mgpu_tf.data.settle` says a
-move pays.
+Pipelines read the shares of each epoch; a steering callback decides them from measured
+speeds (`steering`), moving sizes in grains (`mgpu_tf.data.split.grain`) when `settle` says
+a move pays.
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -12,80 +11,34 @@ import logging
 import math
 import threading
 import time
-import weakref
 
 import numpy as np
 
-from mgpu_tf.cluster import detect
-from mgpu_tf.data import compute_curve
-from mgpu_tf.data import order
-from mgpu_tf.data import plan as plan_lib
-from mgpu_tf.data import settle
+from mgpu_tf.data import marks
 from mgpu_tf.data import split
-from mgpu_tf.data.settle import DEFAULT_MAX_CHANGE, DEFAULT_TOLERANCE, next_shares
-from mgpu_tf.strategies import kinds
+from mgpu_tf.data.adaptive import compute_curve
+from mgpu_tf.data.adaptive import settle
+from mgpu_tf.data.adaptive.settle import DEFAULT_MAX_CHANGE, DEFAULT_TOLERANCE
 
-__all__ = ["AdaptiveShares", "next_shares", "hold", "live_shares", "from_weights",
-           "choose_policy", "DEFAULT_MAX_CHANGE", "DEFAULT_TOLERANCE"]
+__all__ = ["AdaptiveShares", "DECISION_TIMEOUT_SECONDS", "STEERS_ATTRIBUTE"]
 
 logger = logging.getLogger("mgpu_tf")
 
-_WAIT_SECONDS = 600.0
+# How long a pipeline reading the next epoch's shares waits for the decision. The decision
+# comes at the end of the epoch before, after every worker's figures are exchanged (and the
+# compute probe ran), which a slow worker's checkpoint or evaluation can hold up for minutes;
+# past this the fit is taken to be stuck elsewhere and the pipeline keeps the latest shares.
+# A fit that ends or fails releases its waiters at once (`release`).
+DECISION_TIMEOUT_SECONDS = 600.0
+
+# True on a callback that decides the shares of the data sets it trains on
+# (`mgpu_tf.callbacks.TrainingMonitor`).
+STEERS_ATTRIBUTE = "steers_adaptive_shares"
 
 
 def _normalised(values):
     total = float(sum(values))
     return tuple(float(v) / total for v in values)
-
-
-def from_weights(weights, global_batch_size, num_workers, replicas_per_worker):
-    """An `AdaptiveShares` for `weights="adaptive"`; `None` for any other `weights`.
-
-    It starts from the deployment's `MGPU_TF_SHARD_WEIGHTS` when that has one
-    weight per unit, else even.
-    """
-    if not isinstance(weights, str):
-        return None
-    if weights != "adaptive":
-        raise ValueError(
-            "`weights` must be a list of numbers, 'adaptive' or None. Received: "
-            f"weights={weights!r}. Pass weights='adaptive' to follow measured speeds.")
-    units = num_workers if num_workers > 1 else replicas_per_worker
-    initial = detect.shard_weights()
-    if initial is not None and (len(initial) != units or not all(initial)):
-        logger.warning("mgpu_tf: MGPU_TF_SHARD_WEIGHTS=%s does not give %d positive "
-                       "weights; adaptive shards start even.", initial, units)
-        initial = None
-    return AdaptiveShares(global_batch_size, num_workers, replicas_per_worker, initial)
-
-
-def choose_policy(policy, source_kind):
-    """The sharding policy of an adaptive data set: `"data"`, the only one whose steps
-    stay the same when the shares move (`"file"` and `"off"` fix each worker's examples)."""
-    if policy in (plan_lib.ShardPolicy.AUTO, plan_lib.ShardPolicy.DATA):
-        if source_kind == "function" and policy == plan_lib.ShardPolicy.AUTO:
-            why = "adaptive weights: the input function is called for one pipeline"
-        else:
-            why = "adaptive weights move examples between workers every epoch"
-        return plan_lib.ShardPolicy.DATA, ("auto: " if policy == "auto" else "") + why
-    raise ValueError(
-        "`weights='adaptive'` needs policy='data' (or 'auto'): the shares move examples "
-        f"between workers every epoch. Received: policy={policy.value!r}. Use "
-        "policy='auto', or fixed weights with this policy.")
-
-
-def hold(strategy, shares):
-    """Keeps `shares` on the kind of `strategy`, where the callbacks find them."""
-    record = kinds.kind_of(order.keras_strategy(strategy))
-    record.adaptive.append(weakref.ref(shares))
-
-
-def live_shares(strategy):
-    """The `AdaptiveShares` of `strategy`'s adaptive data sets still in use, oldest first."""
-    record = kinds.kind_of(order.keras_strategy(strategy))
-    alive = [ref() for ref in record.adaptive]
-    record.adaptive[:] = [ref for ref, shares in zip(record.adaptive, alive) if shares is not None]
-    return [shares for shares in alive if shares is not None]
 
 
 class AdaptiveShares:
@@ -140,9 +93,11 @@ class AdaptiveShares:
                 self.last_read = time.monotonic()
             if wait and self._driven and epoch == max(self._schedule) + 1:
                 if not self._cond.wait_for(
-                        lambda: epoch in self._schedule or not self._driven, _WAIT_SECONDS):
+                        lambda: epoch in self._schedule or not self._driven,
+                        DECISION_TIMEOUT_SECONDS):
                     logger.warning("mgpu_tf: no adaptive shares were decided for epoch %d "
-                                   "within %.0f s; it keeps the latest.", epoch, _WAIT_SECONDS)
+                                   "within %.0f s; it keeps the latest.", epoch,
+                                   DECISION_TIMEOUT_SECONDS)
             known = [e for e in self._schedule if e <= epoch]
             return self._schedule[max(known) if known else min(self._schedule)]
 
@@ -200,10 +155,24 @@ class AdaptiveShares:
                         "per-replica batch sizes from %s.", self.grain, self.size_set())
 
     def release(self):
-        """Nothing decides any more: waiting pipelines take the latest shares."""
+        """Nothing decides any more: waiting pipelines take the latest shares at once."""
         with self._cond:
             self._driven = False
             self._cond.notify_all()
+
+    def check_fit(self, data, callbacks):
+        """`ValueError` when `fit` trains on this data set (`data`) and nothing drives its
+        shares nor does one of `callbacks` steer them (`STEERS_ATTRIBUTE`)."""
+        if marks.adaptive_of(data) is not self:
+            return
+        given = getattr(callbacks, "callbacks", callbacks) or []
+        with self._cond:
+            driven = self._driven
+        if driven or any(getattr(c, STEERS_ATTRIBUTE, False) is True for c in given):
+            return
+        raise ValueError(
+            "weights='adaptive' needs mgpu_tf.callbacks.TrainingMonitor() in fit's callbacks. "
+            f"Received: callbacks={list(given)!r}")
 
     def wants_speeds(self, epoch):
         """Whether the figures of `epoch` should bring speeds (the compute probe's).

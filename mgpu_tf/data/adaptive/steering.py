@@ -1,6 +1,7 @@
-"""Adaptive shares steered by the training monitor: when to time the compute, what to decide.
+"""Adaptive shares steered through one `fit`: when to time the compute, what to decide.
 
-Every worker calls the same methods with the same exchanged figures, so all decide alike.
+A `TrainingMonitor` calls it at each epoch's end with the figures every worker exchanged,
+so all decide alike.
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -17,7 +18,7 @@ class ShareSteering:
     """The adaptive shares of one `fit`, fed by a `TrainingMonitor`'s figures.
 
     Args:
-        shares: the `mgpu_tf.data.adaptive.AdaptiveShares` of the data sets in use.
+        shares: the `AdaptiveShares` of the data sets in use (the strategy kind's).
         position: the strategy's data position, told each epoch and its count.
         model: the Keras model trained (for `jit_compile`).
     """

@@ -1,0 +1,44 @@
+"""Keras' `fit`, patched once on its trainer: it asks the strategy's kind to `prepare_fit`
+before the first step and to `finish_fit` after the last, however `fit` ends.
+
+Design: docs/design.md#adaptive-shard-weights
+"""
+
+import functools
+import inspect
+
+from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.compat import private_trainer
+
+__all__ = ["install", "installed"]
+
+_MARK = "_mgpu_tf_fit_hook"
+
+
+def installed():
+    """True when Keras' `TensorFlowTrainer.fit` runs the hook."""
+    try:
+        return getattr(private_trainer.trainer_function("TensorFlowTrainer.fit"), _MARK, False)
+    except private_trainer.PrivateNameError:
+        return False
+
+
+def install():
+    """Patches Keras' `TensorFlowTrainer.fit`; again changes nothing."""
+    if installed():
+        return
+    original = private_trainer.trainer_function("TensorFlowTrainer.fit")
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def fit(model, *args, **kwargs):
+        arguments = signature.bind_partial(model, *args, **kwargs).arguments
+        kind = kind_lib.kind_of(model.distribute_strategy)
+        kind.prepare_fit(arguments.get("x"), arguments.get("callbacks"))
+        try:
+            return original(model, *args, **kwargs)
+        finally:
+            kind.finish_fit()
+
+    setattr(fit, _MARK, True)
+    private_trainer.set_trainer_function("TensorFlowTrainer.fit", fit)
