@@ -10,7 +10,7 @@ import weakref
 
 from mgpu_tf.base import registry
 
-__all__ = ["StrategyKind", "kind_of", "attach"]
+__all__ = ["StrategyKind", "OnePipelineKind", "kind_of", "attach"]
 
 # Set with object.__setattr__ on the tf.distribute object.
 _ATTRIBUTE = "_mgpu_tf_kind"
@@ -141,6 +141,20 @@ class StrategyKind:
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r}, strategy={self.strategy!r})"
+
+
+class OnePipelineKind(StrategyKind):
+    """One copy of the model per process, fed whole batches by one input pipeline."""
+
+    @property
+    def replicas_per_worker(self):
+        return 1
+
+    def data_layout(self):
+        return "default", 1, 1
+
+    def distribute_datasets(self, make_replica, make_worker):
+        return make_replica(0)
 
 
 def attach(strategy, kind):

@@ -3,4 +3,7 @@
 
 __all__ = ["describe_sharding", "shard_dataset"]
 
+# The modules load on first use too, so the guides' `mgpu_tf.data.plan` and the like resolve.
+from . import (adaptive, in_memory, marks, order, pipeline, plan, replica_weights, sharding,
+               source, split, stream)
 from .sharding import describe_sharding, shard_dataset

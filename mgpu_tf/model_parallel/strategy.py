@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import registry
-from mgpu_tf.base.kind import StrategyKind
+from mgpu_tf.base.kind import OnePipelineKind
 from mgpu_tf.comm import options as _comm  # noqa: F401 - the table lists them before these
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
@@ -82,7 +82,7 @@ class ModelParallelStrategy:
                 f"deferred_batch_norm={self.deferred_batch_norm})")
 
 
-class ModelParallelKind(StrategyKind):
+class ModelParallelKind(OnePipelineKind):
     """One copy of the model in one process: one input pipeline of whole batches."""
 
     name = "model_parallel"
@@ -90,16 +90,6 @@ class ModelParallelKind(StrategyKind):
     @property
     def worker_devices(self):
         return self.strategy.devices
-
-    @property
-    def replicas_per_worker(self):
-        return 1
-
-    def data_layout(self):
-        return "default", 1, 1
-
-    def distribute_datasets(self, make_replica, make_worker):
-        return make_replica(0)
 
     def prepare_model(self, model):
         return self.strategy.prepare_model(model)

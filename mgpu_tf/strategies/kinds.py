@@ -7,7 +7,7 @@ Design: docs/design.md#the-strategy-factory
 
 import tensorflow as tf
 
-from mgpu_tf.base.kind import StrategyKind, kind_of
+from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
@@ -18,7 +18,7 @@ __all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "T
            "kind_of"]
 
 
-class DefaultKind(StrategyKind):
+class DefaultKind(OnePipelineKind):
     """TensorFlow's default strategy: one replica, one input pipeline."""
 
     name = "default"
@@ -26,16 +26,6 @@ class DefaultKind(StrategyKind):
     @property
     def worker_devices(self):
         return ()  # TensorFlow's default strategy names none
-
-    @property
-    def replicas_per_worker(self):
-        return 1
-
-    def data_layout(self):
-        return "default", 1, 1
-
-    def distribute_datasets(self, make_replica, make_worker):
-        return make_replica(0)
 
 
 class OneDeviceKind(DefaultKind):
