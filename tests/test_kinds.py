@@ -174,3 +174,10 @@ def test_what_a_strategy_kept_before_its_kind_was_registered_stays(tmp_path):
     result = workers.run_python(script, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "MirroredKind mirrored kept None"
+
+
+def test_a_kind_refuses_options_it_cannot_use_before_it_is_built():
+    # one_device's own check, asked by the option parser through the kind.
+    with pytest.raises(ValueError, match=r"one_device must name exactly one device. "
+                                         r"Received: devices=\['/cpu:0', '/cpu:1'\]"):
+        mgpu_tf.make_strategy("one_device", devices=CPUS)

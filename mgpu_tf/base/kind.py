@@ -45,6 +45,11 @@ class StrategyKind:
         # The sharding policies 'auto' chose for its data sets and logged: each shows once.
         self.logged_policies = set()
 
+    @classmethod
+    def check_options(cls, values, given):
+        """Raises `ValueError` for parsed option `values` (as `given`) this kind cannot use,
+        before the strategy is built."""
+
     # ------------------------------------------------------------------ topology
 
     @property

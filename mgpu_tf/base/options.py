@@ -229,9 +229,9 @@ def _check_for_strategy(kind, values, given):
     """Raises for a value `kind` cannot use; `"auto"` is checked once it has chosen."""
     if kind == "auto":
         return
-    if kind == "one_device" and len(values.get("devices", ())) > 1:
-        raise ValueError("`devices` for one_device must name exactly one device. "
-                         f"Received: devices={given['devices']!r}. Use 'mirrored' for several.")
+    answering = registry.entry(kind).kind
+    if answering is not None:
+        answering.check_options(values, given)
     if "all_reduce" in values:
         value = values["all_reduce"]
         across = _across_workers(kind)

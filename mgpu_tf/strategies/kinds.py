@@ -33,6 +33,13 @@ class OneDeviceKind(DefaultKind):
 
     name = "one_device"
 
+    @classmethod
+    def check_options(cls, values, given):
+        if len(values.get("devices", ())) > 1:
+            raise ValueError("`devices` for one_device must name exactly one device. "
+                             f"Received: devices={given['devices']!r}. Use 'mirrored' for "
+                             "several.")
+
     @property
     def worker_devices(self):
         return tuple(self.strategy.extended.worker_devices)
