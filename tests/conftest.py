@@ -8,9 +8,13 @@ Processes a test starts find `tests/support` as this session does, through PYTHO
 """
 
 import contextlib
+import faulthandler
+import gc
 import os
 import pathlib
 import sys
+import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -66,10 +70,52 @@ def restore_environment():
         yield
 
 
-# The files that take longest (a minute or more of worker processes, Ray clusters or a
-# notebook kernel) go first, so that the two test processes end together on short files.
-_LONGEST_FIRST = ("test_keras_steps.py", "test_ray_elastic.py", "test_ray.py", "test_elastic.py",
-                  "test_notebooks.py", "test_reliability.py", "test_train.py", "test_bench_cli.py")
+def pytest_collection_finish(session):
+    """Takes what the imports made (TensorFlow, Keras, the test modules: about 400,000
+    objects) out of the garbage collector's view: they live as long as the session, and
+    every full collection would otherwise walk them again (0.15 s of CPU each)."""
+    if _runs_tests(session.config):
+        gc.freeze()
+
+
+# A garbage collection that takes longer than this warns; one still running after twice as long
+# prints every thread's stack (what the collection waits for).
+_SLOW_COLLECTION_SECONDS = 30
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collected_after_each_file(request):
+    """Collects a file's garbage (models, strategies, iterators) when the file ends.
+
+    Without it, the collection comes at some later allocation, in whatever file the test
+    process runs next, and any wait in it (an iterator's threads ending) is charged to
+    that file. A slow collection warns and names the file whose objects it freed.
+    """
+    yield
+    # pytest's own faulthandler_timeout, when set, keeps the one timer faulthandler has.
+    dump = not float(request.config.getini("faulthandler_timeout") or 0)
+    if dump:
+        faulthandler.dump_traceback_later(2 * _SLOW_COLLECTION_SECONDS, file=sys.__stderr__)
+    started = time.monotonic()
+    try:
+        gc.collect()
+    finally:
+        if dump:
+            faulthandler.cancel_dump_traceback_later()
+    seconds = time.monotonic() - started
+    if seconds > _SLOW_COLLECTION_SECONDS:
+        warnings.warn(f"collecting the garbage of {request.path.name} took {seconds:.0f} s")
+
+
+# Seconds each file takes alone (`python -m pytest tests/FILE -n 0`; docs/benchmarks.md, "Test
+# suite time"). The longest go first, so that the two test processes end together on short
+# files; a file not listed counts as `_UNMEASURED_SECONDS`.
+_SECONDS = {
+    "test_elastic.py": 243, "test_keras_steps.py": 163, "test_reliability.py": 149,
+    "test_train.py": 141, "test_ray_elastic.py": 133, "test_notebooks.py": 113,
+    "test_bench_cli.py": 47, "test_ray.py": 44,
+}
+_UNMEASURED_SECONDS = 10
 
 
 def pytest_collection_modifyitems(config, items):
@@ -81,8 +127,7 @@ def pytest_collection_modifyitems(config, items):
     """
     import tensorflow as tf
 
-    first = {name: rank for rank, name in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))
+    items.sort(key=lambda item: -_SECONDS.get(item.path.name, _UNMEASURED_SECONDS))
     present = len(tf.config.list_physical_devices("GPU"))
     for item in items:
         marker = item.get_closest_marker("gpu")
