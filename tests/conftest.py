@@ -78,22 +78,24 @@ def pytest_collection_finish(session):
         gc.freeze()
 
 
-# A garbage collection that takes longer than this warns; one still running after twice as long
-# prints every thread's stack (what the collection waits for).
+# A garbage collection that takes longer than this warns; one still running after twice as
+# long prints every thread's stack.
 _SLOW_COLLECTION_SECONDS = 30
 
 
-@pytest.fixture(scope="module", autouse=True)
-def collected_after_each_file(request):
-    """Collects a file's garbage (models, strategies, iterators) when the file ends.
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Collects each test's garbage as the test ends, its fixtures torn down.
 
-    Without it, the collection comes at some later allocation, in whatever file the test
-    process runs next, and any wait in it (an iterator's threads ending) is charged to
-    that file. A slow collection warns and names the file whose objects it freed.
+    Freeing the TensorFlow objects of a test that trained under a strategy (models,
+    distributed data sets and their iterators) waits on TensorFlow's threads with nearly
+    no CPU: about 1-5 s when collected as the test ends, 30 s to minutes when a full
+    collection finds them tests later, in whatever test (or file) allocates then.
+    Collecting here keeps the wait short and on the test that made the objects, and a
+    slow collection warns with the test's name.
     """
-    yield
     # pytest's own faulthandler_timeout, when set, keeps the one timer faulthandler has.
-    dump = not float(request.config.getini("faulthandler_timeout") or 0)
+    dump = not float(item.config.getini("faulthandler_timeout") or 0)
     if dump:
         faulthandler.dump_traceback_later(2 * _SLOW_COLLECTION_SECONDS, file=sys.__stderr__)
     started = time.monotonic()
@@ -104,7 +106,7 @@ def collected_after_each_file(request):
             faulthandler.cancel_dump_traceback_later()
     seconds = time.monotonic() - started
     if seconds > _SLOW_COLLECTION_SECONDS:
-        warnings.warn(f"collecting the garbage of {request.path.name} took {seconds:.0f} s")
+        warnings.warn(f"collecting the garbage of {item.nodeid} took {seconds:.0f} s")
 
 
 # Seconds each file takes alone (`python -m pytest tests/FILE -n 0`; docs/benchmarks.md, "Test
