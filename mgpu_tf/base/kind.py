@@ -109,6 +109,10 @@ class StrategyKind:
         return self.strategy.distribute_datasets_from_function(
             lambda context: make_worker(context.input_pipeline_id))
 
+    def check_epoch(self, steps, global_batch_size):
+        """Raises `ValueError` when training data of `steps` steps an epoch (of
+        `global_batch_size`) would leave an epoch without an update under its options."""
+
     # ------------------------------------------------------------------ the seam
 
     @property

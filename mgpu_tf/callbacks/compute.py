@@ -51,7 +51,7 @@ class ComputeTimes:
             mine = [next(figures) for _ in self.local[unit]]
             if steps <= 0 or any(count == 0 for _, count in mine):
                 return {}
-            # Per step, not per all-reduce: with steps_per_sync, fewer steps all-reduce.
+            # Per step, not per all-reduce: with accumulation, fewer steps all-reduce.
             found[unit] = max(0.0, step_seconds - min(s for s, _ in mine) / steps)
         self.last.update(found)
         return found

@@ -1,7 +1,7 @@
 """Communication: how gradients cross between replicas and workers.
 
 `compression` casts gradients for the all-reduce, `accumulation` sums them
-locally for `steps_per_sync` steps, `ring` is the toolkit's TCP ring and
+locally between syncs, `ring` is the toolkit's TCP ring and
 `transport` drives it from the training step; `sharded_state` (with `shard_layout`)
 keeps each replica's slice of the optimizer slots; `prepare` puts the options a
 strategy was made with into the Keras optimizer.

@@ -32,6 +32,19 @@ def reset(optimizer):
     state.count.assign(0)
 
 
+def check_epoch(settings, steps, global_batch_size):
+    """Refuses, for a strategy's parsed `settings` (`None`: made elsewhere), a `steps_per_sync`
+    longer than an epoch of `steps`: an epoch without an update."""
+    steps_per_sync = 1 if settings is None else settings.steps_per_sync
+    if steps_per_sync > steps:
+        raise ValueError(
+            f"`steps_per_sync` must be at most the steps of an epoch ({steps}), or whole "
+            "epochs would pass without an update and without a backup (taken at sync points "
+            f"only). Received: steps_per_sync={steps_per_sync} for {steps} steps of "
+            f"global_batch_size={global_batch_size}. Use steps_per_sync<={steps} "
+            "in make_strategy, or a smaller global_batch_size.")
+
+
 def accumulate(optimizer, strategy, steps_per_sync):
     """Makes `optimizer.apply` all-reduce and update every `steps_per_sync` calls.
 

@@ -18,7 +18,7 @@ class OptimizerHook:
     """What one Keras optimizer does besides Keras' own code, and the state it keeps."""
 
     def __init__(self):
-        # The (compression, steps_per_sync, transport) comm.prepare installed; None before.
+        # The communication options comm.prepare installed; None before.
         self.communication = None
         # Sums the (gradient, variable) pairs over replicas in place of Keras' all-reduce.
         self.gradient_sum = None
@@ -39,7 +39,7 @@ class OptimizerHook:
             self.accumulation.build(variables)
 
     def apply(self, original, optimizer, grads, trainable_variables=None):
-        """Keras' `apply`, every step or, with accumulation, every `steps_per_sync` steps."""
+        """Keras' `apply`: every step, or at each sync of the accumulation."""
         if self.accumulation is None:
             return original(optimizer, grads, trainable_variables)
         return self.accumulation.apply(original, grads, trainable_variables)

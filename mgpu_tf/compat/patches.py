@@ -19,14 +19,14 @@ PATCHES = (
         keras_steps.apply_step_fixes, keras_steps.step_fixes_installed),
     ("optimizer",
         "optimizer build, apply and all-reduce follow the optimizer's record "
-        "(steps_per_sync, compression, transport='tcp')",
+        "(gradient accumulation, compression, transport='tcp')",
         optimizer_hooks.install, optimizer_hooks.installed),
     ("metric_sums",
         "Keras 3.8-3.9's metrics count each step once under a strategy of several replicas",
         metric_sums.apply_metric_sum_fix, metric_sums.installed),
     ("compile",
         "compile readies the optimizer of a model made under a strategy with communication "
-        "options (compression, steps_per_sync, transport)",
+        "options (compression, gradient accumulation, transport)",
         compile_hook.install, compile_hook.installed),
     ("shuffle",
         "fit's shuffle does not apply to data sets from shard_dataset, which order their own "

@@ -56,7 +56,7 @@ def _tensorflow(purpose, first=(2, 18), last=(2, 21)):
 
 
 _KERAS_20585 = "The fix for keras-team/keras#20585 patches Keras' trainer"
-_STEPS_PER_SYNC = "steps_per_sync accumulates gradients"
+_STEPS_PER_SYNC = "gradient accumulation between syncs"
 _SHARDED = "shard_optimizer_state updates each replica's slice of the variables"
 _BACKUP = "callbacks.BackupAndRestore resumes fit at the backed-up epoch"
 _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribute replaces "

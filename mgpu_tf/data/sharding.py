@@ -12,7 +12,6 @@ import os
 
 import tensorflow as tf
 
-from mgpu_tf.comm import prepare as communication
 from mgpu_tf.data import in_memory
 from mgpu_tf.data import marks
 from mgpu_tf.data import order
@@ -286,18 +285,6 @@ def _make_plan(request):
     return plan_lib.plan_data(count, **common)
 
 
-def _check_steps_per_sync(strategy, plan):
-    """Refuses a `steps_per_sync` longer than an epoch: an epoch without an update."""
-    steps_per_sync = communication.settings(strategy).get("steps_per_sync", 1)
-    if steps_per_sync > plan.steps:
-        raise ValueError(
-            f"`steps_per_sync` must be at most the steps of an epoch ({plan.steps}), or whole "
-            "epochs would pass without an update and without a backup (taken at sync points "
-            f"only). Received: steps_per_sync={steps_per_sync} for {plan.steps} steps of "
-            f"global_batch_size={plan.global_batch_size}. Use steps_per_sync<={plan.steps} "
-            "in make_strategy, or a smaller global_batch_size.")
-
-
 # -------------------------------------------------------------------- public
 
 
@@ -364,14 +351,15 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
         TypeError: for wrong types, a distributed source, or examples not dense tensors.
         ValueError: for bad weights, policy or `shuffle_seed`, a global batch the replicas
             cannot share, too few files for `"file"`, a batched, infinite or empty source, a
-            file pattern that matches nothing, or (for training) a strategy whose
-            `steps_per_sync` is more than an epoch's steps.
+            file pattern that matches nothing, or (for training) a strategy that would
+            not update the weights within an epoch (`StrategyKind.check_epoch`).
     """
     request = _Request(source, strategy, global_batch_size, policy, weights, drop_remainder,
                        shuffle_seed, parse, training)
     plan = _make_plan(request)
     if training:
-        _check_steps_per_sync(strategy, plan)
+        kinds.kind_of(order.keras_strategy(strategy)).check_epoch(plan.steps,
+                                                                  plan.global_batch_size)
     distributed = shard_pipeline.distribute(request, plan)
     if request.adaptive is not None:
         # Where a TrainingMonitor finds the shares to steer (kind_of(...).adaptive_shares()).

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
+from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
@@ -59,6 +60,9 @@ class _DataParallelKind(StrategyKind):
     def patches(self):
         # The optimizer and compile hooks run Keras' own code where no option asks otherwise.
         return (*patches.REPLICA_FIXES, "optimizer", "compile", "shuffle", "fit")
+
+    def check_epoch(self, steps, global_batch_size):
+        accumulation.check_epoch(self.settings, steps, global_batch_size)
 
     def prepare_optimizer(self, optimizer):
         chosen = communication.options_of(self.settings)
