@@ -128,6 +128,11 @@ class StrategyKind:
         """Readies a Keras model built in the strategy's scope; returns the model to fit."""
         return model
 
+    def prepare_compiled(self, model):
+        """Readies a Keras model `compile` has just compiled under the strategy."""
+        if model.optimizer is not None:
+            self.prepare_optimizer(model.optimizer)
+
     # ------------------------------------------------------------------ adaptive shares
 
     def hold_adaptive_shares(self, shares):

@@ -82,3 +82,6 @@ _declare("shard_optimizer_state", "each replica keeps the optimizer slots of its
          "of the variables only (ZeRO stage 1); element-wise optimizers",
          check_shard_optimizer_state, type=bool, default=False,
          strategies=("mirrored", "multi_worker"), flag="boolean")
+_declare("sync_batch_norm", "BatchNormalization layers normalise with the global batch's "
+         "statistics, all-reduced in each training step (Keras' synchronized=True)",
+         type=bool, default=False, strategies=("mirrored", "multi_worker"), flag="boolean")

@@ -1,7 +1,8 @@
-"""Keras' `compile`, patched once on its trainer: the strategy may ready the optimizer it makes.
+"""Keras' `compile`, patched once on its trainer: the strategy may ready the model it compiled.
 
-It asks `kind_of(model.distribute_strategy).prepare_optimizer`; a kind without communication
-options leaves the optimizer as Keras made it.
+It asks `kind_of(model.distribute_strategy).prepare_compiled`, which readies the optimizer
+(`prepare_optimizer`) and, under `sync_batch_norm`, the layers; a kind without options
+leaves the model as Keras compiled it.
 
 Design: docs/design.md#state-on-objects
 """
@@ -33,8 +34,7 @@ def install():
     @functools.wraps(original)
     def compile(model, *args, **kwargs):
         original(model, *args, **kwargs)
-        if model.optimizer is not None:
-            kind_lib.kind_of(model.distribute_strategy).prepare_optimizer(model.optimizer)
+        kind_lib.kind_of(model.distribute_strategy).prepare_compiled(model)
 
     setattr(compile, _MARK, True)
     private_trainer.set_trainer_function("Trainer.compile", compile)

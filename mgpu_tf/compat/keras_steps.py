@@ -14,7 +14,8 @@ import logging
 import numbers
 import warnings
 
-from mgpu_tf.compat import keras_train_step, metric_sums, private, private_trainer, versions
+from mgpu_tf.compat import (batch_norm_stats, keras_train_step, metric_sums, private,
+                            private_trainer, versions)
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "known_fingerprints", "step_fixes_apply",
@@ -268,7 +269,10 @@ def _make_function(model, step_function, kind):
 
     strategy = model.distribute_strategy
     across_workers = private_trainer.is_multi_worker(strategy)
-    step = private_trainer.autoconvert_optionals(model, _replica_step(model, step_function, kind))
+    step = _replica_step(model, step_function, kind)
+    if kind == "train":
+        step = batch_norm_stats.averaged_after_step(model, step)
+    step = private_trainer.autoconvert_optionals(model, step)
 
     def replica_step(data):
         # A Python function: strategy.run compiles an XLA function it is given across the

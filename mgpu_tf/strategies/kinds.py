@@ -10,6 +10,7 @@ import tensorflow as tf
 from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import batch_norm
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
@@ -52,7 +53,7 @@ class OneDeviceKind(DefaultKind):
 
 class _DataParallelKind(StrategyKind):
     """What the mirrored kinds share: upstream fixes, and communication options that
-    ready the optimizer of each model compiled under them."""
+    ready the optimizer of each model compiled under them (and its layers: sync_batch_norm)."""
 
     sums_in_optimizer = True
 
@@ -69,6 +70,15 @@ class _DataParallelKind(StrategyKind):
         if chosen:
             communication.install(optimizer, self.strategy, **chosen)
         return optimizer
+
+    def prepare_model(self, model):
+        if self.settings is not None and self.settings.sync_batch_norm:
+            batch_norm.synchronize(model)
+        return model
+
+    def prepare_compiled(self, model):
+        super().prepare_compiled(model)
+        self.prepare_model(model)
 
 
 class MirroredKind(_DataParallelKind):
