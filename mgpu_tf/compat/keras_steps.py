@@ -15,7 +15,7 @@ import numbers
 import warnings
 
 from mgpu_tf.compat import (batch_norm_stats, keras_train_step, metric_sums, private,
-                            private_trainer, versions)
+                            private_trainer, step_loss, versions)
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "known_fingerprints", "step_fixes_apply",
@@ -269,6 +269,8 @@ def _make_function(model, step_function, kind):
 
     strategy = model.distribute_strategy
     across_workers = private_trainer.is_multi_worker(strategy)
+    if _overrides(model, f"{kind}_step"):
+        step_function = step_loss.logged_as_one_device(model, step_function)
     step = _replica_step(model, step_function, kind)
     if kind == "train":
         step = batch_norm_stats.averaged_after_step(model, step)

@@ -4,7 +4,7 @@ Design: docs/design.md#state-on-objects
 """
 
 from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_sums,
-                            multi_worker, optimizer_hooks, shuffle_hook)
+                            multi_worker, optimizer_hooks, shuffle_hook, step_loss)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -40,10 +40,14 @@ PATCHES = (
         "optimizers make their variables outside the traced step of a custom training loop "
         "(keras-team/keras#23085)",
         custom_loop.apply_custom_loop_fix, custom_loop.installed),
+    ("step_loss",
+        "a model's own train_step or test_step logs the loss compute_loss gave it as on one "
+        "device, not divided by the replicas",
+        step_loss.install, step_loss.installed),
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
-REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums")
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "step_loss")
 
 
 def install(*names):

@@ -114,6 +114,9 @@ KNOWN = {
     # Patched on the base class itself: Keras loads a model's compile config only when
     # the model's class has Trainer.compile, so a patch on a subclass would stop that.
     "Trainer.compile": _keras("Communication options reach the optimizer compile makes"),
+    # Patched on the base class, where a model's own compute_loss reaches it through super().
+    "Trainer.compute_loss": _keras("A model's own train_step logs compute_loss's loss as on "
+                                   "one device"),
     "keras.src.trainers.data_adapters.get_data_adapter": _keras(
         "fit leaves out its shuffle warning for data sets from shard_dataset"),
     "keras.src.trainers.data_adapters.is_tf_dataset": _keras(
