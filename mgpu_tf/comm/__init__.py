@@ -3,8 +3,8 @@
 `compression` casts gradients for the all-reduce, `accumulation` sums them
 locally between syncs, `ring` is the toolkit's TCP ring and
 `transport` drives it from the training step; `sharded_state` (with `shard_layout`)
-keeps each replica's slice of the optimizer slots; `prepare` puts the options a
-strategy was made with into the Keras optimizer.
+keeps each replica's slice of the optimizer slots; `clipping` clips the gradient summed
+over replicas; `prepare` puts the options a strategy was made with into the Keras optimizer.
 """
 
 import lazy_loader as lazy

@@ -10,6 +10,7 @@ import tensorflow as tf
 from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import clipping
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
@@ -51,8 +52,8 @@ class OneDeviceKind(DefaultKind):
 
 
 class _DataParallelKind(StrategyKind):
-    """What the mirrored kinds share: upstream fixes, and communication options that
-    ready the optimizer of each model compiled under them."""
+    """What the mirrored kinds share: upstream fixes, and communication options and clipping
+    of the summed gradient that ready the optimizer of each model compiled under them."""
 
     sums_in_optimizer = True
 
@@ -68,7 +69,7 @@ class _DataParallelKind(StrategyKind):
         chosen = communication.options_of(self.settings)
         if chosen:
             communication.install(optimizer, self.strategy, **chosen)
-        return optimizer
+        return clipping.clip_after_sum(optimizer)
 
 
 class MirroredKind(_DataParallelKind):
