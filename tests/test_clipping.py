@@ -179,3 +179,13 @@ def test_two_workers_clip_the_summed_gradient(two_workers, references, name, cli
         pytest.skip("shard_optimizer_state needs Keras 3.10 or later")
     for index in (0, 1):
         _check(two_workers[index, name], references, clip)
+
+
+@pytest.mark.multiworker
+def test_hybrid_clips_the_averaged_gradient(references, tmp_path):
+    # Its workers average the gradients before the optimizer, which then clips them whole.
+    code, outputs = workers.run_workers("-m", 2, "support.mw_clipping", tmp_path, "hybrid")
+    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    for index in (0, 1):
+        trained = compare.saved_weights(tmp_path / f"hybrid{index}.npz")
+        _check(trained, references, mw_clipping.HYBRID_CLIP)

@@ -4,6 +4,8 @@ A tiny MLP trained by SGD on 6 global batches of 8, with a clip threshold small 
 every step clips. Usage as a worker: `python -m support.mw_clipping OUT_DIR`; each worker
 trains every cell of `WORKER_CELLS` under one multi_worker strategy (the tcp ones last,
 once the ring is connected) and writes each cell's weights to OUT_DIR/worker<index>.npz.
+`python -m support.mw_clipping OUT_DIR hybrid` trains `HYBRID_CLIP` under
+make_strategy("hybrid") on two devices per worker instead, into OUT_DIR/hybrid<index>.npz.
 """
 
 import pathlib
@@ -33,6 +35,9 @@ WORKER_CELLS = (
     ("tcp-sharded-clipnorm", "clipnorm", {"transport": "tcp", "shard_optimizer_state": True}),
     ("tcp-sharded-clipvalue", "clipvalue", {"transport": "tcp", "shard_optimizer_state": True}),
 )
+
+
+HYBRID_CLIP = "global_clipnorm"
 
 
 def data():
@@ -92,11 +97,30 @@ def _keras_release():
     return tuple(int(part) for part in keras.__version__.split(".")[:2])
 
 
-def main(out_dir):
+def hybrid(out_dir):
+    import mgpu_tf
+
+    mgpu_tf.simulate_devices(2)
+    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2)
+    x, y, weights = data()
+    with strategy.scope():
+        model = mgpu_tf.prepare_model(build_model(weights), strategy)
+    model.compile(optimizer=keras.optimizers.SGD(
+        LEARNING_RATE, **{HYBRID_CLIP: CLIPS[HYBRID_CLIP]}), loss="mse")
+    examples = tf.data.Dataset.from_tensor_slices((x, y))
+    model.fit(mgpu_tf.shard_dataset(examples, strategy, GLOBAL_BATCH), epochs=1, verbose=0)
+    index = strategy.task_index
+    np.savez(pathlib.Path(out_dir) / f"hybrid{index}.npz", *model.model.get_weights())
+    print(f"worker {index}: done")
+
+
+def main(out_dir, mode="multi_worker"):
     import mgpu_tf
     from mgpu_tf.cluster import detect as cluster
     from mgpu_tf.comm import prepare as communication
 
+    if mode == "hybrid":
+        return hybrid(out_dir)
     strategy = mgpu_tf.make_strategy("multi_worker")
     x, y, weights = data()
     saved = {}
