@@ -23,10 +23,11 @@ WEIGHTS = sum(int(np.prod(w.shape)) for w in mw_clipping.data()[2])
 # Besides the model's sums, a clip's norm sums the squares of up to all the weights.
 TOLERANCE = tolerance.training(mw_clipping.STEPS,
                                mw_clipping.TERMS + mw_clipping.GLOBAL_BATCH + WEIGHTS)
-# float16 keeps 11 bits: each replica's gradient is rounded once to it and the sum once
-# more, so each clipped update may differ by 3 roundings of its own size, and the weights
-# by that share of the way they moved; twice that for the steps' gradients it feeds back.
-FLOAT16_ROUNDINGS = 2 * 3 * 2.0 ** -11
+# float16 keeps 11 bits: each replica's gradient is rounded to it once and their sum once
+# more, so the summed gradient is off by up to 3 roundings (2 ** -11 each) of its size and
+# the clip's norm of it by as much. Each clipped update, and so the weights' whole way, is
+# then off by at most twice that share, twice over for what later gradients feed back.
+FLOAT16_ROUNDINGS = 2 * 2 * 3 * 2.0 ** -11
 
 needs_sharding = pytest.mark.skipif(
     tuple(int(part) for part in keras.__version__.split(".")[:2]) < (3, 10),
@@ -95,16 +96,28 @@ def test_sharded_state_clips_over_all_slices(references, clip):
     _check(mw_clipping.train(_mirrored(4, shard_optimizer_state=True), clip), references, clip)
 
 
-@pytest.mark.parametrize("clip", CLIPS)
-def test_steps_per_sync_clips_the_synced_sum(clip):
-    # Two steps per sync equal one device's step on both global batches together.
+def _synced_reference(clip):
+    """One device's weights and bound for two steps per sync: a step on both global batches
+    together."""
     batch = 2 * mw_clipping.GLOBAL_BATCH
     expected = mw_clipping.train(None, clip, global_batch=batch)
     unclipped = mw_clipping.train(None, None, global_batch=batch)
     bound = tolerance.training(mw_clipping.STEPS // 2, mw_clipping.TERMS + batch + WEIGHTS)
     assert compare.relative_difference(unclipped, expected) > 1e3 * bound
-    trained = mw_clipping.train(_mirrored(steps_per_sync=2), clip)
-    _check(trained, {clip: expected}, clip, bound)
+    return {clip: expected}, bound
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_steps_per_sync_clips_the_synced_sum(clip):
+    expected, bound = _synced_reference(clip)
+    _check(mw_clipping.train(_mirrored(steps_per_sync=2), clip), expected, clip, bound)
+
+
+@needs_sharding
+def test_steps_per_sync_with_sharded_state_clips_the_synced_sum():
+    expected, bound = _synced_reference("clipnorm")
+    strategy = _mirrored(4, steps_per_sync=2, shard_optimizer_state=True)
+    _check(mw_clipping.train(strategy, "clipnorm"), expected, "clipnorm", bound)
 
 
 def _float16_bound(references, clip):

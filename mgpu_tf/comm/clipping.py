@@ -1,8 +1,6 @@
-"""Gradient clipping of the gradient summed over replicas, as one device clips its gradient.
+"""Clipping of the gradient summed over replicas, as one device clips its gradient.
 
-Keras clips each replica's gradient before the all-reduce (`clipnorm`, `global_clipnorm`,
-`clipvalue`); each is a share of the global gradient, so that is another clip than one
-device's. Here the optimizer's hook holds Keras' clip back and clips the sum instead.
+Keras clips each replica's share before the all-reduce; the optimizer's hook clips the sum.
 
 Design: docs/concepts.md#data-parallelism
 """
@@ -25,20 +23,9 @@ def clips(optimizer):
 
 
 def clip_after_sum(optimizer):
-    """Makes `optimizer` clip the gradient summed over replicas, not each replica's share.
-
-    For strategies whose replicas sum their gradients in the optimizer's all-reduce. An
-    optimizer that does not clip is left as it is; so is one whose class clips in a
-    `_clip_gradients` of its own, and every one while the optimizer patch is not installed
-    (both logged once).
-
-    Args:
-        optimizer: a Keras optimizer of the TensorFlow backend; inside a
-            `LossScaleOptimizer`, the inner one clips.
-
-    Returns:
-        `optimizer`.
-    """
+    """Makes `optimizer` (the inner one of a `LossScaleOptimizer`) clip the gradient summed
+    over replicas; returns it. Left as Keras made it: one that does not clip, one whose class
+    has a `_clip_gradients` of its own, and any while the optimizer patch is not installed."""
     inner = optimizer
     while hasattr(inner, "inner_optimizer"):  # LossScaleOptimizer
         inner = inner.inner_optimizer
@@ -58,23 +45,9 @@ def clip_after_sum(optimizer):
 
 
 def clip_slice(optimizer, gradient, layout, replica, total):
-    """Clips one replica's slice of the summed gradient as Keras clips the whole gradient.
-
-    For `shard_optimizer_state`, where each replica receives only its slice of the sum:
-    `clipvalue` acts on each number, `global_clipnorm` on the norm of all slices and
-    `clipnorm` on each variable's norm over the slices holding it, both summed by `total`.
-
-    Args:
-        optimizer: the Keras optimizer whose `clipnorm`, `global_clipnorm` or `clipvalue`
-            applies.
-        gradient: slice `replica` of `layout`'s flat vector, 1-D.
-        layout: the `mgpu_tf.comm.shard_layout.Layout` of the slices.
-        replica: the slice's number.
-        total: sums a 1-D float tensor over the replicas (every replica calls it).
-
-    Returns:
-        The clipped slice.
-    """
+    """Clips `gradient`, slice `replica` of `layout`'s summed flat gradient, as Keras clips the
+    whole: `clipvalue` each number, `global_clipnorm` by the norm over all slices, `clipnorm`
+    by each variable's norm over its slices; `total` sums a 1-D tensor over the replicas."""
     dtype = gradient.dtype
     if optimizer.clipnorm and optimizer.clipnorm > 0:
         count = len(layout.sizes)

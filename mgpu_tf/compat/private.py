@@ -237,12 +237,7 @@ def optimizer_class_method(name):
 
 def optimizer_type_method(optimizer, name):
     """Returns the method `name` (as `wrap_optimizer_method` takes) that `optimizer`'s class
-    runs: Keras' own (`optimizer_class_method`) unless a class of its own defines one.
-
-    Raises:
-        ValueError: for another `name`.
-        PrivateNameError: when the optimizer's class has no such method.
-    """
+    runs: `optimizer_class_method(name)` unless its class defines its own."""
     if name not in _OPTIMIZER_METHODS:
         raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
                          f"Received: name={name!r}")
