@@ -202,3 +202,30 @@ def test_hybrid_clips_the_averaged_gradient(references, tmp_path):
     for index in (0, 1):
         trained = compare.saved_weights(tmp_path / f"hybrid{index}.npz")
         _check(trained, references, mw_clipping.HYBRID_CLIP)
+
+
+def test_a_custom_loop_clips_the_sum_once_its_kind_prepares_the_optimizer(references):
+    # No compile readies it there: the loop asks the strategy's kind, as compile would.
+    strategy = _mirrored()
+    x, y, weights = mw_clipping.data()
+    with strategy.scope():
+        model = mw_clipping.build_model(weights)
+        optimizer = keras.optimizers.SGD(mw_clipping.LEARNING_RATE,
+                                           global_clipnorm=mw_clipping.CLIPS["global_clipnorm"])
+    assert mgpu_tf.kind_of(strategy).prepare_optimizer(optimizer) is optimizer
+
+    def replica_step(xs, ys):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(
+                tf.reduce_mean(tf.square(model(xs) - ys), axis=-1),
+                global_batch_size=mw_clipping.GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    @tf.function
+    def step(batch):
+        strategy.run(replica_step, args=batch)
+
+    for batch in strategy.experimental_distribute_dataset(mw_clipping.global_batches(x, y)):
+        step(batch)
+    _check(model.get_weights(), references, "global_clipnorm")
