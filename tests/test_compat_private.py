@@ -318,7 +318,7 @@ def _recording(calls, name):
 
 @pytest.mark.parametrize("name", ["build", "apply", "update_step",
                                   "add_variable_from_reference", "_all_reduce_sum_gradients",
-                                  "_backend_update_step"])
+                                  "_backend_update_step", "_clip_gradients"])
 def test_keras_calls_the_wrapped_method_of_the_instance(name):
     variable = keras.Variable(np.ones(2, "float32"))
     optimizer = keras.optimizers.SGD(learning_rate=0.5, momentum=0.9)
@@ -359,14 +359,47 @@ def test_all_reduce_sum_gradients_sums_over_replicas():
     np.testing.assert_allclose(variable.numpy(), [-3.0])  # 0 - (1 + 2)
 
 
+def test_keras_clips_each_replicas_gradient_before_the_sum():
+    # Why comm.clipping holds Keras' clip back under a strategy: when this fails, Keras
+    # clips the sum itself.
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        variable = keras.Variable(np.zeros(1, "float32"))
+        optimizer = keras.optimizers.SGD(learning_rate=1.0, clipvalue=1.5)
+        optimizer.build([variable])
+
+    @tf.function
+    def step():
+        def replica_step():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply([tf.cast(tf.reshape(replica + 1, [1]), tf.float32)], [variable])
+        strategy.run(replica_step)
+
+    step()
+    np.testing.assert_allclose(variable.numpy(), [-2.5])  # 1 + min(2, 1.5); the sum's: -1.5
+
+
+def test_optimizer_type_method_is_keras_own_unless_the_class_has_one():
+    class OwnClip(keras.optimizers.SGD):
+        def _clip_gradients(self, grads):
+            return grads
+
+    keras_clip = private.optimizer_class_method("_clip_gradients")
+    assert private.optimizer_type_method(keras.optimizers.SGD(), "_clip_gradients") is keras_clip
+    assert private.optimizer_type_method(OwnClip(), "_clip_gradients") is not keras_clip
+    with pytest.raises(ValueError, match="`name` must be one of build"):
+        private.optimizer_type_method(keras.optimizers.SGD(), "_apply_weight_decay")
+
+
 def test_wrap_optimizer_method_refuses_other_names():
     with pytest.raises(ValueError, match="`name` must be one of build, apply, update_step"):
-        private.wrap_optimizer_method(keras.optimizers.SGD(), "_clip_gradients",
+        private.wrap_optimizer_method(keras.optimizers.SGD(), "_apply_weight_decay",
                                       lambda original: original)
 
 
 @pytest.mark.parametrize("name, owner", [("update_step", "BaseOptimizer"),
-                                         ("_all_reduce_sum_gradients", "TFOptimizer")])
+                                         ("_all_reduce_sum_gradients", "TFOptimizer"),
+                                         ("_clip_gradients", "BaseOptimizer")])
 def test_an_optimizer_without_the_method_gets_the_clear_error(name, owner):
     with pytest.raises(PrivateNameError, match=_missing(
             f"{owner}.{name}", "optimizer=<SimpleNamespace 'opt'>")):

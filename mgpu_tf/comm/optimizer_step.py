@@ -1,7 +1,7 @@
 """The toolkit's part in a Keras optimizer's step: one hook object on the optimizer.
 
-The optimizer patch (`mgpu_tf.compat.optimizer_hooks`) hands `build`, `apply` and the
-all-reduce to it; an optimizer without one runs Keras' own code.
+The optimizer patch (`mgpu_tf.compat.optimizer_hooks`) hands `build`, `apply`, the
+all-reduce and the clipping to it; an optimizer without one runs Keras' own code.
 
 Design: docs/design.md#state-on-objects
 """
@@ -31,6 +31,9 @@ class OptimizerHook:
         # Slots in one slice per replica, which build, update and saving go through
         # (comm.sharded_state).
         self.sharded = None
+        # Keras clips each replica's gradient before the all-reduce; True clips their sum
+        # instead, as one device clips its gradient (comm.clipping).
+        self.clips_sum = False
 
     def build(self, original, optimizer, variables):
         """Keras' `build`, then the accumulation's sums."""
@@ -45,11 +48,26 @@ class OptimizerHook:
         return self.accumulation.apply(original, grads, trainable_variables)
 
     def all_reduce(self, original, optimizer, grads_and_vars):
-        """The gradients summed over replicas: by `gradient_sum` or Keras, timed by the clock."""
+        """The gradients summed over replicas: by `gradient_sum` or Keras, timed by the clock,
+        then clipped when `clips_sum`."""
         summing = self.gradient_sum or functools.partial(original, optimizer)
         if self.wait_clock is None:
-            return summing(grads_and_vars)
-        return self.wait_clock.around(summing, grads_and_vars)
+            summed = summing(grads_and_vars)
+        else:
+            summed = self.wait_clock.around(summing, grads_and_vars)
+        if not self.clips_sum:
+            return summed
+        summed = list(summed)
+        clip = optimizer_hooks.keras_method("_clip_gradients")
+        grads = clip(optimizer, [g for g, _ in summed])
+        return [(g, v) for g, (_, v) in zip(grads, summed)]
+
+    def clip(self, original, optimizer, grads):
+        """Keras' clipping of each replica's gradients; none when `clips_sum` (the sum is
+        clipped in `all_reduce`, or slice by slice in `comm.sharded_state`)."""
+        if self.clips_sum:
+            return grads
+        return original(optimizer, grads)
 
 
 def hook_of(optimizer):

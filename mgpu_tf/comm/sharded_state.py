@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.comm import clipping
 from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
@@ -81,8 +82,9 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     flattened gradients (`comm.reduce_scatter`, in compression's dtype; with compression on
     one machine, sliced from the optimizer's all-reduce), updates that slice with the optimizer's own `update_step`, and
     the slices are all-gathered into the variables (over the tcp ring with
-    `transport="tcp"`). Clipping and weight decay stay the optimizer's own, on whole
-    variables. `save_own_variables` and `load_own_variables` read and write the unsharded
+    `transport="tcp"`). Weight decay stays the optimizer's own, on whole variables; clipping
+    acts on the summed gradient (`comm.clipping`), slice by slice with the norms summed over
+    them. `save_own_variables` and `load_own_variables` read and write the unsharded
     layout, so checkpoints do not depend on the option or the replica count.
 
     Args:
@@ -165,7 +167,7 @@ class _State:
                 np.zeros(self.layout.slice_size, self.dtype.as_numpy_dtype), trainable=False,
                 dtype=self.dtype.name, name="sharded_params", synchronization="on_read",
                 aggregation="sum")
-            # Its update_step alone runs: weight decay and clipping stay the optimizer's.
+            # Its update_step alone runs: weight decay and clipping act before, as the optimizer's.
             config = dict(optimizer.get_config(), name=f"{optimizer.name}_slices")
             self.shadow = _shadow_class(optimizer).from_config(config)
             self.slots = {}
@@ -226,6 +228,9 @@ class _State:
             summed = all_reduce(optimizer, list(zip(grads, trainable_variables)))
             grads = _in_order(order, [tf.convert_to_tensor(g) for g, _ in summed])
             gradient = layout.take(grads, replica, self.dtype)
+        if path != "all_reduce" and optimizer_step.hook_of(optimizer).clips_sum:
+            gradient = clipping.clip_slice(optimizer, gradient, layout, replica,
+                                           self._total(context, path))
         # The weights as weight decay left them, so each slice starts where Keras' would.
         self.params.assign(layout.take(variables, replica, self.dtype))
         self.shadow.update_step(gradient, self.params, learning_rate)
@@ -249,6 +254,20 @@ class _State:
         if optimizer_step.hook_of(self.optimizer).gradient_sum is not None:
             return "all_reduce"
         return "to_devices"
+
+    def _total(self, context, path):
+        """Sums a short 1-D tensor over the replicas, by the way the gradients' path goes."""
+        if path != "ring":
+            return lambda values: context.all_reduce(tf.distribute.ReduceOp.SUM, values)
+        connection = self._connection()
+
+        def total(values):
+            count = int(values.shape[0])
+            padding = -count % connection.ring.size  # whole chunks for each worker
+            padded = tf.concat([values, tf.zeros([padding], values.dtype)], 0)
+            return transport.ring_all_reduce(connection, padded, "clip_norms")[:count]
+
+        return total
 
     def _connection(self):
         return kind_lib.kind_of(self.strategy).connection

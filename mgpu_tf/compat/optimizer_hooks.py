@@ -10,13 +10,13 @@ import functools
 
 from mgpu_tf.compat import private
 
-__all__ = ["HOOK_ATTRIBUTE", "install", "installed"]
+__all__ = ["HOOK_ATTRIBUTE", "install", "installed", "keras_method"]
 
 # The attribute of an optimizer holding its hook object.
 HOOK_ATTRIBUTE = "_mgpu_tf_hook"
 
 _MARK = "_mgpu_tf_optimizer_hook"
-_HOOKED = ("build", "apply", "_all_reduce_sum_gradients")
+_HOOKED = ("build", "apply", "_all_reduce_sum_gradients", "_clip_gradients")
 
 
 def installed():
@@ -29,15 +29,25 @@ def installed():
 
 
 def install():
-    """Patches `build`, `apply` and `_all_reduce_sum_gradients`; again changes nothing."""
+    """Patches `build`, `apply`, `_all_reduce_sum_gradients` and `_clip_gradients`; again
+    changes nothing."""
     for name, hook in (("build", _build), ("apply", _apply),
-                       ("_all_reduce_sum_gradients", _all_reduce_sum_gradients)):
+                       ("_all_reduce_sum_gradients", _all_reduce_sum_gradients),
+                       ("_clip_gradients", _clip_gradients)):
         try:
             original = private.optimizer_class_method(name)
         except private.PrivateNameError:
             continue  # what needs it calls `private.require` first, and stops there
         if not getattr(original, _MARK, False):
             private.set_optimizer_class_method(name, _hooked(original, hook))
+
+
+def keras_method(name):
+    """Keras' own optimizer method `name` (of those patched here), beneath the patch."""
+    method = private.optimizer_class_method(name)
+    while getattr(method, _MARK, False):
+        method = method.__wrapped__
+    return method
 
 
 def _hooked(original, hook):
@@ -68,3 +78,10 @@ def _all_reduce_sum_gradients(original, optimizer, grads_and_vars):
     if hook is None:
         return original(optimizer, grads_and_vars)
     return hook.all_reduce(original, optimizer, grads_and_vars)
+
+
+def _clip_gradients(original, optimizer, grads):
+    hook = getattr(optimizer, HOOK_ATTRIBUTE, None)
+    if hook is None:
+        return original(optimizer, grads)
+    return hook.clip(original, optimizer, grads)

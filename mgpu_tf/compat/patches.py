@@ -18,8 +18,9 @@ PATCHES = (
         "steps_per_execution and jit_compile under tf.distribute strategies",
         keras_steps.apply_step_fixes, keras_steps.step_fixes_installed),
     ("optimizer",
-        "optimizer build, apply and all-reduce follow the optimizer's record "
-        "(gradient accumulation, compression, transport='tcp')",
+        "optimizer build, apply, all-reduce and clipping follow the optimizer's record "
+        "(gradient accumulation, compression, transport='tcp', clipping of the summed "
+        "gradient)",
         optimizer_hooks.install, optimizer_hooks.installed),
     ("metric_sums",
         "Keras 3.8-3.9's metrics count each step once under a strategy of several replicas",

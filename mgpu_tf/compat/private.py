@@ -22,6 +22,7 @@ __all__ = [
     "is_functional",
     "nested_layers",
     "optimizer_class_method",
+    "optimizer_type_method",
     "optimizer_variables",
     "reinitialize_variable",
     "require",
@@ -38,7 +39,9 @@ __all__ = [
 
 _OPTIMIZER_METHODS = ("build", "apply", "update_step", "add_variable_from_reference",
                       "save_own_variables", "load_own_variables", "_all_reduce_sum_gradients",
-                      "_backend_update_step")
+                      "_backend_update_step", "_clip_gradients")
+# The private methods Keras' TensorFlow optimizer class defines; the rest are its base's.
+_TF_OPTIMIZER_METHODS = ("_all_reduce_sum_gradients", "_backend_update_step")
 
 
 def require(obj, *names, argument="obj"):
@@ -175,8 +178,10 @@ def wrap_optimizer_method(optimizer, name, wrap):
     `apply_gradients` call them), `update_step` and `add_variable_from_reference`,
     `save_own_variables` and `load_own_variables` (Keras' saving calls them)
     (Keras 3.8-3.15), the private `TFOptimizer._all_reduce_sum_gradients`
-    (Keras 3.8-3.15), which sums `(gradient, variable)` pairs over replicas, and
-    `TFOptimizer._backend_update_step` (Keras 3.8-3.15), which sums and applies them.
+    (Keras 3.8-3.15), which sums `(gradient, variable)` pairs over replicas,
+    `TFOptimizer._backend_update_step` (Keras 3.8-3.15), which sums and applies them,
+    and `BaseOptimizer._clip_gradients` (Keras 3.8-3.15), which clips the gradients
+    before that sum (`clipnorm`, `global_clipnorm`, `clipvalue`).
 
     Args:
         optimizer: a Keras optimizer of the TensorFlow backend.
@@ -193,12 +198,16 @@ def wrap_optimizer_method(optimizer, name, wrap):
     if name not in _OPTIMIZER_METHODS:
         raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
                          f"Received: name={name!r}")
-    owner = "TFOptimizer" if name.startswith("_") else "BaseOptimizer"
-    original = method(optimizer, f"{owner}.{name}", f"optimizer={describe(optimizer)}")
+    original = method(optimizer, _known_name(name), f"optimizer={describe(optimizer)}")
     replacement = wrap(original)
     # object.__setattr__: Keras' optimizer would track the function as state.
     object.__setattr__(optimizer, name, replacement)
     return replacement
+
+
+def _known_name(name):
+    """The optimizer method `name` as `KNOWN` names it, with the class defining it."""
+    return f"{'TFOptimizer' if name in _TF_OPTIMIZER_METHODS else 'BaseOptimizer'}.{name}"
 
 
 def _optimizer_owner(name):
@@ -208,7 +217,7 @@ def _optimizer_owner(name):
     if name not in _OPTIMIZER_METHODS:
         raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
                          f"Received: name={name!r}")
-    known = f"{'TFOptimizer' if name.startswith('_') else 'BaseOptimizer'}.{name}"
+    known = _known_name(name)
     for owner in keras.optimizers.Optimizer.__mro__:
         if name in vars(owner):
             return owner, known
@@ -224,6 +233,15 @@ def optimizer_class_method(name):
     """
     owner, known = _optimizer_owner(name)
     return method(owner, known, "the Keras installation")
+
+
+def optimizer_type_method(optimizer, name):
+    """Returns the method `name` (as `wrap_optimizer_method` takes) that `optimizer`'s class
+    runs: `optimizer_class_method(name)` unless its class defines its own."""
+    if name not in _OPTIMIZER_METHODS:
+        raise ValueError(f"`name` must be one of {', '.join(_OPTIMIZER_METHODS)}. "
+                         f"Received: name={name!r}")
+    return method(type(optimizer), _known_name(name), f"optimizer={describe(optimizer)}")
 
 
 def set_optimizer_class_method(name, function):

@@ -90,6 +90,8 @@ KNOWN = {
     "BaseOptimizer.save_own_variables": _keras(_SHARDED),
     "BaseOptimizer.load_own_variables": _keras(_SHARDED),
     "TFOptimizer._backend_update_step": _keras(_SHARDED),
+    "BaseOptimizer._clip_gradients": _keras(
+        "Clipping under a strategy of several replicas acts on the gradient summed over them"),
     "TFOptimizer._all_reduce_sum_gradients": _keras(
         "Compression, the tcp transport and the all-reduce benchmarks replace the "
         "gradients' all-reduce"),

@@ -11,6 +11,7 @@ from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import batch_norm
+from mgpu_tf.comm import clipping
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
@@ -52,8 +53,9 @@ class OneDeviceKind(DefaultKind):
 
 
 class _DataParallelKind(StrategyKind):
-    """What the mirrored kinds share: upstream fixes, and communication options that
-    ready the optimizer of each model compiled under them (and its layers: sync_batch_norm)."""
+    """What the mirrored kinds share: upstream fixes, and communication options and clipping
+    of the summed gradient that ready the optimizer of each model compiled under them (and
+    its layers: sync_batch_norm)."""
 
     sums_in_optimizer = True
 
@@ -69,7 +71,7 @@ class _DataParallelKind(StrategyKind):
         chosen = communication.options_of(self.settings)
         if chosen:
             communication.install(optimizer, self.strategy, **chosen)
-        return optimizer
+        return clipping.clip_after_sum(optimizer)
 
     def prepare_model(self, model):
         if self.settings is not None and self.settings.sync_batch_norm:
