@@ -317,6 +317,16 @@ class AdaptiveShares:
         with self._cond:
             return {"schedule": {str(e): list(s) for e, s in self._schedule.items()}}
 
+    def start_at(self, epoch):
+        """A fit resumed at `epoch` without the backup's shares trains it on the start's.
+
+        No epoch before it runs in this fit to decide them, so no pipeline may wait for
+        that decision (it would wait `DECISION_TIMEOUT_SECONDS`).
+        """
+        with self._cond:
+            self._schedule.setdefault(int(epoch), self._schedule[min(self._schedule)])
+            self._cond.notify_all()
+
     def restore(self, state):
         """Takes back the shares of a backup, so a resumed epoch has the shares it had."""
         schedule = {int(e): tuple(float(v) for v in s)
