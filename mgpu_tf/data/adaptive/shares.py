@@ -318,13 +318,15 @@ class AdaptiveShares:
             return {"schedule": {str(e): list(s) for e, s in self._schedule.items()}}
 
     def start_at(self, epoch):
-        """A fit resumed at `epoch` without the backup's shares trains it on the start's.
+        """A fit resumed at `epoch` trains it on the latest shares known for it.
 
         No epoch before it runs in this fit to decide them, so no pipeline may wait for
-        that decision (it would wait `DECISION_TIMEOUT_SECONDS`).
+        that decision (it would wait `DECISION_TIMEOUT_SECONDS`). Shares a backup kept for
+        `epoch` stay; without them (another number of replicas), those the start had.
         """
+        epoch = int(epoch)
         with self._cond:
-            self._schedule.setdefault(int(epoch), self._schedule[min(self._schedule)])
+            self._schedule.setdefault(epoch, self.shares_for(epoch, wait=False))
             self._cond.notify_all()
 
     def restore(self, state):
