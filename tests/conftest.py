@@ -113,7 +113,7 @@ def pytest_runtest_teardown(item, nextitem):
 # suite time"). The longest go first, so that the two test processes end together on short
 # files; a file not listed counts as `_UNMEASURED_SECONDS`.
 _SECONDS = {
-    "test_snippets.py": 258, "test_elastic.py": 243, "test_logging.py": 240,
+    "test_snippets.py": 220, "test_elastic.py": 214, "test_logging.py": 240,
     "test_keras_steps.py": 163, "test_reliability.py": 149, "test_train.py": 141,
     "test_ray_elastic.py": 133, "test_notebooks.py": 113, "test_adaptive_shards.py": 113,
     "test_matrix.py": 97, "test_compression.py": 87, "test_deployment_docs.py": 85,

@@ -196,6 +196,21 @@ def test_an_older_backup_restores_its_schedule_exactly():
     assert shares.state() == {"schedule": {"0": [0.5, 0.5], "1": [0.590332, 0.409668]}}
 
 
+def test_a_resumed_epoch_is_decided_so_no_pipeline_waits_for_it():
+    # Driven shares make a pipeline wait for the epoch after the last decided; a resumed
+    # fit runs no epoch before its first to decide it.
+    fresh = adaptive.AdaptiveShares(12, 1, 3)
+    fresh.drive()
+    fresh.start_at(1)
+    assert fresh.decided(1) and fresh.shares_for(1) == (1 / 3, 1 / 3, 1 / 3)
+    restored = adaptive.AdaptiveShares(12, 1, 2)
+    restored.restore({"schedule": {"0": [0.5, 0.5], "1": [0.75, 0.25]}})
+    restored.drive()
+    restored.start_at(1)  # kept from the backup
+    restored.start_at(2)  # a backup taken before epoch 2 was decided: the latest shares
+    assert [restored.shares_for(e) for e in (1, 2)] == [(0.75, 0.25), (0.75, 0.25)]
+
+
 # ------------------------------------------------------------- a real run, mirrored
 
 

@@ -123,6 +123,8 @@ class BackupAndRestore(DataOrder):
         if self._same_world(metadata):
             for state, live in zip(metadata.get("adaptive", []), _adaptive_shares(self.model)):
                 live.restore(state)
+        for live in _adaptive_shares(self.model):
+            live.start_at(metadata["epoch"])
         self._position().resume_at(metadata["epoch"], metadata["steps_done"])
         private_callbacks.set_initial_epoch(self.model, metadata["epoch"])
 

@@ -317,6 +317,18 @@ class AdaptiveShares:
         with self._cond:
             return {"schedule": {str(e): list(s) for e, s in self._schedule.items()}}
 
+    def start_at(self, epoch):
+        """A fit resumed at `epoch` trains it on the latest shares known for it.
+
+        No epoch before it runs in this fit to decide them, so no pipeline may wait for
+        that decision (it would wait `DECISION_TIMEOUT_SECONDS`). Shares a backup kept for
+        `epoch` stay; without them (another number of replicas), those the start had.
+        """
+        epoch = int(epoch)
+        with self._cond:
+            self._schedule.setdefault(epoch, self.shares_for(epoch, wait=False))
+            self._cond.notify_all()
+
     def restore(self, state):
         """Takes back the shares of a backup, so a resumed epoch has the shares it had."""
         schedule = {int(e): tuple(float(v) for v in s)
