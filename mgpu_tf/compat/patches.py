@@ -4,7 +4,7 @@ Design: docs/design.md#state-on-objects
 """
 
 from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_sums,
-                            multi_worker, optimizer_hooks, shuffle_hook)
+                            multi_worker, optimizer_hooks, replica_seeds, shuffle_hook)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -40,10 +40,14 @@ PATCHES = (
         "optimizers make their variables outside the traced step of a custom training loop "
         "(keras-team/keras#23085)",
         custom_loop.apply_custom_loop_fix, custom_loop.installed),
+    ("replica_seeds",
+        "each replica draws its own random numbers (Dropout masks): Keras' seeds are folded "
+        "with the replica's id, where every replica drew the same",
+        replica_seeds.apply_replica_seed_fix, replica_seeds.installed),
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
-REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums")
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "replica_seeds")
 
 
 def install(*names):
