@@ -7,6 +7,7 @@ optimizer update every k steps.
 """
 
 import json
+import re
 
 import keras
 import numpy as np
@@ -54,6 +55,17 @@ def test_steps_per_sync_must_be_an_integer(value):
         mgpu_tf.make_strategy("mirrored", devices=2, steps_per_sync=value)
 
 
+def test_compile_refuses_keras_own_accumulation_under_mirrored():
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = mw_equivalence.build_model(None)
+        with pytest.raises(ValueError, match=re.escape(
+                "gradient_accumulation_steps=2 is refused under strategy 'mirrored': Keras' "
+                "accumulation updates in a `tf.cond` in replica context")):
+            model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+                          loss="mse")
+
+
 def test_steps_per_sync_does_not_apply_to_default():
     with pytest.raises(ValueError, match="`steps_per_sync` does not apply to strategy 'default'"):
         mgpu_tf.make_strategy("default", steps_per_sync=2)
@@ -65,8 +77,8 @@ def test_keras_own_accumulation_still_fails_under_mirrored(problem):
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
         model = mw_equivalence.build_model(weights)
-        model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
-                      loss="mse")
+    # Set after compile, which refuses it (comm/combinations.py), so that Keras' own runs.
+    model.optimizer.gradient_accumulation_steps = 2
     with pytest.raises(Exception, match="merge_call"):
         model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False,
                   verbose=0)

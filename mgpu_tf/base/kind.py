@@ -143,8 +143,10 @@ class StrategyKind:
         """Its data sets' adaptive shares, oldest first: what a `TrainingMonitor` steers."""
         return list(self._adaptive)
 
-    def prepare_fit(self, data, callbacks):
-        """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it."""
+    def prepare_fit(self, data, callbacks, **fit):
+        """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it;
+        a kind refuses here what it cannot fit (`fit`: `fit`'s `model`, `class_weight` and
+        `validation_data`)."""
         for shares in self.adaptive_shares():
             shares.check_fit(data, callbacks)
 

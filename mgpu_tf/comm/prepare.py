@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import combinations
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm import sharded_state
 from mgpu_tf.comm import transport as transport_lib
@@ -91,6 +92,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if record.communication is not None:
         return optimizer
     compression = check_compression(compression)
+    combinations.refuse(kind_lib.kind_of(strategy).name, steps_per_sync=steps_per_sync,
+                        shard_optimizer_state=shard_optimizer_state,
+                        **combinations.optimizer_levels(optimizer))
     if shard_optimizer_state:
         sharded_state.check_optimizer(optimizer)  # before the tcp ring connects
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.comm import clipping
+from mgpu_tf.comm import combinations
 from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
@@ -27,11 +28,13 @@ __all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded", "slot_variab
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Lion")
 
 
-def check_optimizer(optimizer):
+def check_optimizer(optimizer, strategy="mirrored"):
     """Raises `ValueError` for an optimizer whose state cannot be cut into slices.
 
     Args:
         optimizer: the innermost Keras optimizer (not a `LossScaleOptimizer`).
+        strategy: the strategy's name, for the refusals of `comm.combinations`. Defaults
+            to `"mirrored"`.
     """
     name = type(optimizer).__name__
     allowed = {getattr(keras.optimizers, n) for n in ELEMENTWISE}
@@ -42,13 +45,8 @@ def check_optimizer(optimizer):
             "Adafactor, Muon) or a class of its own may read the whole variable. "
             f"Received: optimizer={name}. Use one of {', '.join(ELEMENTWISE)}, or drop "
             "shard_optimizer_state.")
-    if optimizer.gradient_accumulation_steps or optimizer.use_ema:
-        raise ValueError(
-            "shard_optimizer_state does not shard the optimizer's gradient accumulators or "
-            "moving averages, which would keep a whole copy on every replica. Received: "
-            f"gradient_accumulation_steps={optimizer.gradient_accumulation_steps}, "
-            f"use_ema={optimizer.use_ema}. Use steps_per_sync for accumulation, or drop "
-            "shard_optimizer_state.")
+    combinations.refuse(strategy, shard_optimizer_state=True,
+                        **combinations.optimizer_levels(optimizer))
 
 
 def is_sharded(optimizer):

@@ -34,7 +34,9 @@ def install():
     def fit(model, *args, **kwargs):
         arguments = signature.bind_partial(model, *args, **kwargs).arguments
         kind = kind_lib.kind_of(model.distribute_strategy)
-        kind.prepare_fit(arguments.get("x"), arguments.get("callbacks"))
+        kind.prepare_fit(arguments.get("x"), arguments.get("callbacks"), model=model,
+                         class_weight=arguments.get("class_weight"),
+                         validation_data=arguments.get("validation_data"))
         try:
             return original(model, *args, **kwargs)
         finally:

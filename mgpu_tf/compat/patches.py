@@ -4,7 +4,8 @@ Design: docs/design.md#state-on-objects
 """
 
 from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_sums,
-                            multi_worker, optimizer_hooks, shuffle_hook, step_loss)
+                            multi_worker, optimizer_hooks, replica_seeds, shuffle_hook,
+                            step_loss)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -45,10 +46,15 @@ PATCHES = (
         "a model's own train_step or test_step logs the loss compute_loss gave it as on one "
         "device, not divided by the replicas",
         step_loss.install, step_loss.installed),
+    ("replica_seeds",
+        "each replica draws its own random numbers (Dropout masks): Keras' seeds are folded "
+        "with the replica's id, where every replica drew the same",
+        replica_seeds.apply_replica_seed_fix, replica_seeds.installed),
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
-REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "step_loss")
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "step_loss",
+                 "replica_seeds")
 
 
 def install(*names):

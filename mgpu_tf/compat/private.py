@@ -25,11 +25,13 @@ __all__ = [
     "optimizer_type_method",
     "optimizer_variables",
     "reinitialize_variable",
+    "random_seed_cast",
     "require",
     "sequential_graph",
     "set_collective_key_base",
     "set_optimizer_class_method",
     "set_optional_spec",
+    "set_random_seed_cast",
     "set_variable_method",
     "variable_index",
     "variable_method",
@@ -261,6 +263,30 @@ def dataset_inputs(dataset):
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
+
+
+_SEED_CAST = "keras.src.backend.tensorflow.random._cast_seed"
+
+
+def random_seed_cast():
+    """The function through which Keras' TensorFlow backend turns every seed into an op's.
+
+    `keras.src.backend.tensorflow.random._cast_seed` (Keras 3.8-3.15).
+    """
+    check(_SEED_CAST)
+    try:
+        from keras.src.backend.tensorflow import random
+
+        return random._cast_seed
+    except (ImportError, AttributeError):
+        raise missing(_SEED_CAST, "the Keras installation") from None
+
+
+def set_random_seed_cast(function):
+    """Puts `function` in place of `random_seed_cast()`, which Keras' random ops look up."""
+    from keras.src.backend.tensorflow import random
+
+    random._cast_seed = function
 
 
 def global_shuffle(dataset, seed):

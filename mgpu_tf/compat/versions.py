@@ -123,6 +123,8 @@ KNOWN = {
         "fit leaves out its shuffle warning for data sets from shard_dataset"),
     "keras.src.trainers.data_adapters.is_tf_dataset": _keras(
         "fit takes data sets from distribute_datasets_from_function on Keras 3.8"),
+    "keras.src.backend.tensorflow.random._cast_seed": _keras(
+        "Each replica of a strategy draws its own random numbers (Dropout masks)"),
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
     "Trainer._compute_loss": _keras(_TRAIN_STEP),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),

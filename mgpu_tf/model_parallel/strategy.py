@@ -10,6 +10,7 @@ import tensorflow as tf
 from mgpu_tf.base import devices as devices_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.kind import OnePipelineKind
+from mgpu_tf.comm import combinations
 from mgpu_tf.comm import options as _comm  # noqa: F401 - the table lists them before these
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import microbatch
@@ -93,6 +94,12 @@ class ModelParallelKind(OnePipelineKind):
 
     def prepare_model(self, model):
         return self.strategy.prepare_model(model)
+
+    def prepare_fit(self, data, callbacks, **fit):
+        if fit.get("model") is not None:
+            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"),
+                                   callbacks=callbacks)
+        super().prepare_fit(data, callbacks, **fit)
 
 
 def _build(settings):

@@ -12,19 +12,35 @@ from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import batch_norm
 from mgpu_tf.comm import clipping
+from mgpu_tf.comm import combinations
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 from mgpu_tf.strategies import builtin
 
-__all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "TPUKind",
-           "kind_of"]
+__all__ = ["check_fit", "DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind",
+           "TPUKind", "kind_of"]
+
+
+def check_fit(kind, data, callbacks, fit):
+    """Refuses, before `fit`'s first step, what `comm.combinations` declares refused; `fit`
+    holds `fit`'s `class_weight`, `validation_data` and `model`."""
+    if fit.get("model") is not None:
+        combinations.check_fit(
+            kind.name, fit["model"], class_weight=fit.get("class_weight"),
+            distributed=isinstance(data, tf.distribute.DistributedDataset),
+            callbacks=callbacks, validation_distributed=isinstance(
+                fit.get("validation_data"), tf.distribute.DistributedDataset))
 
 
 class DefaultKind(OnePipelineKind):
     """TensorFlow's default strategy: one replica, one input pipeline."""
 
     name = "default"
+
+    def prepare_fit(self, data, callbacks, **fit):
+        check_fit(self, data, callbacks, fit)
+        super().prepare_fit(data, callbacks, **fit)
 
     @property
     def worker_devices(self):
@@ -67,7 +83,15 @@ class _DataParallelKind(StrategyKind):
     def check_epoch(self, steps, global_batch_size):
         accumulation.check_epoch(self.settings, steps, global_batch_size)
 
+    def prepare_fit(self, data, callbacks, **fit):
+        check_fit(self, data, callbacks, fit)
+        super().prepare_fit(data, callbacks, **fit)
+
     def prepare_optimizer(self, optimizer):
+        toolkit = {} if self.settings is None else {
+            "shard_optimizer_state": self.settings.shard_optimizer_state,
+            "steps_per_sync": self.settings.steps_per_sync}
+        combinations.refuse(self.name, **toolkit, **combinations.optimizer_levels(optimizer))
         chosen = communication.options_of(self.settings)
         if chosen:
             communication.install(optimizer, self.strategy, **chosen)

@@ -9,10 +9,10 @@ that computation instead of one machine's observed noise:
   sqrt(n) * u` of the exact sum, relative to the sum of the terms' magnitudes, with
   probability at least `1 - 2 exp(-lambda**2 / 2)` when rounding errors are independent
   and of mean zero (Higham and Mary, "A New Approach to Probabilistic Rounding Error
-  Analysis", SIAM J. Sci. Comput. 41(5), 2019); `u` is the unit roundoff, 2**-24 for
-  float32 and 2**-53 for float64. `lambda = 5` makes that 1 - 7.5e-6 per sum. The
-  worst case, `n * u`, is reached only by errors that all round one way, and would
-  let a 1% learning-rate error pass in a long run.
+  Analysis", SIAM J. Sci. Comput. 41(5), 2019); `u` is the unit roundoff, 2**-11 for
+  float16, 2**-24 for float32 and 2**-53 for float64. `lambda = 5` makes that
+  1 - 7.5e-6 per sum. The worst case, `n * u`, is reached only by errors that all round
+  one way, and would let a 1% learning-rate error pass in a long run.
 - A weight's gradient is a chain of such sums: over the widths its activations and
   back-propagated errors pass through, and over the batch. `terms` is their total
   length.
@@ -32,7 +32,7 @@ import math
 
 __all__ = ["UNIT_ROUNDOFF", "CONFIDENCE", "training", "rejects"]
 
-UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
+UNIT_ROUNDOFF = {"float16": 2.0 ** -11, "float32": 2.0 ** -24, "float64": 2.0 ** -53}
 
 CONFIDENCE = 5.0  # lambda above
 
