@@ -34,11 +34,12 @@ def install():
     def fit(model, *args, **kwargs):
         arguments = signature.bind_partial(model, *args, **kwargs).arguments
         kind = kind_lib.kind_of(model.distribute_strategy)
-        kind.prepare_fit(arguments.get("x"), arguments.get("callbacks"))
+        data = arguments.get("x")
+        kind.prepare_fit(data, arguments.get("callbacks"), model.steps_per_execution)
         try:
             return original(model, *args, **kwargs)
         finally:
-            kind.finish_fit()
+            kind.finish_fit(data)
 
     setattr(fit, _MARK, True)
     private_trainer.set_trainer_function("TensorFlowTrainer.fit", fit)

@@ -337,5 +337,6 @@ def distribute(request, plan):
             lambda replica: _replica_dataset(request, plan, 0, replica, epochs, endless),
             lambda worker: _worker_dataset(request, plan, worker, epochs, endless))
 
-    epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True))
+    epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True),
+                                plan.steps)
     return epochs.attach(make(endless=False))
