@@ -143,17 +143,25 @@ class StrategyKind:
         """Its data sets' adaptive shares, oldest first: what a `TrainingMonitor` steers."""
         return list(self._adaptive)
 
-    def prepare_fit(self, data, callbacks, **fit):
+    def prepare_fit(self, data, callbacks, steps_per_execution=1, **fit):
         """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it;
-        a kind refuses here what it cannot fit (`fit`: `fit`'s `model`, `class_weight` and
-        `validation_data`)."""
+        a data set of `shard_dataset` learns that this fit trains from it, reading
+        `steps_per_execution` steps per call (`mgpu_tf.data.stream`); a kind refuses here
+        what it cannot fit (`fit`: `fit`'s `model`, `class_weight` and `validation_data`)."""
         for shares in self.adaptive_shares():
             shares.check_fit(data, callbacks)
+        stream = getattr(type(data), "epoch_stream", None)
+        if stream is not None:
+            stream.train(steps_per_execution)
 
-    def finish_fit(self):
-        """`fit` ended or failed: nothing decides shares any more, and no pipeline waits."""
+    def finish_fit(self, data=None):
+        """`fit` ended or failed: nothing decides shares any more, no pipeline waits, and
+        no fit trains from `data`."""
         for shares in self.adaptive_shares():
             shares.release()
+        stream = getattr(type(data), "epoch_stream", None)
+        if stream is not None:
+            stream.train(None)
 
     def __repr__(self):
         return f"{type(self).__name__}(name={self.name!r}, strategy={self.strategy!r})"

@@ -34,13 +34,15 @@ def install():
     def fit(model, *args, **kwargs):
         arguments = signature.bind_partial(model, *args, **kwargs).arguments
         kind = kind_lib.kind_of(model.distribute_strategy)
-        kind.prepare_fit(arguments.get("x"), arguments.get("callbacks"), model=model,
-                         class_weight=arguments.get("class_weight"),
+        data = arguments.get("x")
+        kind.prepare_fit(data, arguments.get("callbacks"),
+                         steps_per_execution=model.steps_per_execution,
+                         model=model, class_weight=arguments.get("class_weight"),
                          validation_data=arguments.get("validation_data"))
         try:
             return original(model, *args, **kwargs)
         finally:
-            kind.finish_fit()
+            kind.finish_fit(data)
 
     setattr(fit, _MARK, True)
     private_trainer.set_trainer_function("TensorFlowTrainer.fit", fit)

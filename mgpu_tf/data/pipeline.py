@@ -86,10 +86,18 @@ def _worker_examples(request, plan, worker, parse, epoch):
     return _global_examples(request, plan, parse, epoch)
 
 
-def _empty_batch(spec):
-    """A batch of no examples, for a data set of examples of `spec`."""
-    return tf.nest.map_structure(
-        lambda s: tf.zeros([0] + [d if d is not None else 0 for d in s.shape], s.dtype), spec)
+def _one_empty_batch(spec):
+    """A data set of one batch of no examples, for a data set of examples of `spec`.
+
+    Its batch size is unknown to shape inference, as a batch of examples' is: a replica
+    whose every step is empty gives batches of the spec its peers give.
+    """
+    def empty(rows):
+        return tf.nest.map_structure(
+            lambda s: tf.zeros(tf.stack([rows] + [d if d is not None else 0 for d in s.shape]),
+                               s.dtype), spec)
+
+    return tf.data.Dataset.from_tensors(np.int64(0)).map(empty)
 
 
 def _keep(batch, positions):
@@ -180,7 +188,7 @@ def _weigh(request, plan, step, batch):
 def _padded(request, plan, batches, filled):
     """Pads `filled` non-empty batches with empty ones to `plan.steps`, and weighs them."""
     if filled < plan.steps:
-        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        empty = _one_empty_batch(request.spec)
         batches = batches.take(filled).concatenate(empty.repeat(plan.steps - filled))
     if _corrects(request, plan):
         batches = batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
@@ -260,8 +268,8 @@ def _adaptive_epoch(request, plan, worker, replicas, epoch):
                                tf.int64, stateful=False)
     strided = _strided_batches(request, plan, epoch, stride, tf.size(mine[0], tf.int64))
     # A last block too short to reach this replica's first slot still makes a step.
-    strided = strided.concatenate(tf.data.Dataset.from_tensors(
-        _empty_batch(request.spec)).repeat()).take(blocks.cardinality())
+    strided = strided.concatenate(
+        _one_empty_batch(request.spec).repeat()).take(blocks.cardinality())
     batches = tf.data.Dataset.choose_from_datasets(
         [cut, strided], tf.data.Dataset.from_tensors(tf.cast(stride[0] >= 0, tf.int64)).repeat())
     return batches.enumerate().map(lambda step, batch: _weigh(request, plan, step, batch),
@@ -274,7 +282,7 @@ def _replica_epoch(request, plan, worker, replica, epoch):
         return _adaptive_epoch(request, plan, worker, [replica], epoch)
     share = plan.shares[worker * plan.replicas_per_worker + replica]
     batches = _replica_batches(request, plan, worker, replica, epoch) if share.batches else (
-        tf.data.Dataset.from_tensors(_empty_batch(request.spec)).take(0))
+        _one_empty_batch(request.spec).take(0))
     return _padded(request, plan, batches.take(share.batches), share.batches)
 
 
@@ -294,7 +302,7 @@ def _worker_epoch(request, plan, worker, epoch):
               for r in range(plan.replicas_per_worker))
     batches = _worker_batches(request, plan, worker, True, epoch)
     if own < plan.steps:
-        empty = tf.data.Dataset.from_tensors(_empty_batch(request.spec))
+        empty = _one_empty_batch(request.spec)
         batches = batches.take(own).concatenate(empty.repeat(plan.steps - own))
 
     pattern = split.smooth_pattern(tuple(plan.local_sizes(worker)))
@@ -329,5 +337,6 @@ def distribute(request, plan):
             lambda replica: _replica_dataset(request, plan, 0, replica, epochs, endless),
             lambda worker: _worker_dataset(request, plan, worker, epochs, endless))
 
-    epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True))
+    epochs = stream.EpochStream(order.position_of(strategy), lambda: make(endless=True),
+                                plan.steps)
     return epochs.attach(make(endless=False))

@@ -2,8 +2,9 @@
 
 Keras makes a new iterator at every epoch's start (and a spare at its end), and a new iterator
 of a sharded data set is slow to give its first batch. While a callback drives the data's
-position and knows the fit's epochs, `EpochStream` hands Keras one iterator of a stream of
-epochs, each read from the position as the one before ends, prefetched while it trains.
+position and knows the fit's epochs, `EpochStream` hands the fit that trains from the data
+set one iterator of a stream of epochs, each read from the position as the one before ends,
+prefetched while it trains.
 
 Design: docs/design.md#epoch-boundaries
 """
@@ -22,15 +23,18 @@ class EpochStream:
         position: the `Position` the data set's pipelines read.
         make_stream: a function returning the data set (what `fit` takes) whose epochs
             follow one another without end, read from `reader(..., stream=True)` readers.
+        steps: the steps of one epoch.
     """
 
-    def __init__(self, position, make_stream):
+    def __init__(self, position, make_stream, steps):
         self.position = position
+        self.steps = steps
         self.streams_made = 0  # fits that trained from one stream of epochs
         self._make_stream = make_stream
         self._lock = threading.Lock()
         self._stream = None  # (the fit it serves, its data set, its iterator)
         self._iterate = None
+        self._executions = None  # steps per execution of the fit that trains from it
 
     def reader(self, shuffled, stream=False):
         """A new pipeline's `Reader` of the position (of a stream of epochs, `stream`)."""
@@ -50,21 +54,40 @@ class EpochStream:
         dataset.__class__ = Streamed
         return dataset
 
+    def train(self, steps_per_execution):
+        """A `fit` starts training from the data set, running `steps_per_execution` steps
+        per call; `None`: no fit trains from it any more."""
+        with self._lock:
+            self._executions = steps_per_execution
+
     def current(self):
         """The iterator of the latest fit's stream, or `None`."""
         with self._lock:
             return self._stream and self._stream[2]
 
     def iterator(self, dataset):
-        """The stream's iterator inside a fit that a callback drives with its epoch count;
+        """The stream's iterator inside a fit that trains from `dataset` and that a callback
+        drives with its epoch count, when each of its calls ends with an epoch or inside one;
         else a new iterator of `dataset`, which gives one epoch."""
         driven = self.position.driven()
         if driven is None or self.position.epochs_left() is None:
             return self._iterate(dataset)
         run = driven[2]
         with self._lock:
-            if self._stream is None or self._stream[0] != run:
-                stream = self._make_stream()
-                self._stream = (run, stream, iter(stream))
-                self.streams_made += 1
-            return self._stream[2]
+            if self._reads_whole_epochs(driven[1]):
+                if self._stream is None or self._stream[0] != run:
+                    stream = self._make_stream()
+                    self._stream = (run, stream, iter(stream))
+                    self.streams_made += 1
+                return self._stream[2]
+        return self._iterate(dataset)
+
+    def _reads_whole_epochs(self, skip):
+        """Whether the fit's reads end where epochs end (after `skip` steps of a resumed
+        epoch): a stream's epochs follow one another in one iterator, and only its end stops
+        a read. Evaluation reads a batch more for Keras' symbolic build of the model, and
+        an execution of several steps reads on into the next epoch when they do not divide
+        the epoch's steps."""
+        executions = self._executions
+        return (executions is not None and self.steps % executions == 0
+                and skip % executions == 0)

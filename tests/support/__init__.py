@@ -10,8 +10,9 @@ their own `from support import ...` works too: `conftest.py` puts `tests/` on
 Helpers: `workers` (start processes; the cluster variables the session keeps clean),
 `main_job` (the `done:` line of `python -m mgpu_tf.train`), `compare` (trained
 weights against a reference), `models` (small Keras models), `sharding_problem`,
-`matrix_namespace`, `planner_models`, `combinations` (the cells of the combination matrix)
-and `combinations_run` (training one cell, and its one-device reference).
+`validation_problem` (a fit validated on `shard_dataset` data, and its one-device
+reference), `matrix_namespace`, `planner_models`, `combinations` (the cells of the
+combination matrix) and `combinations_run` (training one cell, and its one-device reference).
 Scripts: `mw_*` (multi-worker; `mw_combinations` trains the matrix's multi-worker cells),
 `sharding_worker`, `calibrate_job`, `steps_job`, `planner_memory`, `planner_step_time`,
 `ray_recipe` (a Ray Train script on a local Ray).
