@@ -157,3 +157,42 @@ def test_two_workers_synchronized_train_as_one_device_on_the_global_batch(two_wo
     reference = _fit(tf.distribute.get_strategy())
     assert compare.relative_difference(compare.saved_weights(out / "synchronized.npz"),
                                        reference.get_weights()) <= _TRAINING_BOUND
+
+
+class _Halves(keras.Model):
+    """The problem's layers, its BatchNormalization applied to each half of the batch on its
+    own: what two replicas of Keras' default layer compute, on one device."""
+
+    def __init__(self, base):
+        super().__init__(name="halves")
+        self.d0, self.bn, self.d1 = (base.get_layer(n) for n in ("d0", "bn", "d1"))
+
+    def call(self, x, training=False):
+        h = self.d0(x)
+        half = problem.GLOBAL_BATCH // 2
+        parts = [self.bn(h[:half], training=training), self.bn(h[half:], training=training)]
+        return self.d1(keras.ops.concatenate(parts, axis=0))
+
+
+def _per_replica_reference():
+    x, y = problem.data()
+    model = _Halves(problem.build())
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    model.fit(_batches(x, y), epochs=problem.EPOCHS, shuffle=False, verbose=0)
+    return model
+
+
+def test_keras_default_batch_norm_normalises_each_replica_and_says_so(caplog):
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with caplog.at_level("WARNING", logger="mgpu_tf"):
+        model = _fit(strategy)
+    said = [r.getMessage() for r in caplog.records if "sync_batch_norm=True" in r.getMessage()]
+    assert len(said) == 1 and "(bn) over 2 replicas" in said[0], said
+    reference = _per_replica_reference()
+    trained = [v.numpy() for v in model.trainable_weights]
+    expected = [v.numpy() for v in reference.trainable_weights]
+    assert compare.relative_difference(trained, expected) <= _TRAINING_BOUND
+    # The global batch's statistics (one device) are another training.
+    whole = _fit(tf.distribute.get_strategy())
+    assert compare.relative_difference(
+        trained, [v.numpy() for v in whole.trainable_weights]) > 100 * _TRAINING_BOUND

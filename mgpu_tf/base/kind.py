@@ -147,7 +147,7 @@ class StrategyKind:
         """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it;
         a data set of `shard_dataset` learns that this fit trains from it, reading
         `steps_per_execution` steps per call (`mgpu_tf.data.stream`); a kind refuses here
-        what it cannot fit (`fit`: `fit`'s `model`, `class_weight` and `validation_data`)."""
+        what it cannot fit (`fit`: `fit`'s `model` and `class_weight`)."""
         for shares in self.adaptive_shares():
             shares.check_fit(data, callbacks)
         stream = getattr(type(data), "epoch_stream", None)

@@ -3,20 +3,26 @@
 Design: docs/design.md#batch-normalisation-statistics
 """
 
+import logging
+
 import keras
 
+from mgpu_tf.comm import combinations
 from mgpu_tf.compat import private
 
-__all__ = ["synchronize"]
+__all__ = ["synchronize", "per_replica_layers", "note_per_replica"]
+
+logger = logging.getLogger("mgpu_tf")
+# The mark of a model already told about: a warning once per model.
+_NOTED = "_mgpu_tf_batch_norm_noted"
 
 
 def synchronize(model):
     """Makes `model`'s BatchNormalization layers normalise with the global batch; returns it.
 
-    Sets Keras' own `synchronized=True` on each layer (tf_keras' `SyncBatchNormalization`):
-    in each training step the layer all-reduces its batch's sums over every replica of
-    every worker, so that a step is the one-device step of the whole global batch, and the
-    moving statistics move alike on every replica. Call it before the first `fit`.
+    Sets Keras' own `synchronized=True` on each (tf_keras' `SyncBatchNormalization`): each
+    step all-reduces the batch's sums over every replica, as one device's step of the global
+    batch. Call it before the first `fit`.
 
     Example:
 
@@ -37,3 +43,21 @@ def synchronize(model):
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.synchronized = True
     return model
+
+
+def per_replica_layers(model):
+    """`model`'s trainable BatchNormalization layers' names that normalise per replica."""
+    return [layer.name for layer in private.nested_layers(model)
+            if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
+            and not layer.synchronized]
+
+
+def note_per_replica(model, replicas):
+    """Warns once per model of `combinations.PER_REPLICA_BATCH_NORM` over `replicas`."""
+    names = per_replica_layers(model) if replicas > 1 else []
+    if not names or getattr(model, _NOTED, False):
+        return
+    object.__setattr__(model, _NOTED, True)  # past Keras' attribute tracking
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    logger.warning("mgpu_tf: %d BatchNormalization layer(s) (%s) over %d replicas: %s.",
+                   len(names), shown, replicas, combinations.PER_REPLICA_BATCH_NORM.reason)

@@ -15,7 +15,7 @@ from mgpu_tf.base.choice import Choice
 from mgpu_tf.comm import options as _communication  # noqa: F401 - declares the toolkit options
 
 __all__ = ["Outcome", "Rule", "FACTORS", "PLAIN", "RULES", "TOOLKIT_OPTIONS", "check_fit",
-           "deciding_rule", "level_of", "optimizer_levels", "outcome", "reason", "refuse",
+           "PER_REPLICA_BATCH_NORM", "deciding_rule", "level_of", "optimizer_levels", "outcome", "reason", "refuse",
            "table", "write_table"]
 
 
@@ -25,6 +25,7 @@ class Outcome(Choice):
     MATCHES = "matches one device"
     ROUNDING = "matches to the rounding of a lower precision"
     RANDOM = "random: same distribution, not the same draws"
+    PER_REPLICA = "normalises each replica's rows with their own statistics"
     REFUSED = "refused"
 
 
@@ -90,28 +91,15 @@ def optimizer_levels(optimizer):
             "loss_scale_factor": level_of("loss_scale_factor", optimizer.loss_scale_factor)}
 
 
-def check_fit(strategy, model, *, class_weight=None, distributed=False, callbacks=(),
-              validation_distributed=False):
-    """Raises `ValueError` when `fit` of `model` under `strategy` (a level of the strategy
-    factor, or another kind's name) is a refused combination.
-
-    Args:
-        strategy: the strategy kind's name.
-        model: the compiled Keras model `fit` trains.
-        class_weight: `fit`'s `class_weight`.
-        distributed: True when `fit`'s data is a distributed data set.
-        callbacks: `fit`'s callbacks.
-        validation_distributed: True when `fit`'s validation data is a distributed data set.
-    """
+def check_fit(strategy, model, *, class_weight=None, distributed=False):
+    """Raises `ValueError` when `fit` of the compiled `model` under `strategy` (a kind's
+    name) is a refused combination: with `fit`'s `class_weight`, and `distributed` True for
+    a distributed data set."""
     from mgpu_tf.compat import private
 
     levels = {} if model.optimizer is None else optimizer_levels(model.optimizer)
     if class_weight is not None and distributed:
         refuse(strategy, data="class_weight", **levels)
-    ordered = [c for c in callbacks or ()
-               if any(k.__name__ == "DataOrder" for k in type(c).__mro__)]
-    if validation_distributed and ordered:
-        refuse(strategy, data="validation", callback=type(ordered[0]).__name__, **levels)
     for layer in private.nested_layers(model):
         kind = type(layer).__name__
         if kind == "Embedding":
@@ -134,11 +122,6 @@ RULES = (
          "synchronized BatchNormalization all-reduces the batch's statistics in the forward "
          "pass, which XLA compiles per replica, where no all-reduce can run; compile with "
          "jit_compile=False"),
-    Rule({"data": ("validation",), "callback": ("DataOrder", "BackupAndRestore"),
-          "strategy": _DATA_PARALLEL}, Outcome.REFUSED,
-         "validation data from `shard_dataset` follows the training's data position that "
-         "the callback drives, and its loss is not one device's (1.6% off in a 2-step "
-         "test); validate with `evaluate` after `fit`, or pass the validation data as arrays"),
     Rule({"layer": ("batch_norm",), "strategy": ("model_parallel",)}, Outcome.REFUSED,
          "BatchNormalization normalises over the whole batch, micro-batches over their own "
          "rows: `ModelParallel` asks for `deferred_batch_norm=True` (GPipe's semantics)"),
@@ -165,6 +148,16 @@ RULES = (
          "each replica (or micro-batch) draws its own mask for its rows, where one device "
          "draws one mask for the whole batch: the same distribution, other draws"),
 )
+
+
+# What holds outside the matrix's levels, each with a named test of its own (its `when`
+# names a level no factor has): a BatchNormalization layer as Keras makes it.
+PER_REPLICA_BATCH_NORM = Rule(
+    {"layer": ("batch_norm_per_replica",), "strategy": _DATA_PARALLEL}, Outcome.PER_REPLICA,
+    "Keras' `BatchNormalization()` (synchronized=False) normalises each replica's rows with "
+    "their own mean and variance, as under `tf.distribute` without the toolkit; the moving "
+    "statistics are averaged over replicas after each step. `make_strategy(..., "
+    "sync_batch_norm=True)` normalises with the global batch's, as one device")
 
 
 def _applies(option, strategy):
@@ -209,17 +202,11 @@ def reason(cell):
 
 
 def refuse(strategy, **levels):
-    """Raises `ValueError` when the declarations refuse `levels` under `strategy`.
+    """Raises `ValueError`, naming the combination and why, when the declarations refuse
+    `levels` (factor to level) under `strategy` (a level of the `strategy` factor).
 
-    The product's refusals call it where they can see the combination (`compile`, through
-    the strategy kind's `prepare_optimizer`), so they say what the table says.
-
-    Args:
-        strategy: a level of the `strategy` factor.
-        **levels: other factors' levels.
-
-    Raises:
-        ValueError: naming the combination and why it is refused.
+    The product's refusals call it where they see the combination (`compile`, through the
+    strategy kind's `prepare_optimizer`), so they say what the table says.
     """
     cell = {name: level_of(name, value) for name, value in levels.items()}
     cell["strategy"] = strategy
@@ -237,6 +224,8 @@ _SHOWN = {"batch_norm": "`BatchNormalization(synchronized=True)`", "dropout": "`
 
 
 def _condition(name, level):
+    if (name, level) == ("layer", "batch_norm_per_replica"):
+        return "`BatchNormalization()`"
     if name in ("layer", "data", "callback"):
         return _SHOWN.get(level, f"`{level}`")
     if name == "strategy":
@@ -260,7 +249,7 @@ def table():
     rows = ["| combination | what training gives | why |", "| --- | --- | --- |",
             "| any other, in float32 | matches one device | the same sums in another order: "
             "float32 rounding |"]
-    for rule in RULES:
+    for rule in (*RULES, PER_REPLICA_BATCH_NORM):
         rows.append(f"| {_combination(rule.when)} | {rule.outcome.value} | {rule.reason} |")
     for option in TOOLKIT_OPTIONS:
         others = tuple(s for s in FACTORS["strategy"] if not _applies(option, s))

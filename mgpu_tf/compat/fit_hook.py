@@ -37,8 +37,7 @@ def install():
         data = arguments.get("x")
         kind.prepare_fit(data, arguments.get("callbacks"),
                          steps_per_execution=model.steps_per_execution,
-                         model=model, class_weight=arguments.get("class_weight"),
-                         validation_data=arguments.get("validation_data"))
+                         model=model, class_weight=arguments.get("class_weight"))
         try:
             return original(model, *args, **kwargs)
         finally:

@@ -1,11 +1,9 @@
 """Random draws of each replica's own: Keras' seeds folded with the replica's id.
 
-Keras' random layers (Dropout, GaussianNoise, random augmentation) draw from a seed
-generator whose state every replica of a strategy reads alike, so the replicas draw the
-same numbers: row i of every replica's batch gets the same Dropout mask, where one device
-draws one mask for the whole batch. Folding the replica's id into each seed, in the one
-function through which Keras' TensorFlow backend turns a seed into an op's, gives each
-replica its own draws; one replica's, and every draw outside a strategy, are unchanged.
+Keras' random layers (Dropout, GaussianNoise, augmentation) draw from a seed generator
+every replica reads alike, so row i of every replica's batch got the same Dropout mask.
+The replica's id is folded into each seed where Keras' TensorFlow backend turns a seed
+into an op's; one replica's draws, and every draw outside a strategy, are unchanged.
 
 Design: docs/concepts.md#what-a-combination-gives
 """
@@ -28,24 +26,10 @@ def installed():
 
 
 def apply_replica_seed_fix():
-    """Makes each replica of a strategy draw its own random numbers in Keras' layers.
-
-    `make_strategy("mirrored")` and `make_strategy("multi_worker")` call it; calling it again
-    changes nothing.
-
-    Example:
-
-    ```python
-    from mgpu_tf.compat import replica_seeds
-    replica_seeds.apply_replica_seed_fix()  # what make_strategy("mirrored") does
-    ```
-
-    Returns:
-        True when the fix is in place.
-
-    Raises:
-        mgpu_tf.compat.private.PrivateNameError: when this Keras lacks the function.
-    """
+    """Makes each replica of a strategy draw its own random numbers in Keras' layers;
+    `make_strategy` calls it for mirrored and multi_worker, and again changes nothing.
+    Returns True when the fix is in place; raises `PrivateNameError` when Keras lacks the
+    function it wraps."""
     original = private.random_seed_cast()
     if getattr(original, _MARK, False):
         return True

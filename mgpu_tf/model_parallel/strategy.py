@@ -97,8 +97,7 @@ class ModelParallelKind(OnePipelineKind):
 
     def prepare_fit(self, data, callbacks, **fit):
         if fit.get("model") is not None:
-            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"),
-                                   callbacks=callbacks)
+            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"))
         super().prepare_fit(data, callbacks, **fit)
 
 

@@ -24,13 +24,11 @@ __all__ = ["check_fit", "DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWo
 
 def check_fit(kind, data, callbacks, fit):
     """Refuses, before `fit`'s first step, what `comm.combinations` declares refused; `fit`
-    holds `fit`'s `class_weight`, `validation_data` and `model`."""
+    holds `fit`'s `class_weight` and `model`."""
     if fit.get("model") is not None:
         combinations.check_fit(
             kind.name, fit["model"], class_weight=fit.get("class_weight"),
-            distributed=isinstance(data, tf.distribute.DistributedDataset),
-            callbacks=callbacks, validation_distributed=isinstance(
-                fit.get("validation_data"), tf.distribute.DistributedDataset))
+            distributed=isinstance(data, tf.distribute.DistributedDataset))
 
 
 class DefaultKind(OnePipelineKind):
@@ -100,6 +98,7 @@ class _DataParallelKind(StrategyKind):
     def prepare_model(self, model):
         if self.settings is not None and self.settings.sync_batch_norm:
             batch_norm.synchronize(model)
+        batch_norm.note_per_replica(model, self.num_replicas)
         return model
 
     def prepare_compiled(self, model):
