@@ -74,6 +74,24 @@ CAPABILITIES = {
         "test_resumes_at_an_epoch_boundary_and_mid_epoch_to_the_uninterrupted_weights"],
     "adaptive shares": [
         "tests/test_adaptive_shards.py::test_update_equals_single_device[tensorflow]"],
+    "clipping of the summed gradient": [
+        "tests/test_clipping.py::test_mirrored_clips_the_summed_gradient[global_clipnorm]",
+        "tests/test_clipping.py::test_sharded_state_clips_over_all_slices[clipnorm]"],
+    "BatchNormalization statistics": [
+        "tests/test_batchnorm_stats.py::test_mirrored_replicas_hold_the_same_moving_statistics",
+        "tests/test_batchnorm_stats.py::"
+        "test_sync_batch_norm_trains_as_one_device_on_the_global_batch",
+        "tests/test_batchnorm_stats.py::"
+        "test_keras_default_batch_norm_normalises_each_replica_and_says_so"],
+    "a custom train_step's loss": [
+        "tests/test_custom_step_loss.py::test_mirrored_fit_logs_the_one_device_loss[loss]"],
+    "validation with steps_per_execution": [
+        "tests/test_validation_steps.py::test_every_epochs_validation_is_one_devices[mirrored-2-4]"],
+    "a replica without examples": [
+        "tests/test_empty_replicas.py::"
+        "test_a_step_with_an_empty_replica_is_one_devices_step[one example, 2 replicas-2-2]"],
+    "each replica's own Dropout masks": [
+        "tests/test_combinations.py::test_keras_alone_draws_the_same_dropout_mask_on_every_replica"],
 }
 
 SUBSET = COMPAT_FILES + [node for nodes in CAPABILITIES.values() for node in nodes
