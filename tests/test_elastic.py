@@ -118,8 +118,8 @@ def test_the_elastic_launcher_shrinks_after_a_failure_and_grows_at_a_backup(refe
     out = tmp_path / "run"
     command = [sys.executable, "-m", "mgpu_tf.cli", "launch", "--workers", "1:3",
                "--discovery_script", str(script), "--discovery_seconds", "0.3",
-               "--max_restarts", "1", "--grace_seconds", str(GRACE_SECONDS), "--", sys.executable, "-m",
-               SCRIPT, str(out), "--kill", "1:4", "--offer", f"{slots}:1"]
+               "--max_restarts", "1", "--grace_seconds", str(GRACE_SECONDS), "--",
+               sys.executable, "-m", SCRIPT, str(out), "--kill", "1:4", "--offer", f"{slots}:1"]
     started = time.monotonic()
     job = subprocess.Popen(command, env=workers.environment(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
