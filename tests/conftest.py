@@ -113,9 +113,9 @@ def pytest_runtest_teardown(item, nextitem):
 # suite time"). The longest go first, so that the two test processes end together on short
 # files; a file not listed counts as `_UNMEASURED_SECONDS`.
 _SECONDS = {
-    "test_snippets.py": 220, "test_elastic.py": 214, "test_logging.py": 240,
-    "test_keras_steps.py": 163, "test_reliability.py": 149, "test_train.py": 141,
-    "test_ray_elastic.py": 133, "test_notebooks.py": 113, "test_adaptive_shards.py": 113,
+    "test_snippets.py": 80, "test_elastic.py": 80, "test_logging.py": 240,
+    "test_keras_steps.py": 108, "test_reliability.py": 61, "test_train.py": 56,
+    "test_ray_elastic.py": 108, "test_notebooks.py": 113, "test_adaptive_shards.py": 113,
     "test_matrix.py": 97, "test_compression.py": 87, "test_deployment_docs.py": 85,
     "test_cli_test.py": 70, "test_sharded_state.py": 68, "test_custom_loop.py": 63,
     "test_precision.py": 57, "test_sharding_workers.py": 53, "test_calibrate.py": 52,

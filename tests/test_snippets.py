@@ -3,9 +3,12 @@
 A block that needs what this machine lacks (a cluster, a GPU, a TPU) carries the
 comment `<!-- no-run: the reason -->` on the line before its opening fence; it is
 counted, not run. A block that fits on shard_dataset's data runs once, with its
-UserWarnings made errors, and that run answers both tests that ask about it.
+UserWarnings made errors, and that run answers both tests that ask about it. The blocks
+the session selected start two at a time as the first of them is asked for, and each test
+waits for its own.
 """
 
+import concurrent.futures
 import functools
 import pathlib
 import re
@@ -28,6 +31,8 @@ _BLOCK = re.compile(r"(?:<!-- no-run: (?P<reason>.+?) -->\s*\n)?^```python\n(?P<
 _NOT_YET_RUNNABLE = {}
 # Fewer runnable blocks than this means the extraction broke, or blocks were marked away.
 _AT_LEAST_RUN = 4
+# Blocks run at once: independent processes, started together, not one after another.
+_AT_ONCE = 2
 
 
 def _blocks():
@@ -78,16 +83,42 @@ def _run_once(code, *options):
                               text=True)
 
 
-def _run(code):
+def _options(code):
     # A fit on sharded data runs as the warnings test needs it: a warning fails both tests.
-    result = _run_once(code, *(_WARNINGS_AS_ERRORS if _is_sharded_fit(code) else ()))
+    return _WARNINGS_AS_ERRORS if _is_sharded_fit(code) else ()
+
+
+def _selected_codes(request):
+    for item in request.session.items:
+        callspec = getattr(item, "callspec", None)
+        if (item.module is request.module and callspec and "code" in callspec.params
+                and item.get_closest_marker("skip") is None):
+            yield callspec.params["code"]
+
+
+@pytest.fixture(scope="module")
+def runs(request):
+    """`{code: future of its run}` for every block a selected, unskipped test of this file runs."""
+    with concurrent.futures.ThreadPoolExecutor(_AT_ONCE) as pool:
+        futures = {code: pool.submit(_run_once, code, *_options(code))
+                   for code in dict.fromkeys(_selected_codes(request))}
+        try:
+            yield futures
+        finally:
+            for future in futures.values():
+                future.cancel()
+
+
+def _run(runs, code):
+    future = runs.get(code)
+    result = future.result() if future else _run_once(code, *_options(code))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result
 
 
 @pytest.mark.parametrize("code", _params())
-def test_the_block_runs_as_copied(code):
-    _run(code)
+def test_the_block_runs_as_copied(runs, code):
+    _run(runs, code)
 
 
 def _sharded_fits():
@@ -98,8 +129,8 @@ def _sharded_fits():
 
 
 @pytest.mark.parametrize("code", _sharded_fits())
-def test_fitting_on_sharded_data_warns_nothing(code):
-    result = _run(code)
+def test_fitting_on_sharded_data_warns_nothing(runs, code):
+    result = _run(runs, code)
     assert "Warning" not in result.stderr, result.stderr[-3000:]
 
 
