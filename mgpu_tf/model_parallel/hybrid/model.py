@@ -78,6 +78,10 @@ def _local(communicator, value):
         lambda v: communicator.experimental_local_results(v)[0], value)
 
 
+def _as_gradient(value):
+    return value if isinstance(value, tf.IndexedSlices) else tf.convert_to_tensor(value)
+
+
 def average_over_workers(communicator, gradients, groups, loss):
     """Returns `(gradients, loss)` averaged over the workers, one all-reduce per stage.
 
@@ -103,8 +107,10 @@ def average_over_workers(communicator, gradients, groups, loss):
     present = [i for i, g in enumerate(gradients) if g is not None]
     position = {i: n for n, i in enumerate(present)}
     groups = [[position[i] for i in group if i in position] for group in groups]
+    # An Embedding's `tf.IndexedSlices` stays sparse: gathered, not summed densely, so the
+    # clipping norms see the slices one device's Keras sees.
     out, loss = communicator.run(
-        replica_fn, args=([tf.convert_to_tensor(gradients[i]) for i in present], loss))
+        replica_fn, args=([_as_gradient(gradients[i]) for i in present], loss))
     out, loss = _local(communicator, (out, loss))
     averaged = list(gradients)
     for n, i in enumerate(present):
