@@ -41,8 +41,9 @@ def _cell(cell, strategy, data, pair):
     except ValueError as error:  # a refusal: before any collective, on every worker alike
         result["error"] = str(error)
         return result
-    if cell["layer"] == "dropout" and pair != "hybrid":
-        result["masks"] = combinations_run.masks(strategy)
+    if cell["layer"] == "dropout":
+        draw = combinations_run.pipeline_masks if pair == "hybrid" else combinations_run.masks
+        result["masks"] = draw(strategy)
     return result
 
 

@@ -41,6 +41,7 @@ class HybridParallel(wrapper.ModelParallel):
         # Floating weights only: integer state (such as a dropout layer's seed) stays per worker.
         weights = [w for w in self._model.weights if tf.as_dtype(w.dtype).is_floating]
         broadcast_weights(communicator, weights, self._stage_groups(weights))
+        separate_seeds(self._model, communicator.cluster_resolver.task_id)
 
     @property
     def communicator(self):
@@ -116,6 +117,23 @@ def average_over_workers(communicator, gradients, groups, loss):
     for n, i in enumerate(present):
         averaged[i] = out[n]
     return averaged, loss
+
+
+def separate_seeds(model, worker):
+    """Gives worker `worker` random draws of its own (Dropout masks): folds its index into
+    the seed of each of `model`'s seed generators.
+
+    Every worker starts from the same seeds, and the pipeline's forward pass runs outside a
+    replica context, where `compat.replica_seeds` folds in nothing: row i of every worker's
+    batch would get one mask.
+    """
+    if worker == 0:
+        return
+    for variable in model.variables:  # seed generators' states are not weights
+        if variable.path.endswith("seed_generator_state"):
+            state = tf.convert_to_tensor(variable.value)
+            folded = tf.random.experimental.stateless_fold_in(tf.cast(state, tf.int64), worker)
+            variable.assign(tf.stack([tf.cast(folded[0], state.dtype), state[1]]))
 
 
 def add_other_workers_changes(communicator, variables, before):
