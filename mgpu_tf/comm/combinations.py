@@ -31,7 +31,8 @@ class Outcome(Choice):
 
 # Each factor's levels; the first is what a user gets without setting it.
 FACTORS = {
-    "strategy": ("default", "mirrored", "multi_worker", "multi_worker_tcp", "model_parallel"),
+    "strategy": ("default", "mirrored", "multi_worker", "multi_worker_tcp", "model_parallel",
+                 "hybrid"),
     "clipping": ("none", "clipnorm", "global_clipnorm", "clipvalue"),
     "weight_decay": (False, True),
     "use_ema": (False, True),
@@ -53,6 +54,7 @@ PLAIN = {name: levels[0] for name, levels in FACTORS.items()}
 TOOLKIT_OPTIONS = ("steps_per_sync", "compression", "shard_optimizer_state")
 _STRATEGY_KIND = {"multi_worker_tcp": "multi_worker"}
 _DATA_PARALLEL = ("mirrored", "multi_worker", "multi_worker_tcp")
+_PIPELINES = ("model_parallel", "hybrid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +124,7 @@ RULES = (
          "synchronized BatchNormalization all-reduces the batch's statistics in the forward "
          "pass, which XLA compiles per replica, where no all-reduce can run; compile with "
          "jit_compile=False"),
-    Rule({"layer": ("batch_norm",), "strategy": ("model_parallel",)}, Outcome.REFUSED,
+    Rule({"layer": ("batch_norm",), "strategy": _PIPELINES}, Outcome.REFUSED,
          "BatchNormalization normalises over the whole batch, micro-batches over their own "
          "rows: `ModelParallel` asks for `deferred_batch_norm=True` (GPipe's semantics)"),
     Rule({"layer": ("embedding",), "loss_scale_factor": (4.0,)}, Outcome.REFUSED,
@@ -143,7 +145,7 @@ RULES = (
          "float16 computation: the one-device run rounds the same products in another order"),
     Rule({"compression": ("float16",)}, Outcome.ROUNDING,
          "gradients cross the wire, and are summed, in float16"),
-    Rule({"layer": ("dropout",), "strategy": (*_DATA_PARALLEL, "model_parallel")},
+    Rule({"layer": ("dropout",), "strategy": (*_DATA_PARALLEL, *_PIPELINES)},
          Outcome.RANDOM,
          "each replica (or micro-batch) draws its own mask for its rows, where one device "
          "draws one mask for the whole batch: the same distribution, other draws"),

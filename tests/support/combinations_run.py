@@ -190,6 +190,19 @@ def reference(cell, data):
         keras.mixed_precision.set_global_policy("float32")
 
 
+def pipeline_masks(strategy, rows=4, width=64):
+    """The Dropout mask this worker's pipeline of `strategy` ("hybrid") draws for an input."""
+    import mgpu_tf
+
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([keras.Input((width,)),
+                              keras.layers.Dense(width, kernel_initializer="identity",
+                                                 use_bias=False),
+                              keras.layers.Dropout(0.5, seed=3)])
+    model = mgpu_tf.prepare_model(model, strategy)
+    return [np.asarray(model(tf.ones((rows, width)), training=True)) != 0]
+
+
 def masks(strategy, rows=4, width=64):
     """The Dropout masks each local replica of `strategy` draws for the same input."""
     with strategy.scope():

@@ -1,9 +1,12 @@
 """Worker script: the multi-worker cells of the combination matrix, in sequence, in one process.
 
-Usage: `python -m support.mw_combinations CELLS.json OUT_DIR TRANSPORT`. A process makes one
-strategy (`make_strategy("multi_worker")`: TensorFlow allows one per process) and gives each
-cell's model the cell's toolkit options with `mgpu_tf.comm.prepare.install`, as
-`make_strategy`'s options do at `compile`, over `TRANSPORT` (`tensorflow` or `tcp`). Each
+Usage: `python -m support.mw_combinations CELLS.json OUT_DIR PAIR`. A process makes one
+strategy (TensorFlow allows one multi-worker communicator per process). With PAIR `tensorflow`
+or `tcp` (the transport), it is `make_strategy("multi_worker")`, and each cell's model gets the
+cell's toolkit options with `mgpu_tf.comm.prepare.install`, as `make_strategy`'s options do at
+`compile`. With PAIR `hybrid`, each worker splits its CPU into 2 devices and makes
+`make_strategy("hybrid", devices_per_worker=2, microbatches=2)`; a cell's toolkit options go
+to `make_strategy`, whose option table refuses them before building anything. Each
 worker writes OUT_DIR/worker<index>.pkl: one result per cell, `{"weights", "loss",
 "val_loss", "masks", "error", "seconds"}`.
 """
@@ -18,31 +21,50 @@ import time
 from support import combinations_run
 
 
-def _cell(cell, strategy, data, transport):
+HYBRID = {"devices_per_worker": 2, "microbatches": 2}
+
+
+def _cell(cell, strategy, data, pair):
+    import mgpu_tf
+
     result = {"masks": None, "error": None}
     options = combinations_run.toolkit_options(cell)
-    if transport == "tcp":
+    if pair == "tcp":
         options["transport"] = "tcp"
     try:
-        result.update(combinations_run.train(cell, strategy, data, install=options))
+        if pair == "hybrid":
+            if options:  # refused by the option table, before any runtime starts
+                mgpu_tf.make_strategy("hybrid", **HYBRID, **options)
+            result.update(combinations_run.train(cell, strategy, data))
+        else:
+            result.update(combinations_run.train(cell, strategy, data, install=options))
     except ValueError as error:  # a refusal: before any collective, on every worker alike
         result["error"] = str(error)
         return result
     if cell["layer"] == "dropout":
-        result["masks"] = combinations_run.masks(strategy)
+        draw = combinations_run.pipeline_masks if pair == "hybrid" else combinations_run.masks
+        result["masks"] = draw(strategy)
     return result
 
 
-def main(cells_path, out_dir, transport):
+def _strategy(pair):
     import mgpu_tf
+
+    if pair == "hybrid":
+        mgpu_tf.simulate_devices(HYBRID["devices_per_worker"])
+        return mgpu_tf.make_strategy("hybrid", **HYBRID)
+    return mgpu_tf.make_strategy("multi_worker")
+
+
+def main(cells_path, out_dir, pair):
     from mgpu_tf.cluster import detect as cluster
 
-    strategy = mgpu_tf.make_strategy("multi_worker")
+    strategy = _strategy(pair)
     data = combinations_run.problem()
     results = []
     for cell in json.loads(pathlib.Path(cells_path).read_text()):
         started = time.monotonic()
-        results.append(_cell(cell, strategy, data, transport))
+        results.append(_cell(cell, strategy, data, pair))
         # The cell's TensorFlow objects freed now: found by a later collection, inside
         # another cell's step, they took over a minute (tests/conftest.py says why).
         gc.collect()

@@ -41,6 +41,7 @@ class HybridParallel(wrapper.ModelParallel):
         # Floating weights only: integer state (such as a dropout layer's seed) stays per worker.
         weights = [w for w in self._model.weights if tf.as_dtype(w.dtype).is_floating]
         broadcast_weights(communicator, weights, self._stage_groups(weights))
+        separate_seeds(self._model, communicator.cluster_resolver.task_id)
 
     @property
     def communicator(self):
@@ -78,6 +79,10 @@ def _local(communicator, value):
         lambda v: communicator.experimental_local_results(v)[0], value)
 
 
+def _as_gradient(value):
+    return value if isinstance(value, tf.IndexedSlices) else tf.convert_to_tensor(value)
+
+
 def average_over_workers(communicator, gradients, groups, loss):
     """Returns `(gradients, loss)` averaged over the workers, one all-reduce per stage.
 
@@ -103,13 +108,32 @@ def average_over_workers(communicator, gradients, groups, loss):
     present = [i for i, g in enumerate(gradients) if g is not None]
     position = {i: n for n, i in enumerate(present)}
     groups = [[position[i] for i in group if i in position] for group in groups]
+    # An Embedding's `tf.IndexedSlices` stays sparse: gathered, not summed densely, so the
+    # clipping norms see the slices one device's Keras sees.
     out, loss = communicator.run(
-        replica_fn, args=([tf.convert_to_tensor(gradients[i]) for i in present], loss))
+        replica_fn, args=([_as_gradient(gradients[i]) for i in present], loss))
     out, loss = _local(communicator, (out, loss))
     averaged = list(gradients)
     for n, i in enumerate(present):
         averaged[i] = out[n]
     return averaged, loss
+
+
+def separate_seeds(model, worker):
+    """Gives worker `worker` random draws of its own (Dropout masks): folds its index into
+    the seed of each of `model`'s seed generators.
+
+    Every worker starts from the same seeds, and the pipeline's forward pass runs outside a
+    replica context, where `compat.replica_seeds` folds in nothing: row i of every worker's
+    batch would get one mask.
+    """
+    if worker == 0:
+        return
+    for variable in model.variables:  # seed generators' states are not weights
+        if variable.path.endswith("seed_generator_state"):
+            state = tf.convert_to_tensor(variable.value)
+            folded = tf.random.experimental.stateless_fold_in(tf.cast(state, tf.int64), worker)
+            variable.assign(tf.stack([tf.cast(folded[0], state.dtype), state[1]]))
 
 
 def add_other_workers_changes(communicator, variables, before):

@@ -14,6 +14,7 @@ from mgpu_tf.base import registry
 from mgpu_tf.base.kind import StrategyKind
 from mgpu_tf.cluster import communicator as communicator_lib
 from mgpu_tf.cluster import detect as cluster_lib
+from mgpu_tf.comm import combinations
 from mgpu_tf.compat import patches
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
 
@@ -153,6 +154,12 @@ class HybridKind(StrategyKind):
 
     def prepare_model(self, model):
         return self.strategy.prepare_model(model)
+
+    def prepare_fit(self, data, callbacks, **fit):
+        # What `comm.combinations` declares refused under 'hybrid', before the first step.
+        if fit.get("model") is not None:
+            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"))
+        super().prepare_fit(data, callbacks, **fit)
 
 
 def _build(settings):
