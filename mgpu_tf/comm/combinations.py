@@ -147,8 +147,9 @@ RULES = (
          "gradients cross the wire, and are summed, in float16"),
     Rule({"layer": ("dropout",), "strategy": (*_DATA_PARALLEL, *_PIPELINES)},
          Outcome.RANDOM,
-         "each replica (or micro-batch) draws its own mask for its rows, where one device "
-         "draws one mask for the whole batch: the same distribution, other draws"),
+         "each replica (hybrid: each worker; model_parallel: each micro-batch) draws its "
+         "own mask for its rows, where one device draws one mask for the whole batch: the "
+         "same distribution, other draws"),
 )
 
 
