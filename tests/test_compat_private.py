@@ -347,14 +347,7 @@ def test_all_reduce_sum_gradients_sums_over_replicas():
 
     private.wrap_optimizer_method(optimizer, "_all_reduce_sum_gradients", wrap)
 
-    @tf.function
-    def step():
-        def replica_step():
-            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            optimizer.apply([tf.cast(tf.reshape(replica + 1, [1]), tf.float32)], [variable])
-        strategy.run(replica_step)
-
-    step()
+    _apply_replica_numbers(strategy, optimizer, variable)
     assert sums, "Keras did not call _all_reduce_sum_gradients under MirroredStrategy"
     np.testing.assert_allclose(variable.numpy(), [-3.0])  # 0 - (1 + 2)
 
@@ -368,14 +361,7 @@ def test_keras_clips_each_replicas_gradient_before_the_sum():
         optimizer = keras.optimizers.SGD(learning_rate=1.0, clipvalue=1.5)
         optimizer.build([variable])
 
-    @tf.function
-    def step():
-        def replica_step():
-            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            optimizer.apply([tf.cast(tf.reshape(replica + 1, [1]), tf.float32)], [variable])
-        strategy.run(replica_step)
-
-    step()
+    _apply_replica_numbers(strategy, optimizer, variable)
     np.testing.assert_allclose(variable.numpy(), [-2.5])  # 1 + min(2, 1.5); the sum's: -1.5
 
 
@@ -1159,3 +1145,16 @@ def test_shard_optimizer_state_refuses_keras_before_3_10_at_make_strategy():
         return
     with pytest.raises(ValueError, match="shard_optimizer_state needs Keras 3.10 or later. "):
         mgpu_tf.make_strategy("mirrored", devices=2, shard_optimizer_state=True)
+
+
+def _apply_replica_numbers(strategy, optimizer, variable):
+    """One step of `optimizer` in which replica k's gradient of `variable` is k + 1."""
+
+    @tf.function
+    def step():
+        def replica_step():
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            optimizer.apply([tf.cast(tf.reshape(replica + 1, [1]), tf.float32)], [variable])
+        strategy.run(replica_step)
+
+    step()
