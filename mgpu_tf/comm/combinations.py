@@ -93,12 +93,17 @@ def optimizer_levels(optimizer):
             "loss_scale_factor": level_of("loss_scale_factor", optimizer.loss_scale_factor)}
 
 
-def check_fit(strategy, model, *, class_weight=None, distributed=False):
-    """Raises `ValueError` when `fit` of the compiled `model` under `strategy` (a kind's
-    name) is a refused combination: with `fit`'s `class_weight`, and `distributed` True for
-    a distributed data set."""
+def check_fit(strategy, data, model=None, class_weight=None, **_):
+    """Raises `ValueError` when `fit` of the compiled `model` on `data` under `strategy` (a
+    kind's name) is a refused combination; takes `fit`'s arguments as the fit hook passes
+    them to a kind's `prepare_fit`."""
+    import tensorflow as tf
+
     from mgpu_tf.compat import private
 
+    if model is None:
+        return
+    distributed = isinstance(data, tf.distribute.DistributedDataset)
     levels = {} if model.optimizer is None else optimizer_levels(model.optimizer)
     if class_weight is not None and distributed:
         refuse(strategy, data="class_weight", **levels)

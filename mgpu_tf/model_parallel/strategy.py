@@ -96,8 +96,7 @@ class ModelParallelKind(OnePipelineKind):
         return self.strategy.prepare_model(model)
 
     def prepare_fit(self, data, callbacks, **fit):
-        if fit.get("model") is not None:
-            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"))
+        combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
 
 

@@ -18,17 +18,8 @@ from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 from mgpu_tf.strategies import builtin
 
-__all__ = ["check_fit", "DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind",
-           "TPUKind", "kind_of"]
-
-
-def check_fit(kind, data, callbacks, fit):
-    """Refuses, before `fit`'s first step, what `comm.combinations` declares refused; `fit`
-    holds `fit`'s `class_weight` and `model`."""
-    if fit.get("model") is not None:
-        combinations.check_fit(
-            kind.name, fit["model"], class_weight=fit.get("class_weight"),
-            distributed=isinstance(data, tf.distribute.DistributedDataset))
+__all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "TPUKind",
+           "kind_of"]
 
 
 class DefaultKind(OnePipelineKind):
@@ -37,7 +28,7 @@ class DefaultKind(OnePipelineKind):
     name = "default"
 
     def prepare_fit(self, data, callbacks, **fit):
-        check_fit(self, data, callbacks, fit)
+        combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
 
     @property
@@ -82,7 +73,7 @@ class _DataParallelKind(StrategyKind):
         accumulation.check_epoch(self.settings, steps, global_batch_size)
 
     def prepare_fit(self, data, callbacks, **fit):
-        check_fit(self, data, callbacks, fit)
+        combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
 
     def prepare_optimizer(self, optimizer):

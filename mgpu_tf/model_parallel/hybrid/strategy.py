@@ -157,8 +157,7 @@ class HybridKind(StrategyKind):
 
     def prepare_fit(self, data, callbacks, **fit):
         # What `comm.combinations` declares refused under 'hybrid', before the first step.
-        if fit.get("model") is not None:
-            combinations.check_fit(self.name, fit["model"], class_weight=fit.get("class_weight"))
+        combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
 
 
