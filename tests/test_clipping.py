@@ -226,6 +226,7 @@ def test_a_custom_loop_clips_the_sum_once_its_kind_prepares_the_optimizer(refere
     def step(batch):
         strategy.run(replica_step, args=batch)
 
-    for batch in strategy.experimental_distribute_dataset(mw_clipping.global_batches(x, y)):
+    batches = mw_clipping.global_batches(x, y, mw_clipping.GLOBAL_BATCH)
+    for batch in strategy.experimental_distribute_dataset(batches):
         step(batch)
     _check(model.get_weights(), references, "global_clipnorm")

@@ -11,18 +11,10 @@ import pathlib
 import sys
 
 import numpy as np
-import tensorflow as tf
 
 from support import batch_norm_problem as problem
+from support.mw_equivalence import global_batches
 
-
-def global_batches(x, y):
-    """Global batches of the problem; DATA sharding gives each worker its half of each."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(problem.GLOBAL_BATCH)
-    return dataset.with_options(options)
 
 
 def main(out_dir):
@@ -33,17 +25,18 @@ def main(out_dir):
     strategy = mgpu_tf.make_strategy("multi_worker")
     chief = mgpu_tf.kind_of(strategy).is_chief
     x, y = problem.data()
+    batches = global_batches(x, y, problem.GLOBAL_BATCH)
     for name in ("frozen", "synchronized"):
         with strategy.scope():
             model = problem.build(frozen_first=name == "frozen")
             if name == "synchronized":
                 batch_norm.synchronize(model)
-        model.fit(global_batches(x, y), epochs=problem.EPOCHS, shuffle=False, verbose=0)
+        model.fit(batches, epochs=problem.EPOCHS, shuffle=False, verbose=0)
         if name == "frozen":
             bn = model.get_layer("bn")
             values = np.concatenate([bn.moving_mean.numpy(), bn.moving_variance.numpy()])
             print("statistics:", " ".join(f"{v:.9e}" for v in values))
-            print(f"evaluate: {model.evaluate(global_batches(x, y), verbose=0):.9e}")
+            print(f"evaluate: {model.evaluate(batches, verbose=0):.9e}")
         if chief:
             np.savez(out_dir / f"{name}.npz", *model.get_weights())
     print("done")

@@ -15,6 +15,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from support.mw_equivalence import global_batches
+
 GLOBAL_BATCH = 8
 STEPS = 6
 LEARNING_RATE = 0.1
@@ -75,13 +77,6 @@ def build_model(weights, clip=None, *, mixed=False, **optimizer_options):
     return model
 
 
-def global_batches(x, y, global_batch=GLOBAL_BATCH):
-    """Batches of `global_batch` consecutive examples, cut per replica by tf.distribute."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
-    return tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch).with_options(options)
-
 
 def train(strategy, clip, *, global_batch=GLOBAL_BATCH, **options):
     """The weights after one epoch under `strategy` (`None`: no strategy)."""
@@ -131,7 +126,7 @@ def main(out_dir, mode="multi_worker"):
             model = build_model(weights, clip)
         if options:
             communication.install(model.optimizer, strategy, **options)
-        model.fit(global_batches(x, y), epochs=1, shuffle=False, verbose=0)
+        model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
         for i, weight in enumerate(model.get_weights()):
             saved[f"{name}/{i}"] = weight
     index = cluster.detect_cluster().task_index

@@ -7,18 +7,10 @@ prints `fit <log>:` (the epochs' logs), `evaluate <log>:`, and `weights:`.
 import sys
 
 import numpy as np
-import tensorflow as tf
 
 from support import own_steps
+from support.mw_equivalence import global_batches
 
-
-def global_batches(x, y):
-    """Global batches; DATA sharding gives each worker its half of each."""
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.DATA)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(own_steps.GLOBAL_BATCH)
-    return dataset.with_options(options)
 
 
 def main():
@@ -26,12 +18,13 @@ def main():
 
     strategy = mgpu_tf.make_strategy("multi_worker")
     x, y = own_steps.data()
+    batches = global_batches(x, y, own_steps.GLOBAL_BATCH)
     with strategy.scope():
         model = own_steps.build()
-    history = model.fit(global_batches(x, y), epochs=own_steps.EPOCHS, shuffle=False, verbose=0)
+    history = model.fit(batches, epochs=own_steps.EPOCHS, shuffle=False, verbose=0)
     for name, values in history.history.items():
         print(f"fit {name}:", " ".join(f"{v:.9e}" for v in values))
-    for name, value in model.evaluate(global_batches(x, y), verbose=0, return_dict=True).items():
+    for name, value in model.evaluate(batches, verbose=0, return_dict=True).items():
         print(f"evaluate {name}: {value:.9e}")
     weights = np.concatenate([w.ravel() for w in model.get_weights()])
     print("weights:", " ".join(f"{v:.9e}" for v in weights))
