@@ -237,7 +237,8 @@ def _replica_step(model, step_function, kind):
                 f"Keras {keras.__version__}'s metrics sum over the replicas in each step, so "
                 "evaluate runs without XLA under a strategy; Keras 3.10 and later compile it.")
             return step_function
-        return tf.function(step_function, jit_compile=True, reduce_retracing=True)
+        return tf.function(tf.autograph.experimental.do_not_convert(step_function),
+                           jit_compile=True, reduce_retracing=True)
     if _overrides(model, "train_step"):
         warnings.warn(
             f"{type(model).__name__} has its own train_step, which cannot be split for XLA "
@@ -254,6 +255,7 @@ def _xla_train_step(model):
     keras_train_step.require(model)
 
     @tf.function(jit_compile=True, reduce_retracing=True)
+    @tf.autograph.experimental.do_not_convert
     def forward(x, y, sample_weight):
         return keras_train_step.forward_backward(model, x, y, sample_weight)
 
@@ -275,19 +277,25 @@ def _make_function(model, step_function, kind):
     if kind == "train":
         step = batch_norm_stats.averaged_after_step(model, step)
     step = private_trainer.autoconvert_optionals(model, step)
+    # As in Keras' own step functions: no AutoGraph, whose conversion of every Python function
+    # the step calls costs seconds per trace and changes nothing here.
+    no_autograph = tf.autograph.experimental.do_not_convert
 
+    @no_autograph
     def replica_step(data):
         # A Python function: strategy.run compiles an XLA function it is given across the
         # replicas ("Trying to access resource .../replica_1/..."), not in each.
         return step(data)
     reduce_per_replica = private_trainer.trainer_function("reduce_per_replica")
 
+    @no_autograph
     def one_step_on_data(data):
         outputs = strategy.run(replica_step, args=(data,))
         if across_workers:  # averaged over the workers once per execution, below
             return _mean_of_local_replicas(outputs, strategy)
         return reduce_per_replica(outputs, strategy, reduction="auto")
 
+    @no_autograph
     def multi_step_on_iterator(iterator):
         if model.steps_per_execution == 1:
             return tf.experimental.Optional.from_value(one_step_on_data(iterator.get_next()))
@@ -332,7 +340,8 @@ def _make_function(model, step_function, kind):
         # Only for train_on_batch and test_on_batch, outside any tf.cond.
         one_step = tf.function(one_step_on_data, reduce_retracing=True)
     if across_workers:
-        mean_over_workers = tf.function(lambda logs: _mean_over_workers(logs, strategy))
+        mean_over_workers = tf.function(
+            no_autograph(lambda logs: _mean_over_workers(logs, strategy)))
         if model.run_eagerly:
             mean_over_workers = mean_over_workers.python_function
 
