@@ -70,12 +70,6 @@ def _stderr(tmp_path, source):
     return result.stderr
 
 
-def test_a_plain_script_shows_what_auto_chose_once(tmp_path):
-    lines = [line for line in _stderr(tmp_path, PLAIN).splitlines()
-             if "strategy 'auto' chose" in line]
-    assert len(lines) == 1, lines
-
-
 def test_under_absl_each_line_shows_once(tmp_path):
     stderr = _stderr(tmp_path, ABSL)
     chose = [line for line in stderr.splitlines() if "strategy 'auto' chose" in line]
@@ -124,12 +118,22 @@ def _fit_stderr(tmp_path, *args, **variables):
                           **variables)
 
 
-def test_make_strategy_leaves_the_runtimes_start_up_lines_out(tmp_path):
+@pytest.fixture(scope="module")
+def plain_stderr(tmp_path_factory):
+    """PLAIN's standard error, run as a user runs it: one process for the checks below."""
+    return _run_as_a_user(tmp_path_factory.mktemp("plain"), PLAIN)
+
+
+def test_a_plain_script_shows_what_auto_chose_once(plain_stderr):
+    lines = [line for line in plain_stderr.splitlines() if "strategy 'auto' chose" in line]
+    assert len(lines) == 1, lines
+
+
+def test_make_strategy_leaves_the_runtimes_start_up_lines_out(plain_stderr):
     # Without the flags TensorFlow is imported first (its import lines show), but
     # make_strategy starts the runtime: no `failed call to cuInit` on this CPU-only machine.
-    stderr = _run_as_a_user(tmp_path, PLAIN)
-    assert "cuInit" not in stderr, stderr[-3000:]
-    assert "strategy 'auto' chose" in stderr, stderr[-3000:]
+    assert "cuInit" not in plain_stderr, plain_stderr[-3000:]
+    assert "strategy 'auto' chose" in plain_stderr, plain_stderr[-3000:]
 
 
 def _shown(stderr, markers):

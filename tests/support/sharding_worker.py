@@ -5,6 +5,8 @@ Usage: `python -m support.sharding_worker DIR`. DIR holds TFRecord files the tes
 `one-00.tfrecord`. Each result is printed as one `TAG json` line. After the line
 `CONTROL` the script runs TensorFlow's own `experimental_distribute_dataset`, so
 the test can tell its autoshard warning from ours (there must be none before it).
+`CONTROL` goes to standard error, where TensorFlow logs: the launcher relays each stream in
+its own order, not the two streams in the order they were written.
 MGPU_TF_TEST_TRANSPORT picks the make_strategy transport (default: tensorflow).
 """
 
@@ -80,7 +82,7 @@ def main(directory):
               epochs=1, shuffle=False, verbose=0)
     report("WEIGHTS_file", sharding_problem.to_json(model.get_weights()))
 
-    print("CONTROL", flush=True)
+    print("CONTROL", file=sys.stderr, flush=True)
     control = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(12))
     next(iter(control))
