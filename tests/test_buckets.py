@@ -11,6 +11,7 @@ import re
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import mgpu_tf
 from mgpu_tf.base import options as options_lib
@@ -98,8 +99,8 @@ def test_the_first_bucket_is_sent_before_the_last_gradient_exists(pair):
         assert early >= mw_buckets.STEPS - 1, f"{early} of {mw_buckets.STEPS} steps overlapped"
 
 
-@pytest.mark.multiworker
-def test_buckets_train_as_one_all_reduce_and_as_one_device(pair):
+def _check_timed_runs(pair):
+    """The timed runs: bucketed equal to all at once, and one device's within rounding."""
     problem = mw_buckets.timed_problem()
     single = _one_device(mw_buckets.build_timed, problem, mw_buckets.GLOBAL_BATCH,
                          mw_buckets.LEARNING_RATE)
@@ -107,6 +108,7 @@ def test_buckets_train_as_one_all_reduce_and_as_one_device(pair):
     terms = mw_buckets.FEATURES + 3 * mw_buckets.WIDTH + 1 + mw_buckets.GLOBAL_BATCH
     bound = tolerance.training(mw_buckets.STEPS, terms)
     for saved in pair:
+        assert saved["exchanges/timed_whole"] == 0, "the reference went through buckets"
         bucketed = _weights(saved, "timed")
         for b, w in zip(bucketed, _weights(saved, "timed_whole")):
             np.testing.assert_array_equal(b, w)
@@ -114,10 +116,34 @@ def test_buckets_train_as_one_all_reduce_and_as_one_device(pair):
 
 
 @pytest.mark.multiworker
+def test_buckets_train_as_one_all_reduce_and_as_one_device(pair):
+    _check_timed_runs(pair)
+
+
+@pytest.mark.gpu(2)
+@pytest.mark.multiworker
+def test_buckets_over_nccl_train_as_one_all_reduce_and_as_one_device(tmp_path):
+    code, outputs = workers.run_workers("-m", 2, "support.mw_buckets", tmp_path, "nccl",
+                                        env={"CUDA_VISIBLE_DEVICES": ",".join(
+                                            str(i) for i in range(len(
+                                                tf.config.list_physical_devices("GPU"))))})
+    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        _check_timed_runs([np.load(tmp_path / f"worker{i}.npz") for i in (0, 1)])
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(enabled)
+
+
+@pytest.mark.multiworker
 @pytest.mark.parametrize("case", [name for name, _, _ in mw_buckets.CASES])
 def test_buckets_keep_the_update_of_each_option(pair, case):
     small = mw_buckets.small_problem()
+    bucketed_over_tcp = case != "collectives"
     for saved in pair:
+        assert saved[f"exchanges/{case}_whole"] == 0, "the reference went through buckets"
+        assert (saved[f"exchanges/{case}"] > 0) == bucketed_over_tcp
         bucketed = _weights(saved, case)
         assert compare.relative_difference(bucketed, small[2]) > 1e-3, "nothing trained"
         for b, w in zip(bucketed, _weights(saved, case + "_whole")):

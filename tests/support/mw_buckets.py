@@ -1,6 +1,6 @@
 """Worker script: `bucket_bytes` on one pair of workers, checked several ways.
 
-Usage: `python -m support.mw_buckets OUT_DIR`. Under make_strategy("multi_worker",
+Usage: `python -m support.mw_buckets OUT_DIR [tcp|nccl]`. Under make_strategy("multi_worker",
 transport="tcp", bucket_bytes=BUCKET_BYTES), each worker trains with `model.fit`:
 
 - `timed`: the MLP of `build_timed`, in buckets over the tcp ring, recording when each
@@ -10,8 +10,10 @@ transport="tcp", bucket_bytes=BUCKET_BYTES), each worker trains with `model.fit`
 - `<case>` and `<case>_whole` for each case of `CASES`, on `mw_equivalence`'s model:
   in buckets and all at once, with that case's communication and compile options.
 
-Each worker writes OUT_DIR/worker<index>.npz: `<run>/<i>` the final weights of each run,
-`timeline` (ticket, bytes, enqueued, started, finished) and `stamps`.
+With `nccl` (one GPU per worker, TensorFlow's collectives over NCCL) only the two timed
+runs, without the timeline. Each worker writes OUT_DIR/worker<index>.npz: `<run>/<i>` the final weights of each run,
+`timeline` (ticket, bytes, enqueued, started, finished), `stamps`, and `exchanges/<run>`
+the bucket exchanges of the communication thread during each later run.
 """
 
 import pathlib
@@ -106,6 +108,15 @@ def small_problem():
     return x, y, [rng.normal(scale=0.5, size=s).astype("float32") for s in shapes]
 
 
+def _exchanges(strategy):
+    """Bucket exchanges of this worker's communication thread so far (0 without one)."""
+    import mgpu_tf
+
+    connection = mgpu_tf.kind_of(strategy).connection
+    return 0 if connection is None or connection.buckets is None else len(
+        connection.buckets.timeline)
+
+
 def _train(strategy, model, problem, batch, learning_rate, install, compile_options):
     from mgpu_tf.comm import prepare
 
@@ -119,34 +130,55 @@ def _train(strategy, model, problem, batch, learning_rate, install, compile_opti
     return model.get_weights()
 
 
-def main(out_dir):
+def _nccl_strategy(task_index):
+    """multi_worker over NCCL, each worker on its own GPU (both see every GPU of the host)."""
+    import mgpu_tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    tf.config.set_visible_devices(gpus[task_index % len(gpus)], "GPU")
+    tf.config.experimental.enable_tensor_float_32_execution(False)  # full float32 products
+    return mgpu_tf.make_strategy("multi_worker", all_reduce="nccl", bucket_bytes=BUCKET_BYTES)
+
+
+def main(out_dir, path="tcp"):
+    """Trains the runs of `path`: `"tcp"` (every run) or `"nccl"` (the timed ones, on GPUs)."""
     import mgpu_tf
     from mgpu_tf.cluster import detect as cluster
 
-    strategy = mgpu_tf.make_strategy("multi_worker", transport="tcp", bucket_bytes=BUCKET_BYTES)
-    runs = {}
+    index = cluster.detect_cluster().task_index
+    if path == "nccl":
+        strategy, wire = _nccl_strategy(index), {"transport": "tensorflow"}
+    else:
+        wire = {"transport": "tcp"}
+        strategy = mgpu_tf.make_strategy("multi_worker", bucket_bytes=BUCKET_BYTES, **wire)
+    runs, timeline, exchanges = {}, [], {}
     timed = timed_problem()
-    tcp = {"transport": "tcp"}
     with strategy.scope():
         model = build_timed(timed[2])
     runs["timed"] = _train(strategy, model, timed, GLOBAL_BATCH, LEARNING_RATE,
-                           dict(tcp, bucket_bytes=BUCKET_BYTES), {})
+                           dict(wire, bucket_bytes=BUCKET_BYTES), {})
     connection = mgpu_tf.kind_of(strategy).connection
-    timeline, stamps = list(connection.buckets.timeline), list(STAMPS)
+    if connection is not None:
+        timeline = list(connection.buckets.timeline)
+    stamps = list(STAMPS)
     with strategy.scope():
         model = build_timed(timed[2])
-    runs["timed_whole"] = _train(strategy, model, timed, GLOBAL_BATCH, LEARNING_RATE, tcp, {})
+    before = _exchanges(strategy)
+    runs["timed_whole"] = _train(strategy, model, timed, GLOBAL_BATCH, LEARNING_RATE, wire, {})
+    exchanges["timed_whole"] = _exchanges(strategy) - before
     small = small_problem()
-    for name, install, compile_options in CASES:
+    for name, install, compile_options in CASES if path == "tcp" else ():
         for suffix, bucket_bytes in (("", SMALL_BUCKET_BYTES), ("_whole", 0)):
             with strategy.scope():
                 model = mw_equivalence.build_model(small[2])
+            before = _exchanges(strategy)
             runs[name + suffix] = _train(
                 strategy, model, small, 8, mw_equivalence.LEARNING_RATE,
-                dict(tcp, **install, bucket_bytes=bucket_bytes), compile_options)
-    index = cluster.detect_cluster().task_index
+                dict(wire, **install, bucket_bytes=bucket_bytes), compile_options)
+            exchanges[name + suffix] = _exchanges(strategy) - before
     np.savez(pathlib.Path(out_dir) / f"worker{index}.npz",
              timeline=np.array(timeline, dtype="float64"), stamps=np.array(stamps),
+             **{f"exchanges/{run}": n for run, n in exchanges.items()},
              **{f"{run}/{i}": w for run, weights in runs.items()
                 for i, w in enumerate(weights)})
     print(f"worker {index}: {len(timeline)} bucket exchanges, {len(stamps)} stamps: done")
