@@ -116,11 +116,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         record.gradient_sum = functools.partial(
+            buckets.ring_all_reduce, bucket_bytes=bucket_bytes, connection=connection,
+            wire_dtype=wire) if bucket_bytes else functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
-        if bucket_bytes:
-            record.gradient_sum = functools.partial(
-                buckets.ring_all_reduce, connection=connection, bucket_bytes=bucket_bytes,
-                wire_dtype=wire)
     elif bucket_bytes:
         record.gradient_sum = functools.partial(
             buckets.collective_all_reduce, bucket_bytes=bucket_bytes, wire_dtype=wire)
