@@ -16,8 +16,9 @@ from mgpu_tf.base import precision as precision_lib
 from mgpu_tf.base import registry
 from mgpu_tf.base.settings import Settings
 
-__all__ = ["AUTO_ONLY", "OPTIONS", "check_devices", "check_global_batch_size", "check_option",
-           "parse_options", "choose", "validate_options"]
+__all__ = ["AUTO_ONLY", "OPTIONS", "check_bucket_bytes", "check_devices",
+           "check_global_batch_size", "check_option", "parse_options", "choose",
+           "refuse_buckets_with_sharding", "validate_options"]
 
 # The options only `make_strategy("auto", model=...)` takes: they size the plan.
 AUTO_ONLY = ("model", "device_memory", "global_batch_size")
@@ -85,6 +86,30 @@ def check_devices(kind, value):
     return names
 
 
+def check_bucket_bytes(value):
+    """Returns `bucket_bytes` as an `int` of at least 0 (0: one all-reduce after the backward
+    pass)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError("`bucket_bytes` must be an integer number of bytes. "
+                        f"Received: bucket_bytes={value!r}. Use e.g. 4 << 20 for 4 MB.")
+    if value < 0:
+        raise ValueError("`bucket_bytes` must be at least 0 (0: one all-reduce of every "
+                         f"gradient after the backward pass). Received: bucket_bytes={value!r}")
+    return int(value)
+
+
+def refuse_buckets_with_sharding(options):
+    """Raises for `bucket_bytes` with `shard_optimizer_state`, whose reduce-scatter is not cut
+    into buckets; returns `options` otherwise."""
+    if options.get("bucket_bytes") and options.get("shard_optimizer_state"):
+        raise ValueError(
+            "`bucket_bytes` cannot be combined with `shard_optimizer_state`: the sharded "
+            "optimizer reduce-scatters every gradient at once, after the backward pass. "
+            f"Received: bucket_bytes={options['bucket_bytes']!r}, shard_optimizer_state=True. "
+            "Drop bucket_bytes (or pass 0), or drop shard_optimizer_state.")
+    return options
+
+
 def _check_num_gpus(value):
     from mgpu_tf.base import devices as devices_lib
 
@@ -145,6 +170,10 @@ _declare("num_packs", "how many packs gradients are grouped into (nccl, hierarch
          type=int, minimum=1, default=1, strategies=("mirrored",), flag="integer")
 _declare("bytes_per_pack", "gradient bytes per all-reduce pack across workers (0: automatic)",
          type=int, minimum=0, default=0, strategies=("multi_worker",), flag="integer")
+_declare("bucket_bytes", "gradient bytes per bucket, all-reduced last layers first while the "
+         "backward pass runs (0: every gradient at once, after it; not with "
+         "shard_optimizer_state)", check_bucket_bytes, type=int, minimum=0, default=0,
+         strategies=("multi_worker",), flag="integer", settle=refuse_buckets_with_sharding)
 _declare("timeout_seconds", "seconds a collective waits for a peer, and a silent worker "
          "counts as lost, before failing (default: collectives wait, workers lost after 10 s)",
          _check_timeout, type=float, strategies=("multi_worker",))

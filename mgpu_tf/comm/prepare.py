@@ -8,7 +8,9 @@ import functools
 import tensorflow as tf
 
 from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.base import options as options_lib
 from mgpu_tf.comm import accumulation
+from mgpu_tf.comm import buckets
 from mgpu_tf.comm import combinations
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm import sharded_state
@@ -43,6 +45,8 @@ def options_of(chosen):
         out["timeout_seconds"] = chosen.timeout_seconds
     if chosen.shard_optimizer_state:
         out["shard_optimizer_state"] = True
+    if chosen.bucket_bytes:
+        out["bucket_bytes"] = chosen.bucket_bytes
     return out
 
 
@@ -65,7 +69,8 @@ def _innermost(optimizer):
 
 
 def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync=1,
-            transport="tensorflow", timeout_seconds=None, shard_optimizer_state=False):
+            transport="tensorflow", timeout_seconds=None, shard_optimizer_state=False,
+            bucket_bytes=0):
     """Makes a Keras optimizer all-reduce compressed, every `steps_per_sync` steps, over tcp.
 
     With `shard_optimizer_state`, each replica also keeps only its slice of the slots.
@@ -83,6 +88,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         timeout_seconds: how long the tcp ring waits for a neighbour.
         shard_optimizer_state: keep the slots in slices (`comm.sharded_state`). Defaults
             to `False`.
+        bucket_bytes: all-reduce the gradients in buckets of about this many bytes, last
+            layers first, while the backward pass runs (`comm.buckets`); `0` all-reduces
+            them at once. Defaults to `0`.
 
     Returns:
         The optimizer that now all-reduces this way.
@@ -98,14 +106,22 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if shard_optimizer_state:
         sharded_state.check_optimizer(optimizer)  # before the tcp ring connects
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
-    if transport == "tcp" or wire is not None:
+    options_lib.refuse_buckets_with_sharding(
+        {"bucket_bytes": bucket_bytes, "shard_optimizer_state": shard_optimizer_state})
+    if transport == "tcp" or wire is not None or bucket_bytes:
         # Checked before the ring connects, so a missing name fails fast.
         private.require(optimizer, _ALL_REDUCE, argument="optimizer")
-        optimizer_step.require_patch("transport" if transport == "tcp" else "compression")
+        optimizer_step.require_patch("transport" if transport == "tcp" else
+                                     "bucket_bytes" if bucket_bytes else "compression")
     if transport == "tcp":
         connection = transport_lib.connect(strategy, timeout_seconds=timeout_seconds)
         record.gradient_sum = functools.partial(
+            buckets.ring_all_reduce, bucket_bytes=bucket_bytes, connection=connection,
+            wire_dtype=wire) if bucket_bytes else functools.partial(
             transport_lib.all_reduce_gradients, connection=connection, wire_dtype=wire)
+    elif bucket_bytes:
+        record.gradient_sum = functools.partial(
+            buckets.collective_all_reduce, bucket_bytes=bucket_bytes, wire_dtype=wire)
     elif wire is not None:
         record.gradient_sum = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if shard_optimizer_state:

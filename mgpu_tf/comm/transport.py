@@ -95,6 +95,8 @@ class Connection:
     def __init__(self, ring, token):
         self.ring = ring
         self.token = token
+        # The communication thread of `bucket_bytes` (comm.buckets), made on first use.
+        self.buckets = None
 
 
 def _ordering_token(strategy):
