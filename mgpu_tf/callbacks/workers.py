@@ -6,7 +6,7 @@ multi_worker kind hands them to `fit_callbacks`, which runs them as the toolkit'
 atomic `ModelCheckpoint` and `TensorBoard`, refuses Keras' `BackupAndRestore`, and adds the
 stop at a step boundary on SIGTERM (`mgpu_tf.cluster.stopping`).
 
-Design: docs/reliability.md#keras-callbacks-under-several-workers
+Design: docs/reliability.md#chief-only-writes-never-half-a-file
 """
 
 import keras

@@ -35,9 +35,10 @@ class SignalStop:
     `StopAtStepBoundary` writes the backup and exits; the process exits anyway
     `BOUND_SECONDS` (plus twice the last step's time) after the signal, from a thread that
     Python's signal handling wakes through `signal.set_wakeup_fd`, so a main thread held in
-    a collective does not hold the exit. A second signal exits at once. The exit code is
-    128 + the signal's number (143, or 130 for Ctrl-C). TensorFlow's own SIGTERM handler,
-    which this one displaces, is still called, so its preemption notifier hears the signal.
+    a collective does not hold the exit. A second signal exits at once. The process ends
+    by the signal itself, as with no handler (a shell's exit code 143, or 130 for Ctrl-C).
+    TensorFlow's own SIGTERM handler, which this one displaces, is still called, so its
+    preemption notifier hears the signal.
 
     Args:
         displaced: `{signal: C handler address}` of the handlers it replaces, to chain to.
@@ -52,8 +53,8 @@ class SignalStop:
         self.step_seconds = 0.0
         self.in_fit = False
         self._at_boundary = threading.Event()
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
+        self._read, self.wakeup_fd = os.pipe()
+        os.set_blocking(self.wakeup_fd, False)
 
     def handle(self, signum, frame=None):
         """The Python signal handler: chains to the displaced one and notes the signal."""
@@ -86,8 +87,8 @@ class SignalStop:
         self._at_boundary.set()
 
     def exit(self, why):
-        """Ends the process now with one line on stderr, without Python's shutdown (whose
-        collective barrier would wait for the other workers)."""
+        """Ends the process now by its signal, after one line on stderr, without Python's
+        shutdown (whose collective barrier would wait for the other workers)."""
         signum = self.signum or signal.SIGTERM
         waited = "" if self.received_at is None else \
             f" {time.monotonic() - self.received_at:.2f} s after the signal"
@@ -96,7 +97,7 @@ class SignalStop:
             sys.stderr.write(f"mgpu_tf: {self.task} stopped on {why}{waited}.\n")
             sys.stderr.flush()
         finally:
-            os._exit(128 + signum)
+            signal_handlers.die_by(signum)
 
 
 class StopAtStepBoundary(keras.callbacks.Callback):
@@ -112,9 +113,13 @@ class StopAtStepBoundary(keras.callbacks.Callback):
         self.stop = stop
         self.backups = list(backups)
         self._began = None
+        self._epoch = 0
 
     def on_train_begin(self, logs=None):
         self.stop.in_fit = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
         self._began = time.monotonic()
@@ -127,7 +132,7 @@ class StopAtStepBoundary(keras.callbacks.Callback):
         self.stop.reached_boundary()
         written = [backup.backup_now() for backup in self.backups]
         name = signal.Signals(self.stop.signum).name
-        where = f"after step {batch + 1}"
+        where = f"after step {batch + 1} of epoch {self._epoch + 1}"
         if written:
             where += ", backup " + ("written" if all(written) else
                                     "left at the last sync point (steps_per_sync)")
@@ -164,7 +169,7 @@ def install(task="this worker"):
     stop = SignalStop(displaced, task)
     for signum in _SIGNALS:
         signal.signal(signum, stop.handle)
-    signal.set_wakeup_fd(stop._write, warn_on_full_buffer=False)
+    signal.set_wakeup_fd(stop.wakeup_fd, warn_on_full_buffer=False)
     threading.Thread(target=stop.watch, name="mgpu_tf-stop", daemon=True).start()
     _installed = stop
     return stop

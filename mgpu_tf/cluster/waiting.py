@@ -27,6 +27,8 @@ REGISTER_TIMEOUT_SECONDS = 3600.0
 
 _POLL_SECONDS = 0.2
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The tasks TensorFlow's coordination service waits for.
+_ROLES = ("chief", "worker")
 
 
 class PeersMissingError(RuntimeError):
@@ -37,6 +39,8 @@ def peer_states(config, *, timeout=0.3):
     """`[(name, address, listening)]` of the other tasks of `config`, each probed once."""
     states = []
     for role, addresses in config.cluster.items():
+        if role not in _ROLES:
+            continue
         for index, address in enumerate(addresses):
             if (role, index) == (config.task_type, config.task_index):
                 continue
@@ -56,17 +60,14 @@ def _missing(states):
 
 
 def _listen(config):
-    """Listens at this task's own address, so that peers see it started; None when the
-    address cannot be bound here."""
-    host, port = tf_config.parse_address(config.cluster[config.task_type][config.task_index])
+    """Listens at this task's port on every interface, as its TensorFlow server will, so
+    that peers see it started; None when the port cannot be bound here."""
+    _, port = tf_config.parse_address(config.cluster[config.task_type][config.task_index])
+    dual = socket.has_dualstack_ipv6()
     try:
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(16)
-        return sock
+        return socket.create_server(("", port), family=socket.AF_INET6 if dual
+                                    else socket.AF_INET, dualstack_ipv6=dual)
     except OSError:
-        sock.close()
         return None
 
 
@@ -108,9 +109,11 @@ def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
         output.flush()
         raise SystemExit(128 + signum)
 
+    sock = _listen(config)
+    if sock is None:  # peers could not see this task: TensorFlow's own wait does
+        return
     previous = ({s: signal.signal(s, stop) for s in _SIGNALS}
                 if _in_main_thread() else {})
-    sock = _listen(config)
     try:
         next_line = started + min(every_seconds, 1.0)  # the first line soon
         while not all(listening for *_, listening in states):
@@ -131,8 +134,7 @@ def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
             time.sleep(_POLL_SECONDS)
             states = peer_states(config)
     finally:
-        if sock is not None:
-            sock.close()
+        sock.close()
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 

@@ -11,9 +11,11 @@ Design: docs/reliability.md#sigterm-and-ctrl-c
 
 import ctypes
 import ctypes.util
+import os
+import signal
 import sys
 
-__all__ = ["available", "c_handler", "call_c_handler", "copy_c_handler", "is_function"]
+__all__ = ["available", "c_handler", "call_c_handler", "copy_c_handler", "die_by", "is_function"]
 
 class _SigAction(ctypes.Structure):
     # glibc's `struct sigaction`: handler, a 1024-bit mask, flags, restorer.
@@ -78,3 +80,14 @@ def call_c_handler(address, signum):
     """
     if is_function(address):
         ctypes.CFUNCTYPE(None, ctypes.c_int)(address)(int(signum))
+
+
+def die_by(signum):
+    """Ends the process now, as `signum` with its default action would: from any thread,
+    without Python's shutdown (whose handlers may wait on other processes)."""
+    if _LIBC is not None:
+        action = _SigAction()  # SIG_DFL, nothing masked
+        _LIBC.sigaction(int(signum), ctypes.byref(action), None)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+        os.kill(os.getpid(), signum)
+    os.kill(os.getpid(), signal.SIGKILL)  # where the default action cannot be set

@@ -21,6 +21,7 @@ import numpy as np
 
 import mgpu_tf
 from mgpu_tf import callbacks
+from mgpu_tf.cluster import stopping
 from support import regression
 
 EXAMPLES, FEATURES, GLOBAL_BATCH = 64, 6, 16
@@ -49,6 +50,9 @@ def main():
         model = mgpu_tf.prepare_model(model, strategy)
         model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
     if mode == "stop":
+        # TensorFlow's preemption notifier had SIGTERM: the handler installed calls it.
+        displaced = sorted(int(s) for s in stopping.installed().displaced)
+        print(f"displaced: {displaced}", file=sys.stderr, flush=True)
         model.fit(data, epochs=10_000, verbose=0, callbacks=[
             callbacks.BackupAndRestore(out / "backup", save_freq=1000),
             _Steps(out / f"steps-{index}")])
