@@ -13,6 +13,7 @@ import time
 
 import keras
 import numpy as np
+import pytest
 
 from mgpu_tf.cluster import launcher
 from support import workers
@@ -109,3 +110,21 @@ def test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c():
         assert code == 128 + signum, more[-2000:]
         assert f"mgpu_tf: worker 0 stopped on {signum.name} while waiting for worker 1 " \
             f"({peer}" in more, more[-2000:]
+
+
+def test_keras_writing_callbacks_become_the_chiefs_with_the_same_state(tmp_path):
+    from mgpu_tf import callbacks
+    from mgpu_tf.callbacks import workers as worker_callbacks
+
+    given = keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras"), monitor="loss")
+    safe = worker_callbacks.chief_only(given)
+    assert isinstance(safe, callbacks.ModelCheckpoint)
+    safe.best = 0.5  # what the fit changes, the user's object sees
+    assert given.best == 0.5 and given.filepath == str(tmp_path / "m.keras")
+    board = keras.callbacks.TensorBoard(str(tmp_path / "logs"))
+    assert isinstance(worker_callbacks.chief_only(board), callbacks.TensorBoard)
+    other = keras.callbacks.EarlyStopping()
+    assert worker_callbacks.chief_only(other) is other
+    with pytest.raises(ValueError, match=r"^Keras' BackupAndRestore cannot back up a "
+                                         r"multi-worker fit: every worker writes the same"):
+        worker_callbacks.chief_only(keras.callbacks.BackupAndRestore(str(tmp_path / "b")))
