@@ -143,6 +143,10 @@ class StrategyKind:
         """Its data sets' adaptive shares, oldest first: what a `TrainingMonitor` steers."""
         return list(self._adaptive)
 
+    def fit_callbacks(self, callbacks):
+        """The callbacks `fit` runs for the `callbacks` it was given: these by default."""
+        return callbacks
+
     def prepare_fit(self, data, callbacks, steps_per_execution=1, **fit):
         """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it;
         a data set of `shard_dataset` learns that this fit trains from it, reading

@@ -193,11 +193,27 @@ class BackupAndRestore(DataOrder):
         if self._owed:
             self._backup(epoch + 1, 0)
 
+    def backup_now(self):
+        """Writes the backup of the last finished step now: a stop on SIGTERM asks so.
+
+        Returns:
+            True when written; False between the sync points of `steps_per_sync`, where the
+            last backup stays.
+        """
+        steps = (self.params or {}).get("steps")
+        try:
+            if steps and self._done >= steps:
+                return self._backup(self._epoch + 1, 0)
+            return self._backup(self._epoch, self._done)
+        except elastic.RegroupExit:
+            return True
+
     def _backup(self, epoch, steps_done):
-        """Writes the backup now, or at the next sync point of `steps_per_sync`."""
+        """Writes the backup now, or at the next sync point of `steps_per_sync`; returns
+        True when it wrote."""
         optimizer = self.model.optimizer
         if optimizer is not None and accumulation.steps_since_sync(optimizer):
-            return
+            return False
         self._owed = False
         model = self.model
         strategy = chief_lib.strategy_of(model)
@@ -219,6 +235,7 @@ class BackupAndRestore(DataOrder):
                 if old.startswith("weights-") and old != name:
                     os.remove(os.path.join(self.backup_dir, old))
             _tell_launcher(epoch, steps_done, (self.params or {}).get("epochs"))
+        return True
 
     def on_train_end(self, logs=None):
         super().on_train_end(logs)

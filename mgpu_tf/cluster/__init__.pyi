@@ -6,7 +6,7 @@ __all__ = ["ClusterConfig", "ClusterConfigError", "RayReporter", "WorkerLostErro
 
 from . import (calibrate, communicator, detect, elastic, failures, hostlist, job_secret, jobset,
                kubernetes, launch_command, launcher, manifest_parts, network_policy, pod_metrics,
-               ray_train, scrape, tf_config)
+               ray_train, scrape, stopping, tf_config, waiting)
 from .detect import detect_cluster
 from .failures import WorkerLostError, worker_failures
 from .launcher import launch

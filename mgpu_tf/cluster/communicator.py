@@ -9,6 +9,9 @@ import tensorflow as tf
 
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
+from mgpu_tf.cluster import stopping
+from mgpu_tf.cluster import waiting
+from mgpu_tf.compat import private
 
 __all__ = ["build_multi_worker"]
 
@@ -27,11 +30,14 @@ def build_multi_worker(settings):
     )
     config = settings.cluster or cluster_lib.detect_cluster()
     resolver = config.cluster_resolver() if config else None
-    if config is not None and config.num_workers > 1:
+    several = config is not None and config.num_workers > 1
+    if several:
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
+        if not private.runtime_started():  # else the strategy fails at once, below
+            waiting.wait_for_peers(config)
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=communication
         )
     except RuntimeError as error:
@@ -46,3 +52,6 @@ def build_multi_worker(settings):
             "Make the strategy first thing in the program, before building a model or any "
             "tf.constant, tf.Variable or data set op."
         ) from None
+    if several:
+        stopping.install(task=f"{config.task_type} {config.task_index}")
+    return strategy

@@ -1,5 +1,6 @@
-"""Keras' `fit`, patched once on its trainer: it asks the strategy's kind to `prepare_fit`
-before the first step and to `finish_fit` after the last, however `fit` ends.
+"""Keras' `fit`, patched once on its trainer: it asks the strategy's kind for the callbacks
+to run (`fit_callbacks`), to `prepare_fit` before the first step and to `finish_fit` after
+the last, however `fit` ends.
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -32,10 +33,15 @@ def install():
 
     @functools.wraps(original)
     def fit(model, *args, **kwargs):
-        arguments = signature.bind_partial(model, *args, **kwargs).arguments
+        bound = signature.bind_partial(model, *args, **kwargs)
+        arguments = bound.arguments
         kind = kind_lib.kind_of(model.distribute_strategy)
         data = arguments.get("x")
-        kind.prepare_fit(data, arguments.get("callbacks"),
+        callbacks = kind.fit_callbacks(arguments.get("callbacks"))
+        if callbacks is not arguments.get("callbacks"):
+            arguments["callbacks"] = callbacks
+            args, kwargs = bound.args[1:], bound.kwargs
+        kind.prepare_fit(data, callbacks,
                          steps_per_execution=model.steps_per_execution,
                          model=model, class_weight=arguments.get("class_weight"))
         try:

@@ -25,6 +25,7 @@ __all__ = [
     "optimizer_type_method",
     "optimizer_variables",
     "reinitialize_variable",
+    "runtime_started",
     "random_seed_cast",
     "require",
     "sequential_graph",
@@ -371,6 +372,21 @@ def configure_coordination_service(service_leader, jobs, timeout_ms):
                           for job, count in jobs.items()],
     )
     return True
+
+
+def runtime_started():
+    """True once TensorFlow's eager runtime has started (after which collective ops can no
+    longer be configured).
+
+    `tensorflow.python.eager.context.Context._initialized` (TensorFlow 2.18-2.21).
+    """
+    name = "tensorflow.python.eager.context.Context._initialized"
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        return bool(context_lib.context()._initialized)
+    except (ImportError, AttributeError):
+        raise missing(name, "runtime_started()") from None
 
 
 def default_strategy():

@@ -136,6 +136,8 @@ KNOWN = {
     "tensorflow.python.data.experimental.ops.global_shuffle_op._global_shuffle": _tensorflow(
         "shard_dataset shuffles a source it can read by index without a buffer"),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
+    "tensorflow.python.eager.context.Context._initialized": _tensorflow(
+        "make_strategy waits for a multi-worker cluster's peers before TensorFlow does"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
     "CollectiveAllReduceExtended._cross_device_ops": _tensorflow(_SCATTER),

@@ -133,6 +133,12 @@ class MultiWorkerKind(_DataParallelKind):
     def data_layout(self):
         return "multi_worker", self.num_workers, self.replicas_per_worker
 
+    def fit_callbacks(self, callbacks):
+        # Keras' writing callbacks become the chief's; a signal stops at a step boundary.
+        from mgpu_tf.callbacks import workers  # the callbacks sit above the kinds
+
+        return workers.fit_callbacks(callbacks)
+
 
 class TPUKind(StrategyKind):
     """`tf.distribute.TPUStrategy`: `shard_dataset` does not feed it."""

@@ -1,0 +1,186 @@
+"""A multi-worker process' stop on SIGTERM or Ctrl-C: at the next step boundary, with the
+chief's backup written, or after a short bound when a collective holds the step.
+
+TensorFlow's preemption notifier catches SIGTERM once a multi-worker strategy exists and
+training goes on; a survivor of a lost peer waits in the peer's collective. Both made a
+launcher wait its whole grace before SIGKILL.
+
+Design: docs/reliability.md#sigterm-and-ctrl-c
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import keras
+
+from mgpu_tf.compat import signal_handlers
+
+__all__ = ["BOUND_SECONDS", "SignalStop", "StopAtStepBoundary", "fit_callback", "install",
+           "installed"]
+
+# How long after the signal the step in flight may still take, beyond twice the last step's
+# time, before the process exits without reaching a step boundary.
+BOUND_SECONDS = 1.0
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class SignalStop:
+    """The process' handler of SIGTERM and SIGINT while it trains under several workers.
+
+    The first signal asks the fit in progress to stop at its next step boundary, where
+    `StopAtStepBoundary` writes the backup and exits; the process exits anyway
+    `BOUND_SECONDS` (plus twice the last step's time) after the signal, from a thread that
+    Python's signal handling wakes through `signal.set_wakeup_fd`, so a main thread held in
+    a collective does not hold the exit. A second signal exits at once. The process ends
+    by the signal itself, as with no handler (a shell's exit code 143, or 130 for Ctrl-C).
+    TensorFlow's own SIGTERM handler, which this one displaces, is still called, so its
+    preemption notifier hears the signal.
+
+    Args:
+        displaced: `{signal: C handler address}` of the handlers it replaces, to chain to.
+        task: what the exit line calls this process. Defaults to `"this worker"`.
+    """
+
+    def __init__(self, displaced=None, task="this worker"):
+        self.displaced = dict(displaced or {})
+        self.task = task
+        self.signum = None
+        self.received_at = None
+        self.step_seconds = 0.0
+        self.in_fit = False
+        self._at_boundary = threading.Event()
+        self._read, self.wakeup_fd = os.pipe()
+        os.set_blocking(self.wakeup_fd, False)
+
+    def handle(self, signum, frame=None):
+        """The Python signal handler: chains to the displaced one and notes the signal."""
+        signal_handlers.call_c_handler(self.displaced.get(signum), signum)
+        self._note(signum)
+
+    def _note(self, signum):
+        if self.signum is None:
+            self.signum, self.received_at = signum, time.monotonic()
+
+    def watch(self):
+        """The thread that bounds the stop: woken by each signal's byte on the wakeup fd."""
+        seen = 0
+        while True:
+            for signum in os.read(self._read, 16):
+                if signum not in _SIGNALS:
+                    continue
+                self._note(signum)
+                seen += 1
+                if seen > 1:
+                    self.exit(f"a second {signal.Signals(signum).name}")
+            if seen == 1:
+                bound = BOUND_SECONDS + (2 * self.step_seconds if self.in_fit else 0.0)
+                if not self._at_boundary.wait(bound):
+                    self.exit(f"{signal.Signals(self.signum).name}; no step boundary "
+                              f"within {bound:.1f} s")
+
+    def reached_boundary(self):
+        """The step boundary is reached: the exit is the boundary's to make."""
+        self._at_boundary.set()
+
+    def exit(self, why):
+        """Ends the process now by its signal, after one line on stderr, without Python's
+        shutdown (whose collective barrier would wait for the other workers)."""
+        signum = self.signum or signal.SIGTERM
+        waited = "" if self.received_at is None else \
+            f" {time.monotonic() - self.received_at:.2f} s after the signal"
+        try:
+            sys.stdout.flush()
+            sys.stderr.write(f"mgpu_tf: {self.task} stopped on {why}{waited}.\n")
+            sys.stderr.flush()
+        finally:
+            signal_handlers.die_by(signum)
+
+
+class StopAtStepBoundary(keras.callbacks.Callback):
+    """Ends a fit at the step boundary after a signal: the chief writes its backup first.
+
+    Args:
+        stop: the `SignalStop` installed.
+        backups: the fit's `mgpu_tf.callbacks.BackupAndRestore` callbacks.
+    """
+
+    def __init__(self, stop, backups=()):
+        super().__init__()
+        self.stop = stop
+        self.backups = list(backups)
+        self._began = None
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        self.stop.in_fit = True
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._began = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._began is not None:
+            self.stop.step_seconds = time.monotonic() - self._began
+        if self.stop.signum is None:
+            return
+        self.stop.reached_boundary()
+        written = [backup.backup_now() for backup in self.backups]
+        name = signal.Signals(self.stop.signum).name
+        where = f"after step {batch + 1} of epoch {self._epoch + 1}"
+        if written:
+            where += ", backup " + ("written" if all(written) else
+                                    "left at the last sync point (steps_per_sync)")
+        self.stop.exit(f"{name} {where}")
+
+    def on_train_end(self, logs=None):
+        self.stop.in_fit = False
+
+
+_installed = None  # the process' one SignalStop, as signal handlers are per process
+
+
+def install(task="this worker"):
+    """Installs a `SignalStop` for SIGTERM and SIGINT from the main thread; returns it.
+
+    `make_strategy("multi_worker")` calls it once the strategy exists, after TensorFlow
+    installed its own SIGTERM handler. Anywhere but the main thread (where Python cannot
+    set handlers) it installs nothing and returns None; again, it returns the one installed.
+
+    Args:
+        task: what the exit line calls this process. Defaults to `"this worker"`.
+    """
+    global _installed
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if _installed is not None:
+        return _installed
+    displaced = {}
+    for signum in _SIGNALS:
+        current = signal_handlers.c_handler(signum)
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.SIG_IGN, None) and \
+                signal_handlers.is_function(current):
+            displaced.setdefault(signum, current)  # a C handler Python does not know
+    stop = SignalStop(displaced, task)
+    for signum in _SIGNALS:
+        signal.signal(signum, stop.handle)
+    signal.set_wakeup_fd(stop.wakeup_fd, warn_on_full_buffer=False)
+    threading.Thread(target=stop.watch, name="mgpu_tf-stop", daemon=True).start()
+    _installed = stop
+    return stop
+
+
+def installed():
+    """The `SignalStop` installed, or None."""
+    return _installed
+
+
+def fit_callback(backups=()):
+    """A `StopAtStepBoundary` for a fit with the toolkit's `backups`, or None when no stop
+    is installed."""
+    return None if _installed is None else StopAtStepBoundary(_installed, backups)

@@ -1,0 +1,145 @@
+"""Before a multi-worker strategy is made: wait in Python until every peer's port answers,
+saying whom this worker waits for, and ending on SIGTERM or Ctrl-C.
+
+TensorFlow's coordination service waits for every task to register (up to an hour) in one
+C++ call that holds the GIL and prints nothing: no Python thread runs, Ctrl-C's handler
+never runs, and its preemption notifier swallows SIGTERM. Waiting here first leaves that
+call only the moments between the last peer's start and its registration.
+
+Design: docs/reliability.md#a-worker-waiting-for-its-peers
+"""
+
+import signal
+import socket
+import sys
+import time
+
+from mgpu_tf.cluster import tf_config
+
+__all__ = ["EVERY_SECONDS", "REGISTER_TIMEOUT_SECONDS", "PeersMissingError", "peer_states",
+           "wait_for_peers"]
+
+# How often the waiting line repeats.
+EVERY_SECONDS = 5.0
+# How long a worker waits for its peers, as TensorFlow's coordination service does (its
+# default `cluster_register_timeout`).
+REGISTER_TIMEOUT_SECONDS = 3600.0
+
+_POLL_SECONDS = 0.2
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The tasks TensorFlow's coordination service waits for.
+_ROLES = ("chief", "worker")
+
+
+class PeersMissingError(RuntimeError):
+    """Some workers of the cluster did not start within the time to wait for them."""
+
+
+def peer_states(config, *, timeout=0.3):
+    """`[(name, address, listening)]` of the other tasks of `config`, each probed once."""
+    states = []
+    for role, addresses in config.cluster.items():
+        if role not in _ROLES:
+            continue
+        for index, address in enumerate(addresses):
+            if (role, index) == (config.task_type, config.task_index):
+                continue
+            host, port = tf_config.parse_address(address)
+            try:
+                with socket.create_connection((host, port), timeout=timeout):
+                    listening = True
+            except OSError:
+                listening = False
+            states.append((f"{role} {index}", address, listening))
+    return states
+
+
+def _missing(states):
+    return ", ".join(f"{name} ({address}: nothing listens there yet)"
+                     for name, address, listening in states if not listening)
+
+
+def _listen(config):
+    """Listens at this task's port on every interface, as its TensorFlow server will, so
+    that peers see it started; None when the port cannot be bound here."""
+    _, port = tf_config.parse_address(config.cluster[config.task_type][config.task_index])
+    dual = socket.has_dualstack_ipv6()
+    try:
+        return socket.create_server(("", port), family=socket.AF_INET6 if dual
+                                    else socket.AF_INET, dualstack_ipv6=dual)
+    except OSError:
+        return None
+
+
+def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
+                   every_seconds=EVERY_SECONDS, output=None):
+    """Returns once every other task of `config` accepts connections at its address.
+
+    Meanwhile this task listens at its own address (as its TensorFlow server soon will),
+    says every `every_seconds` on `output` which tasks it waits for and until when, and
+    ends the process on SIGTERM or SIGINT with one line (exit code 128 + the signal).
+
+    Example:
+
+    ```python
+    wait_for_peers(mgpu_tf.cluster.detect_cluster())
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    ```
+
+    Args:
+        config: this process' `ClusterConfig`.
+        timeout_seconds: how long to wait. Defaults to an hour, TensorFlow's own wait.
+        every_seconds: how often to say whom it waits for. Defaults to `5`.
+        output: stream for the lines. Defaults to `sys.stderr`.
+
+    Raises:
+        PeersMissingError: when a task has not started within `timeout_seconds`.
+    """
+    output = output or sys.stderr
+    me = f"{config.task_type} {config.task_index}"
+    states = peer_states(config)
+    if all(listening for *_, listening in states):
+        return
+    started = time.monotonic()
+    deadline = time.time() + timeout_seconds
+
+    def stop(signum, frame):
+        output.write(f"mgpu_tf: {me} stopped on {signal.Signals(signum).name} while "
+                     f"waiting for {_missing(peer_states(config)) or 'its peers'} to start.\n")
+        output.flush()
+        raise SystemExit(128 + signum)
+
+    sock = _listen(config)
+    if sock is None:  # peers could not see this task: TensorFlow's own wait does
+        return
+    previous = ({s: signal.signal(s, stop) for s in _SIGNALS}
+                if _in_main_thread() else {})
+    try:
+        next_line = started + min(every_seconds, 1.0)  # the first line soon
+        while not all(listening for *_, listening in states):
+            now = time.monotonic()
+            if now - started > timeout_seconds:
+                raise PeersMissingError(
+                    f"{me} waited {timeout_seconds:g} s for the other workers; these never "
+                    f"started: {_missing(states)}. Received: TF_CONFIG's cluster "
+                    f"{dict(config.cluster)!r}. Start every worker of the cluster, or give "
+                    "a cluster of the workers there are.")
+            if now >= next_line:
+                until = time.strftime("%H:%M:%S UTC", time.gmtime(deadline))
+                output.write(f"mgpu_tf: {me} waits for {_missing(states)}; gives up at "
+                             f"{until} (in {deadline - time.time():.0f} s). Ctrl-C or "
+                             "SIGTERM ends the wait.\n")
+                output.flush()
+                next_line = now + every_seconds
+            time.sleep(_POLL_SECONDS)
+            states = peer_states(config)
+    finally:
+        sock.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def _in_main_thread():
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

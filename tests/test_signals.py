@@ -1,0 +1,130 @@
+"""SIGTERM and Ctrl-C end a multi-worker process promptly, a worker waiting for its peers
+says whom it waits for, and Keras' own writing callbacks work under several workers.
+
+Real worker processes on 127.0.0.1, real signals.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from mgpu_tf.cluster import launcher
+from support import workers
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _start(configs, *args):
+    env = workers.environment()
+    env["PYTHONPATH"] = os.pathsep.join([_TESTS, env.get("PYTHONPATH", "")])
+    return [subprocess.Popen([sys.executable, *args], cwd=_TESTS, stderr=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, text=True,
+                             env=dict(env, TF_CONFIG=json.dumps(config)))
+            for config in configs]
+
+
+def _lines(path):
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_keras_callbacks_write_from_the_chief_and_keras_backup_is_refused(tmp_path):
+    code, out = workers.run_workers("-m", 2, "support.mw_signals", "callbacks", tmp_path)
+    assert code == 0, out
+    final = np.load(tmp_path / "final.npz")
+    final = [final[f"arr_{i}"] for i in range(len(final.files))]
+    ours = keras.models.load_model(tmp_path / "keras.keras").get_weights()
+    toolkit = keras.models.load_model(tmp_path / "toolkit.keras").get_weights()
+    for a, b, c in zip(ours, toolkit, final, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    events = [name for _, _, names in os.walk(tmp_path / "logs") for name in names]
+    assert len(events) == 1, events  # the chief's log only
+    for text in out.values():
+        assert "refused: Keras' BackupAndRestore cannot back up a multi-worker fit" in text
+        assert "Use mgpu_tf.callbacks.BackupAndRestore(backup_dir)" in text
+    assert not os.listdir(tmp_path / "kbackup") if (tmp_path / "kbackup").exists() else True
+
+
+def test_sigterm_stops_every_worker_at_a_step_boundary_with_the_chief_backup(tmp_path):
+    processes = _start(launcher.worker_tf_configs(2), "-m", "support.mw_signals", "stop",
+                       str(tmp_path))
+    try:
+        deadline = time.monotonic() + 300
+        while min(_lines(tmp_path / f"steps-{i}") for i in range(2)) < 5:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes), \
+                [p.stderr.read()[-3000:] for p in processes if p.poll() is not None]
+            time.sleep(0.1)
+        for p in processes:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=30) for p in processes]  # TensorFlow alone trains on
+        errors = [p.stderr.read() for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [-signal.SIGTERM] * 2, errors  # ended by the signal, not SIGKILL
+    for text in errors:  # TensorFlow's handler, displaced, is called from ours
+        assert f"displaced: [{int(signal.SIGTERM)}]" in text, text[-2000:]
+    assert "mgpu_tf: worker 0 stopped on SIGTERM after step" in errors[0], errors[0][-2000:]
+    assert "backup written" in errors[0]
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] * 4 + metadata["steps_done"] >= 5, metadata
+    weights = tmp_path / "backup" / metadata["weights"]
+    assert weights.exists()
+
+
+def test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c():
+    configs = launcher.worker_tf_configs(2)
+    alone = [configs[0], dict(configs[0])]  # two lone worker 0s of separate clusters
+    alone[1] = launcher.worker_tf_configs(2)[0]
+    processes = _start(alone, "-m", "mgpu_tf.train", "--strategy=multi_worker")
+    try:
+        lines = [[], []]
+        for p, seen in zip(processes, lines):
+            for line in p.stderr:
+                seen.append(line)
+                if "waits for worker 1" in line:
+                    break
+        for p, signum in zip(processes, (signal.SIGTERM, signal.SIGINT)):
+            p.send_signal(signum)
+        codes = [p.wait(timeout=30) for p in processes]
+        rest = [p.stderr.read() for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for config, seen, code, more, signum in zip(alone, lines, codes, rest,
+                                                (signal.SIGTERM, signal.SIGINT)):
+        peer = config["cluster"]["worker"][1]
+        assert f"waits for worker 1 ({peer}: nothing listens there yet); gives up at" in \
+            seen[-1], seen[-5:]
+        assert code == 128 + signum, more[-2000:]
+        assert f"mgpu_tf: worker 0 stopped on {signum.name} while waiting for worker 1 " \
+            f"({peer}" in more, more[-2000:]
+
+
+def test_keras_writing_callbacks_become_the_chiefs_with_the_same_state(tmp_path):
+    from mgpu_tf import callbacks
+    from mgpu_tf.callbacks import workers as worker_callbacks
+
+    given = keras.callbacks.ModelCheckpoint(str(tmp_path / "m.keras"), monitor="loss")
+    safe = worker_callbacks.chief_only(given)
+    assert isinstance(safe, callbacks.ModelCheckpoint)
+    safe.best = 0.5  # what the fit changes, the user's object sees
+    assert given.best == 0.5 and given.filepath == str(tmp_path / "m.keras")
+    board = keras.callbacks.TensorBoard(str(tmp_path / "logs"))
+    assert isinstance(worker_callbacks.chief_only(board), callbacks.TensorBoard)
+    other = keras.callbacks.EarlyStopping()
+    assert worker_callbacks.chief_only(other) is other
+    with pytest.raises(ValueError, match=r"^Keras' BackupAndRestore cannot back up a "
+                                         r"multi-worker fit: every worker writes the same"):
+        worker_callbacks.chief_only(keras.callbacks.BackupAndRestore(str(tmp_path / "b")))
