@@ -7,9 +7,12 @@ match the uninterrupted run's. A path that cannot hold some state raises instead
 
 import os
 
+import h5py
 import keras
 import numpy as np
 import pytest
+
+import mgpu_tf
 
 from support import checkpoint_paths as problem
 from support import compare
@@ -85,3 +88,25 @@ def test_a_keras_file_mid_window_raises_naming_what_holds_the_sums(mid_window, t
                                          r"steps_per_sync=2, and 1 step\(s\)"):
         save(mid_window, str(tmp_path))
 
+
+
+def test_under_loss_scaling_a_weights_file_holds_the_inner_slots_unsharded(tmp_path):
+    saved = keras.mixed_precision.dtype_policy()
+    try:
+        strategy = mgpu_tf.make_strategy("mirrored", devices=2, shard_optimizer_state=True,
+                                         precision="mixed_float16")
+        model = problem.train(problem.build(strategy), 1)
+    finally:
+        keras.mixed_precision.set_dtype_policy(saved)
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    with h5py.File(path) as f:
+        outer = [np.asarray(f["optimizer/vars"][k]) for k in sorted(f["optimizer/vars"], key=int)]
+        inner = [np.asarray(f["optimizer/inner_optimizer/vars"][k])
+                 for k in sorted(f["optimizer/inner_optimizer/vars"], key=int)]
+    # The loss scaling's own four, then what an unsharded inner optimizer writes.
+    weights = [w.shape for w in model.get_weights()]
+    assert [a.shape for a in inner[2:]] == [s for s in weights for _ in range(2)]
+    assert len(outer) == 4 + len(inner)
+    for a, b in zip(outer[4:], inner):
+        np.testing.assert_array_equal(a, b)
