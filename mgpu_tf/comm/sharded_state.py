@@ -138,7 +138,9 @@ def save_whole_inside(outer, optimizer):
         inner = {id(v) for v in optimizer.variables}
         return [v for v in wrapper.variables if id(v) not in inner]
 
-    def save(store):
+    def save(original, store):
+        if not state.built:  # no slots yet: what Keras writes
+            return original(store)
         variables = own(outer)
         for i, variable in enumerate(variables):
             store[str(i)] = variable.numpy()
@@ -150,6 +152,12 @@ def save_whole_inside(outer, optimizer):
     def load(store):
         variables = own(outer)
         expected = len(variables) + (len(state.reference) if state.built else 0)
+        if state.built and len(store.keys()) == len(variables) + 2:
+            # Written when the slots were not in optimizer.variables: its own, then the
+            # inner iterations and learning rate; the inner optimizer's entry holds the rest.
+            for i, variable in enumerate(variables):
+                variable.assign(store[str(i)])
+            return
         if not state.built or len(store.keys()) != expected:
             warnings.warn(
                 f"Skipping variable loading for optimizer '{outer.name}': it expects "
@@ -161,7 +169,8 @@ def save_whole_inside(outer, optimizer):
         state.load({str(j): store[str(len(variables) + j)]
                     for j in range(len(state.reference))})
 
-    private.wrap_optimizer_method(outer, "save_own_variables", lambda original: save)
+    private.wrap_optimizer_method(outer, "save_own_variables",
+                                  lambda original: functools.partial(save, original))
     private.wrap_optimizer_method(outer, "load_own_variables", lambda original: load)
 
 
