@@ -253,6 +253,10 @@ def test_reinitialize_variable_moves_it_and_keeps_its_value():
      "optimizer=<SimpleNamespace 'thing'>"),
     (lambda o: private.variable_index(o, None), "BaseOptimizer._get_variable_index",
      "optimizer=<SimpleNamespace 'thing'>"),
+    (lambda o: private.track_optimizer_variable(o, None), "BaseOptimizer._track_variable",
+     "optimizer=<SimpleNamespace 'thing'>"),
+    (lambda o: private.checkpoint_through(o, None, None), "Trackable._serialize_to_tensors",
+     "variable=<SimpleNamespace 'thing'>"),
     (lambda o: private_trainer.model_strategy(o), "Trainer._distribute_strategy",
      "model=<SimpleNamespace 'thing'>"),
     (lambda o: private.dataset_inputs(o), "DatasetV2._inputs",
@@ -275,6 +279,25 @@ def test_an_object_without_the_name_gets_the_clear_error(call, name, received):
         pytest.skip(f"Keras {keras.__version__} does not use {name}")
     with pytest.raises(PrivateNameError, match=_missing(name, received)):
         call(_bare())
+
+
+def test_tensorflow_checkpoints_save_and_restore_through_the_given_functions(tmp_path):
+    variable = keras.Variable(np.zeros(2, "float32"), name="stored")
+    restored = []
+    private.checkpoint_through(variable, lambda: tf.constant([1.0, 2.0, 3.0]),
+                               restored.append)
+    path = tf.train.Checkpoint(v=variable).save(str(tmp_path / "ckpt"))
+    assert dict(tf.train.list_variables(path))["v/.ATTRIBUTES/VARIABLE_VALUE"] == [3]
+    tf.train.Checkpoint(v=variable).restore(path)
+    assert [list(np.asarray(t)) for t in restored] == [[1.0, 2.0, 3.0]]
+
+
+def test_a_tracked_optimizer_variable_is_listed_in_its_variables():
+    optimizer = keras.optimizers.SGD()
+    optimizer.build([keras.Variable(np.zeros(2, "float32"))])
+    extra = keras.Variable(np.zeros(3, "float32"), name="extra")
+    private.track_optimizer_variable(optimizer, extra)
+    assert optimizer.variables[-1] is extra
 
 
 def test_a_name_that_is_no_longer_a_method_gets_the_clear_error(monkeypatch):

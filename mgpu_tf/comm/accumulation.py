@@ -3,6 +3,8 @@
 Design: docs/design.md#gradient-accumulation
 """
 
+import functools
+
 import tensorflow as tf
 
 from mgpu_tf.comm import optimizer_step
@@ -48,6 +50,10 @@ def check_epoch(settings, steps, global_batch_size):
 def accumulate(optimizer, strategy, steps_per_sync):
     """Makes `optimizer.apply` all-reduce and update every `steps_per_sync` calls.
 
+    The sums and the count are the optimizer's: TensorFlow checkpoints of it hold them
+    (`optimizer.gradient_accumulation`); a Keras file cannot, and saving one between
+    sync points raises.
+
     Args:
         optimizer: a Keras 3 optimizer (not a `LossScaleOptimizer`).
         strategy: the strategy the optimizer runs under.
@@ -65,6 +71,10 @@ def accumulate(optimizer, strategy, steps_per_sync):
     optimizer_step.require_patch("steps_per_sync")
     state = _State(optimizer, strategy, steps_per_sync)
     optimizer_step.hook_of(optimizer).accumulation = state
+    private.wrap_optimizer_method(optimizer, "save_own_variables",
+                                  lambda original: functools.partial(state.save, original))
+    private.wrap_optimizer_method(optimizer, "load_own_variables",
+                                  lambda original: functools.partial(state.load, original))
     if optimizer.built:
         state.build(private.optimizer_variables(optimizer))
     return optimizer
@@ -94,7 +104,32 @@ class _State:
             self.count = tf.Variable(0, dtype=tf.int64, trainable=False,
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                                      name="steps_since_sync")
+        # An attribute of the optimizer, so that TensorFlow checkpoints of it hold them
+        # (each sum as its total over the replicas, shared out again on restore).
+        self.optimizer.gradient_accumulation = _Tracked(self.sums, self.count)
         self.built = True
+
+    def save(self, original_save, store):
+        """The optimizer's `save_own_variables` (Keras files), which cannot hold the sums:
+        refused between sync points."""
+        steps = steps_since_sync(self.optimizer)
+        if steps:
+            raise ValueError(
+                f"A Keras file (model.save, model.save_weights, Keras' BackupAndRestore or "
+                f"ModelCheckpoint) cannot hold the gradient sums of steps_per_sync={self.steps}, "
+                f"and {steps} step(s) have been summed since the last sync point: the file "
+                f"would resume without them. Received: a save of optimizer "
+                f"'{self.optimizer.name}' {steps} step(s) after a sync point. Save after a "
+                f"multiple of {self.steps} steps, or through tf.train.Checkpoint(optimizer=...), "
+                "which holds the sums, or mgpu_tf.callbacks.BackupAndRestore, which waits "
+                "for a sync point.")
+        return original_save(store)
+
+    def load(self, original_load, store):
+        """The optimizer's `load_own_variables`: a Keras file is of a sync point, where the
+        sums are empty."""
+        original_load(store)
+        reset(self.optimizer)
 
     def apply(self, original_apply, grads, trainable_variables=None):
         """The optimizer's `apply`: adds to the sums; at a sync point, `original_apply`s them."""
@@ -130,6 +165,15 @@ class _State:
             resets = [s.assign(tf.zeros(s.shape, s.dtype)) for s in sums]
         with tf.control_dependencies(resets):
             return [tf.identity(g) for g in grads]
+
+
+class _Tracked(tf.Module):
+    """The sums and the count, as a TensorFlow checkpoint finds them under the optimizer."""
+
+    def __init__(self, sums, count):
+        super().__init__(name="gradient_accumulation")
+        self.sums = list(sums)
+        self.count = count
 
 
 def _maybe_apply(distribution, state, apply, variables):

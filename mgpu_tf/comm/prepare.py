@@ -95,7 +95,7 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     Returns:
         The optimizer that now all-reduces this way.
     """
-    optimizer = _innermost(optimizer)
+    outer, optimizer = optimizer, _innermost(optimizer)
     record = optimizer_step.hook_of(optimizer)
     if record.communication is not None:
         return optimizer
@@ -126,6 +126,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         record.gradient_sum = functools.partial(compressed_all_reduce, wire_dtype=wire)
     if shard_optimizer_state:
         sharded_state.shard(optimizer, strategy, wire_dtype=wire)
+        if outer is not optimizer:
+            sharded_state.save_whole_inside(outer, optimizer)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     record.communication = (compression, steps_per_sync, transport)

@@ -6,6 +6,7 @@ distribution API does not run on TensorFlow; this fills that gap (ZeRO stage 1).
 Design: docs/concepts.md#optimizer-state-sharded-across-replicas
 """
 
+import functools
 import warnings
 
 import keras
@@ -21,8 +22,8 @@ from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.compat import private
 
-__all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded", "slot_variables",
-           "weights_slice"]
+__all__ = ["ELEMENTWISE", "check_optimizer", "save_whole_inside", "shard", "is_sharded",
+           "slot_variables", "weights_slice"]
 
 # Keras optimizers whose update of each number reads only that number's gradient and slots.
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Lion")
@@ -83,7 +84,10 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     `transport="tcp"`). Weight decay stays the optimizer's own, on whole variables; clipping
     acts on the summed gradient (`comm.clipping`), slice by slice with the norms summed over
     them. `save_own_variables` and `load_own_variables` read and write the unsharded
-    layout, so checkpoints do not depend on the option or the replica count.
+    layout, so Keras files do not depend on the option or the replica count; the slots
+    are listed in `optimizer.variables`, and TensorFlow checkpoints
+    (`tf.train.Checkpoint(optimizer=...)`) store each kind of slot whole, as one vector of
+    every variable's numbers, the same for any replica count.
 
     Args:
         optimizer: a Keras optimizer of `ELEMENTWISE` (the innermost, inside loss scaling).
@@ -115,6 +119,59 @@ def shard(optimizer, strategy, *, wire_dtype=None):
     private.wrap_optimizer_method(optimizer, "save_own_variables", lambda original: state.save)
     private.wrap_optimizer_method(optimizer, "load_own_variables", lambda original: state.load)
     return optimizer
+
+
+def save_whole_inside(outer, optimizer):
+    """Makes the Keras files of `outer` (a `LossScaleOptimizer` around the sharded
+    `optimizer`) hold the inner slots in the unsharded layout, as `optimizer`'s own do.
+
+    Keras' `save_own_variables` of a wrapper writes `outer.variables`, its own and the inner
+    optimizer's, each as `numpy()` reads it: of a sliced slot, the sum of the slices.
+
+    Args:
+        outer: the optimizer `optimizer` is inside.
+        optimizer: an optimizer `shard` was given.
+    """
+    state = optimizer_step.find(optimizer).sharded
+
+    def own(wrapper):
+        inner = {id(v) for v in optimizer.variables}
+        return [v for v in wrapper.variables if id(v) not in inner]
+
+    def save(original, store):
+        if not state.built:  # no slots yet: what Keras writes
+            return original(store)
+        variables = own(outer)
+        for i, variable in enumerate(variables):
+            store[str(i)] = variable.numpy()
+        inner = {}
+        state.save(inner)
+        for j in range(len(inner)):
+            store[str(len(variables) + j)] = inner[str(j)]
+
+    def load(store):
+        variables = own(outer)
+        expected = len(variables) + (len(state.reference) if state.built else 0)
+        if state.built and len(store.keys()) == len(variables) + 2:
+            # Written when the slots were not in optimizer.variables: its own, then the
+            # inner iterations and learning rate; the inner optimizer's entry holds the rest.
+            for i, variable in enumerate(variables):
+                variable.assign(store[str(i)])
+            return
+        if not state.built or len(store.keys()) != expected:
+            warnings.warn(
+                f"Skipping variable loading for optimizer '{outer.name}': it expects "
+                f"{expected} variables, the file has {len(store.keys())}. Build the "
+                "optimizer first.", stacklevel=2)
+            return
+        for i, variable in enumerate(variables):
+            variable.assign(store[str(i)])
+        state.load({str(j): store[str(len(variables) + j)]
+                    for j in range(len(state.reference))})
+
+    private.wrap_optimizer_method(outer, "save_own_variables",
+                                  lambda original: functools.partial(save, original))
+    private.wrap_optimizer_method(outer, "load_own_variables", lambda original: load)
 
 
 def _shadow_class(optimizer):
@@ -181,6 +238,11 @@ class _State:
                                           record_slot)
             with tf.variable_creator_scope(_on_read):
                 self.shadow.build([self.params])
+        for name, slot in self.slots.items():
+            # Whole in TensorFlow's checkpoints, and where Keras users look for slots.
+            private.checkpoint_through(slot, functools.partial(self._whole_slot, name),
+                                       functools.partial(self._restore_slot, name))
+            private.track_optimizer_variable(optimizer, slot)
         self.built = True
 
     # ------------------------------------------------------------------ the step
@@ -290,6 +352,30 @@ class _State:
         """`{slot name: the whole padded vector}` as numpy, gathered from every replica."""
         gather = self.strategy.gather
         return {name: np.asarray(gather(slot.value, axis=0)) for name, slot in self.slots.items()}
+
+    def _whole_slot(self, name):
+        """Slot `name` of every variable laid end to end, without padding: what a
+        TensorFlow checkpoint stores, the same for any replica count."""
+        whole = self.strategy.gather(self.slots[name].value, axis=0)
+        return tf.reshape(whole, [-1])[:self.layout.total]
+
+    def _restore_slot(self, name, tensor):
+        """Cuts slot `name`, as `_whole_slot` gave it, into this process' slices."""
+        layout = self.layout
+        if tuple(tensor.shape) != (layout.total,):
+            raise ValueError(
+                f"A checkpoint of an optimizer with shard_optimizer_state holds each kind of "
+                f"slot as one vector of all the variables' numbers ({layout.total} here). "
+                f"Received: shape {tuple(tensor.shape)} for slot {name!r} of optimizer "
+                f"'{self.optimizer.name}'. Restore a checkpoint written with "
+                "shard_optimizer_state=True for this model, or go through model.save / "
+                "model.save_weights, whose files are the same with the option or without.")
+        flat = tf.concat([tf.cast(tensor, self.dtype),
+                          tf.zeros([layout.padded - layout.total], self.dtype)], 0)
+        size = layout.slice_size
+        parts = self.strategy.experimental_local_results(self.slots[name].value)
+        for part, replica in zip(parts, self.replica_ids):
+            part.assign(flat[replica * size: (replica + 1) * size])
 
     def save(self, store):
         """The optimizer's `save_own_variables`: the layout an unsharded optimizer writes."""

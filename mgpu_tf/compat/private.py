@@ -13,6 +13,7 @@ from mgpu_tf.compat.versions import PrivateNameError, attribute, check, describe
 __all__ = [
     "PrivateNameError",
     "call_has_training_arg",
+    "checkpoint_through",
     "collective_key_base",
     "configure_coordination_service",
     "dataset_inputs",
@@ -34,6 +35,7 @@ __all__ = [
     "set_optional_spec",
     "set_random_seed_cast",
     "set_variable_method",
+    "track_optimizer_variable",
     "variable_index",
     "variable_method",
     "variable_storage",
@@ -163,6 +165,16 @@ def optimizer_variables(optimizer):
                           f"optimizer={describe(optimizer)}"))
 
 
+def track_optimizer_variable(optimizer, variable):
+    """Lists `variable` in `optimizer.variables`, where Keras users and TensorFlow's
+    checkpoints (which track that list) find the optimizer's state.
+
+    `BaseOptimizer._track_variable(variable)` (Keras 3.8-3.15).
+    """
+    method(optimizer, "BaseOptimizer._track_variable",
+           f"optimizer={describe(optimizer)}")(variable)
+
+
 def variable_index(optimizer, variable):
     """Returns the position of `variable` in `optimizer_variables(optimizer)`.
 
@@ -255,6 +267,38 @@ def set_optimizer_class_method(name, function):
 
 
 # ------------------------------------------------------------------ TensorFlow
+
+
+def checkpoint_through(variable, serialize, restore):
+    """Makes TensorFlow's checkpoints save `variable` as `serialize()` and restore it with
+    `restore(tensor)`, for a variable whose stored value is not what its parts hold.
+
+    TensorFlow asks each object in a checkpoint for `Trackable._serialize_to_tensors()` and
+    hands what it read to `Trackable._restore_from_tensors(tensors)` (TensorFlow 2.18-2.21),
+    keyed as a variable's value is; `variable` (this one only) becomes an instance of a
+    subclass of its class with those two methods.
+
+    Args:
+        variable: a Keras or TensorFlow variable.
+        serialize: returns the tensor a checkpoint stores.
+        restore: takes the tensor a checkpoint read.
+    """
+    received = f"variable={describe(variable)}"
+    method(variable, "Trackable._serialize_to_tensors", received)
+    method(variable, "Trackable._restore_from_tensors", received)
+    key = "VARIABLE_VALUE"  # the key of a variable's value, which checkpoints show
+
+    def serialize_to_tensors(self):
+        return {key: serialize()}
+
+    def restore_from_tensors(self, restored_tensors):
+        return restore(restored_tensors[key])
+
+    cls = type(variable)
+    variable.__class__ = type(cls.__name__, (cls,), {
+        "_serialize_to_tensors": serialize_to_tensors,
+        "_restore_from_tensors": restore_from_tensors})
+
 
 
 def dataset_inputs(dataset):

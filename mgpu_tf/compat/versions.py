@@ -64,6 +64,8 @@ _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribut
 _SCATTER = ("shard_optimizer_state reduce-scatters the gradients across workers with the "
             "strategy's own collective keys")
 _METRIC_SUMS = "The fix for Keras 3.8-3.9's metric sums under a strategy adds to variables"
+_CHECKPOINT = ("shard_optimizer_state saves each slot whole in TensorFlow's checkpoints, "
+               "whatever the replica count")
 _TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
                "follows Keras'")
 
@@ -80,6 +82,8 @@ KNOWN = {
     "Variable._value": _keras(_METRIC_SUMS),
     "BaseOptimizer._trainable_variables": _keras(_STEPS_PER_SYNC),
     "BaseOptimizer._get_variable_index": _keras(_STEPS_PER_SYNC),
+    "BaseOptimizer._track_variable": _keras(
+        "shard_optimizer_state lists its slots in optimizer.variables"),
     # Public methods that Keras calls through the optimizer instance, so that an
     # instance attribute takes their place: a calling convention, not an API.
     "BaseOptimizer.build": _keras(_STEPS_PER_SYNC),
@@ -133,6 +137,8 @@ KNOWN = {
     "Trainer._initial_epoch": _keras(_BACKUP),
     "DatasetV2._inputs": _tensorflow("shard_dataset looks for a batching step in a data set"),
     "Optional._element_spec": _tensorflow(_STEP_FIX),
+    "Trackable._serialize_to_tensors": _tensorflow(_CHECKPOINT),
+    "Trackable._restore_from_tensors": _tensorflow(_CHECKPOINT),
     "tensorflow.python.data.experimental.ops.global_shuffle_op._global_shuffle": _tensorflow(
         "shard_dataset shuffles a source it can read by index without a buffer"),
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
