@@ -17,7 +17,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import socket
 import statistics
 import time
 
