@@ -72,6 +72,33 @@ def _check_rounded_update(trained, weights, grads, wire):
         assert np.all(np.abs(t - e) <= 1e-6 + 4 * EPSILON[wire] * s.max())
 
 
+# The launcher gives the workers a job secret; an empty MGPU_TF_JOB_SECRET is none.
+@pytest.mark.multiworker
+@pytest.mark.parametrize("options, secret, ring, line", [
+    ({}, None, True, "transport 'auto' chose 'tcp': 2 CPU workers with a job secret"),
+    ({}, "", False, "transport 'auto' chose 'tensorflow': no job secret (MGPU_TF_JOB_SECRET)"),
+    ({"transport": "tensorflow"}, None, False, None),
+    ({"transport": "tcp"}, "", True, None),
+], ids=["auto-with-secret", "auto-without", "tensorflow-given", "tcp-given"])
+def test_auto_transport_takes_the_ring_between_cpu_workers_with_a_secret(
+        problem, tmp_path, options, secret, ring, line):
+    x, y, weights = problem
+    exact = _hand_update(weights, _replica_gradients(x, y, weights, 2), None)
+    env = None if secret is None else {"MGPU_TF_JOB_SECRET": secret}
+    outputs = {}
+    for trained in _train_two_workers(problem, tmp_path, options, env, outputs):
+        for t, e in zip(trained, exact):
+            np.testing.assert_allclose(t, e, rtol=1e-5, atol=1e-6)
+    for index in (0, 1):
+        chose = [text for text in outputs[index].splitlines() if "transport 'auto' chose" in text]
+        if line is None:  # a transport given is taken as it is
+            assert chose == [], chose
+        else:
+            assert len(chose) == 1 and line in chose[0], outputs[index][-3000:]
+        over = "over the tcp ring" if ring else "over TensorFlow's collectives"
+        assert f"worker {index} of 2 replicas: done {over}" in outputs[index], outputs[index][-3000:]
+
+
 @pytest.mark.parametrize("value, expected", [
     ("float16", "float16"), ("BFLOAT16", "bfloat16"), ("none", "none"),
     (compression.Compression.FLOAT16, "float16")])
@@ -133,19 +160,22 @@ def test_a_model_compiled_under_the_strategy_gets_the_compression_without_prepar
                           "float16")
 
 
-def _train_two_workers(problem, tmp_path, options):
+def _train_two_workers(problem, tmp_path, options, env=None, outputs=None):
     """Trains one global batch on 2 workers; yields each worker's weights.
 
     Also checks the loss each worker logged for the step: the mean over both
     workers' halves, i.e. the loss of the initial weights on the whole batch.
+    `env` is added to the workers' environment; `outputs` (a dict) receives their output.
     """
     x, y, weights = problem
     data = tmp_path / "data.npz"
     np.savez(data, x=x, y=y, global_batch=GLOBAL_BATCH,
              **{f"w{i}": w for i, w in enumerate(weights)})
-    code, outputs = workers.run_workers("-m", 2, "support.mw_communication", data, tmp_path,
-                                        json.dumps(options))
-    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')[-3000:]}"
+    code, printed = workers.run_workers("-m", 2, "support.mw_communication", data, tmp_path,
+                                        json.dumps(options), env=env)
+    assert code == 0, f"A worker failed (exit {code}):\n{printed.get(0, '')[-3000:]}"
+    if outputs is not None:
+        outputs.update(printed)
     whole_batch_loss = float(np.mean((mw_equivalence.build_model(weights)(x).numpy() - y) ** 2))
     for index in (0, 1):
         saved = tmp_path / f"worker{index}.npz"

@@ -110,7 +110,7 @@ def test_settings_are_a_frozen_mapping_with_typed_attributes():
     assert dict(settings) == {"steps_per_sync": 4, "devices": ["/device:CPU:0"]}
     assert (settings.get("all_reduce", "auto"), "num_gpus" in settings, len(settings)) == (
         "auto", False, 2)
-    assert (settings.steps_per_sync, settings.num_packs, settings.transport) == (4, 1, "tensorflow")
+    assert (settings.steps_per_sync, settings.num_packs, settings.transport) == (4, 1, "auto")
     assert settings.compression == "none" and settings.timeout_seconds is None
     with pytest.raises(AttributeError, match="cannot assign to field 'steps_per_sync'"):
         settings.steps_per_sync = 2

@@ -32,6 +32,27 @@ def test_the_step_adds_the_wait_for_the_slowest_device_to_the_ring(lopsided):
     assert result.scaling[0].step == 0.1
 
 
+def test_the_tcp_ring_link_is_the_loopback_at_the_rings_measured_share(monkeypatch):
+    from mgpu_tf.planner import cost_model
+
+    measured = []
+
+    def loopback(**kwargs):
+        measured.append(kwargs)
+        return 2.5e9
+
+    monkeypatch.setattr(cost_model, "measure_loopback_bandwidth", loopback)
+    link = interconnect.resolve_interconnect("loopback-tcp")
+    # Both directions at once, as each worker of a ring of two sends and receives.
+    assert measured == [{"streams": 2}]
+    assert link.bandwidth == pytest.approx(2.5e9 * interconnect.TCP_RING_SHARE)
+    # The bench's two workers: each sends all 11.7 MB once, after 2 hops of 50 us.
+    prediction = step_model.predict_step(0.02, 11.7e6, 2, link, jitter=0)
+    assert prediction.communication == pytest.approx(
+        2 * 50e-6 + 11.7e6 / (2.5e9 * interconnect.TCP_RING_SHARE), rel=1e-9)
+    assert interconnect.resolve_interconnect("loopback-tcp", bandwidth=1e9).bandwidth == 1e9
+
+
 def test_horovod_hides_all_but_the_last_bucket_behind_the_backward_pass():
     link = interconnect.resolve_interconnect("pcie3")
     # 200 MiB of gradients in 64 MiB buckets: 4 all-reduces over 8 devices.

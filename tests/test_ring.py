@@ -57,6 +57,47 @@ def test_every_worker_gets_the_sum_of_all_buffers(size, length):
         np.testing.assert_array_equal(buffers[rank], originals[rank])
 
 
+@pytest.mark.parametrize("size, length", [(2, 1000), (3, 997), (5, 301)])
+def test_buffers_cut_in_many_pieces_still_give_the_sum(monkeypatch, size, length):
+    # 64-byte pieces: each chunk crosses in several, added and sent on one at a time.
+    monkeypatch.setattr(ring, "_PIECE_BYTES", 64)
+    rng = np.random.default_rng(size + length)
+    buffers = [rng.normal(size=length).astype(np.float32) for _ in range(size)]
+    results, errors = _run_ring(size, lambda r, rank: [r.all_reduce(buffers[rank], op=7)
+                                                       for _ in range(3)])
+    assert errors == [None] * size
+    expected = np.sum(buffers, axis=0)
+    for rank in range(size):
+        for result in results[rank]:
+            np.testing.assert_allclose(result, expected, rtol=1e-6, atol=1e-6)
+            np.testing.assert_array_equal(result, results[0][0])
+
+
+@pytest.mark.parametrize("size, length, piece", [(2, 10, 1 << 20), (3, 100, 64), (4, 0, 64),
+                                                 (1, 5, 64)])
+def test_all_gather_concatenates_every_workers_chunk_in_rank_order(monkeypatch, size, length,
+                                                                    piece):
+    monkeypatch.setattr(ring, "_PIECE_BYTES", piece)
+    chunks = [np.arange(length, dtype=np.float64) + 1000 * rank for rank in range(size)]
+    results, errors = _run_ring(size, lambda r, rank: r.all_gather(chunks[rank]))
+    assert errors == [None] * size
+    for result in results:
+        np.testing.assert_array_equal(result, np.concatenate(chunks))
+
+
+def test_all_reduces_and_exchanges_of_one_op_do_not_mix():
+    def work(r, rank):
+        summed = r.all_reduce(np.full(6, rank + 1.0), op=3)
+        received = r.exchange(np.full(2, 10.0 * rank), 2, op=3, step=0)
+        return summed, received
+
+    results, errors = _run_ring(2, work)
+    assert errors == [None, None]
+    for rank, (summed, received) in enumerate(results):
+        np.testing.assert_array_equal(summed, np.full(6, 3.0))
+        np.testing.assert_array_equal(received, np.full(2, 10.0 * (1 - rank)))
+
+
 def test_sixteen_bit_buffers_are_summed_in_their_own_dtype():
     buffers = [np.full(7, value, np.float16) for value in (1.0, 2.0 ** -11, 2.0 ** -11)]
     results, errors = _run_ring(3, lambda r, rank: r.all_reduce(buffers[rank]))

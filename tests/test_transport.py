@@ -16,7 +16,7 @@ def test_the_transports_are_named(value, expected):
 
 @pytest.mark.parametrize("value", ["udp", "", 1])
 def test_an_unknown_transport_names_the_choices(value):
-    with pytest.raises(ValueError, match="`transport` must be one of tensorflow, tcp. Received"):
+    with pytest.raises(ValueError, match="`transport` must be one of tensorflow, tcp, auto. Received"):
         mgpu_tf.make_strategy("multi_worker", transport=value)
 
 

@@ -33,6 +33,8 @@ class StrategyKind:
             self.name = name
         # The tcp ring of mgpu_tf.comm.transport, made on first use.
         self.connection = None
+        # What transport="auto" chose for its optimizers ("tensorflow" or "tcp"), once.
+        self.transport = None
         # Averages a worker's packed step logs over the workers in place of a collective.
         self.log_mean = None
         # The data position the callbacks set and the input pipelines read (data.order).

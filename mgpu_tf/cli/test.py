@@ -22,7 +22,8 @@ __all__ = ["ROWS", "add_parser", "test_command"]
 ROWS = {
     "default": ("default", {}, "one"),
     "mirrored": ("mirrored", {}, "devices"),
-    "multi_worker": ("multi_worker", {}, "workers"),
+    # TensorFlow's collectives named: "auto" would take the tcp ring, the next row's.
+    "multi_worker": ("multi_worker", {"transport": "tensorflow"}, "workers"),
     "tcp": ("multi_worker", {"transport": "tcp"}, "workers"),
     "model_parallel": ("model_parallel", {"microbatches": 2}, "devices"),
     "sharded": ("mirrored", {"shard_optimizer_state": True}, "devices"),

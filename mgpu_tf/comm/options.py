@@ -15,7 +15,7 @@ __all__ = ["Compression", "MAX_STEPS_PER_SYNC", "TRANSPORTS", "check_compression
 
 # Gradient accumulation sums hundreds of steps at most; past this, an update may never come.
 MAX_STEPS_PER_SYNC = 1024
-TRANSPORTS = ("tensorflow", "tcp")
+TRANSPORTS = ("tensorflow", "tcp", "auto")
 
 
 class Compression(Choice):
@@ -74,9 +74,10 @@ _declare("steps_per_sync", "steps whose gradients are summed locally before one 
          "and one update (1: every step; shard_dataset refuses more than an epoch's steps)",
          check_steps_per_sync, type=int, minimum=1, maximum=MAX_STEPS_PER_SYNC, default=1,
          strategies=("mirrored", "multi_worker"), flag="integer")
-_declare("transport", "how gradients travel between workers: tensorflow (its collectives) or "
-         "tcp (the toolkit's socket ring; one replica per worker)", check_transport,
-         type=str, choices=TRANSPORTS, default="tensorflow", strategies=("multi_worker",),
+_declare("transport", "how gradients travel between workers: tensorflow (its collectives), "
+         "tcp (the toolkit's socket ring; one replica per worker) or auto (tcp between CPU "
+         "workers with a job secret, one replica each; tensorflow otherwise)", check_transport,
+         type=str, choices=TRANSPORTS, default="auto", strategies=("multi_worker",),
          flag="string")
 _declare("shard_optimizer_state", "each replica keeps the optimizer slots of its 1/N slice "
          "of the variables only (ZeRO stage 1); element-wise optimizers",

@@ -40,7 +40,9 @@ def options_of(chosen):
         out["compression"] = chosen.compression
     if chosen.steps_per_sync > 1:
         out["steps_per_sync"] = chosen.steps_per_sync
-    if chosen.transport != "tensorflow":
+    # "auto" applies between workers only; elsewhere it is TensorFlow's own path.
+    if chosen.transport == "tcp" or (chosen.transport == "auto"
+                                     and getattr(chosen, "kind", None) == "multi_worker"):
         out["transport"] = chosen.transport
         out["timeout_seconds"] = chosen.timeout_seconds
     if chosen.shard_optimizer_state:
@@ -83,8 +85,9 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         strategy: the strategy it runs under.
         compression: a `Compression` value. Defaults to `"none"`.
         steps_per_sync: steps per all-reduce. Defaults to `1`.
-        transport: `"tensorflow"` or `"tcp"` (connects the workers' ring now, so
-            every worker must install at the same point). Defaults to `"tensorflow"`.
+        transport: `"tensorflow"`, `"tcp"` (connects the workers' ring now, so
+            every worker must install at the same point) or `"auto"` (one of the two,
+            `mgpu_tf.comm.transport.choose`). Defaults to `"tensorflow"`.
         timeout_seconds: how long the tcp ring waits for a neighbour.
         shard_optimizer_state: keep the slots in slices (`comm.sharded_state`). Defaults
             to `False`.
@@ -96,8 +99,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         The optimizer that now all-reduces this way.
     """
     outer, optimizer = optimizer, _innermost(optimizer)
-    record = optimizer_step.hook_of(optimizer)
-    if record.communication is not None:
+    found = optimizer_step.find(optimizer)
+    if found is not None and found.communication is not None:
         return optimizer
     compression = check_compression(compression)
     combinations.refuse(kind_lib.kind_of(strategy).name, steps_per_sync=steps_per_sync,
@@ -105,6 +108,12 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
                         **combinations.optimizer_levels(optimizer))
     if shard_optimizer_state:
         sharded_state.check_optimizer(optimizer)  # before the tcp ring connects
+    given, transport = transport, transport_lib.choose(strategy, optimizer, transport,
+                                                       timeout_seconds=timeout_seconds)
+    if given == "auto" and (transport, compression, steps_per_sync, shard_optimizer_state,
+                            bucket_bytes) == ("tensorflow", Compression.NONE, 1, False, 0):
+        return optimizer  # TensorFlow's own path, and no other option asked for
+    record = optimizer_step.hook_of(optimizer)
     wire = None if compression == Compression.NONE else tf.as_dtype(compression.value)
     options_lib.refuse_buckets_with_sharding(
         {"bucket_bytes": bucket_bytes, "shard_optimizer_state": shard_optimizer_state})

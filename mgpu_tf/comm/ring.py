@@ -24,6 +24,10 @@ logger = logging.getLogger("mgpu_tf")
 
 _HEADER = struct.Struct("!IIQQ")  # op, step, index of the exchange under (op, step), bytes
 _BUFFER_BYTES = 4 << 20
+# The pipelined all-reduce's and all-gather's messages: pieces of this size, marked by the
+# high bit of the step.
+_PIECE_BYTES = 2 << 20
+_PIPELINED_STEP = 1 << 31
 # A connection must finish its handshake within this; at most this many are checked at once.
 _HANDSHAKE_SECONDS = 5.0
 _MAX_PENDING = 64
@@ -43,6 +47,10 @@ def listen(host, port=0):
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family, backlog=128)
+
+
+def _address(array):
+    return array.__array_interface__["data"][0]
 
 
 def _tune(sock, timeout):
@@ -205,10 +213,12 @@ class Ring:
     # ------------------------------------------------------------ transfers
 
     def _receive(self, sock, view, rank):
+        # On a blocking socket one call takes the whole message: one wake-up, not one a packet.
+        flags = socket.MSG_WAITALL if sock.gettimeout() is None else 0
         got = 0
         while got < len(view):
             try:
-                n = sock.recv_into(view[got:])
+                n = sock.recv_into(view[got:], 0, flags)
             except OSError as error:
                 raise self._lost(rank, error) from error
             if n == 0:
@@ -217,7 +227,9 @@ class Ring:
 
     def _start_receiving(self):
         """Reads every message from the left into the mailbox, until the connection ends."""
-        self._mailbox, self._failure = {}, None
+        # Messages by key as they arrive; buffers that messages not yet arrived go into.
+        self._mailbox, self._posted, self._failure = {}, {}, None
+        self._scratch = None  # all_reduce's receiving buffer, kept for the next call
         self._arrived = threading.Condition()
         self._counters, self._count_lock = {}, threading.Lock()
         self._send_lock = threading.Lock()
@@ -233,10 +245,14 @@ class Ring:
                 while True:
                     self._receive(left, memoryview(header), self.left)
                     op, step, index, nbytes = _HEADER.unpack(bytes(header))
-                    payload = np.empty(nbytes, np.uint8)
+                    key = (op, step, index)
+                    with self._arrived:
+                        payload = self._posted.pop(key, None)
+                    if payload is None or payload.nbytes != nbytes:
+                        payload = np.empty(nbytes, np.uint8)
                     self._receive(left, memoryview(payload), self.left)
                     with self._arrived:
-                        self._mailbox[(op, step, index)] = payload
+                        self._mailbox[key] = payload
                         self._arrived.notify_all()
             except PeerLostError as error:
                 with self._arrived:
@@ -245,6 +261,51 @@ class Ring:
 
         self._receiver = threading.Thread(target=receive, name="mgpu_tf-ring", daemon=True)
         self._receiver.start()
+
+    def _next_index(self, op, step):
+        with self._count_lock:
+            index = self._counters.get((op, step), 0)
+            self._counters[(op, step)] = index + 1
+        return index
+
+    def _send(self, key, data):
+        """Sends the bytes of contiguous array `data` to the right, as message `key`."""
+        # Header and payload in one call: one packet less, one wake-up less for the reader.
+        views = [memoryview(_HEADER.pack(*key, data.nbytes)), memoryview(data.view(np.uint8))]
+        try:
+            with self._send_lock:
+                while views:
+                    sent = self._right.sendmsg(views)
+                    while views and sent >= len(views[0]):
+                        sent -= len(views.pop(0))
+                    if sent:
+                        views[0] = views[0][sent:]
+                self.sent_bytes += data.nbytes
+        except OSError as error:
+            raise self._lost(self.right, error) from error
+
+    def _post(self, key, into):
+        """Lets message `key` from the left be read straight into uint8 array `into`."""
+        with self._arrived:
+            if key not in self._mailbox:
+                self._posted[key] = into
+
+    def _take(self, key, nbytes):
+        """Waits for message `key` from the left; returns its bytes (uint8)."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: key in self._mailbox or self._failure,
+                                          timeout=self.timeout):
+                raise self._lost(self.left, f"it sent nothing for {self.timeout} s.")
+            self._posted.pop(key, None)
+            if key not in self._mailbox:
+                raise self._failure
+            payload = self._mailbox.pop(key)
+        if payload.size != nbytes:
+            raise PeerLostError(
+                f"ring: {self.names[self.left]} sent {payload.size} bytes for "
+                f"exchange {key}, where {nbytes} were expected: the workers do not run "
+                "the same all-reduces.")
+        return payload
 
     def exchange(self, send, count, op=0, step=0):
         """Sends array `send` to the right neighbour; returns `count` values from the left.
@@ -256,31 +317,9 @@ class Ring:
                 than the timeout, or a message has another size than expected.
         """
         send = np.ascontiguousarray(send)
-        with self._count_lock:
-            index = self._counters.get((op, step), 0)
-            self._counters[(op, step)] = index + 1
-        key = (op, step, index)
-        try:
-            with self._send_lock:
-                self._right.sendall(_HEADER.pack(op, step, index, send.nbytes))
-                self._right.sendall(memoryview(send.view(np.uint8)))
-                self.sent_bytes += send.nbytes
-        except OSError as error:
-            raise self._lost(self.right, error) from error
-        with self._arrived:
-            if not self._arrived.wait_for(lambda: key in self._mailbox or self._failure,
-                                          timeout=self.timeout):
-                raise self._lost(self.left, f"it sent nothing for {self.timeout} s.")
-            if key not in self._mailbox:
-                raise self._failure
-            payload = self._mailbox.pop(key)
-        expected = int(count) * send.itemsize
-        if payload.size != expected:
-            raise PeerLostError(
-                f"ring: {self.names[self.left]} sent {payload.size} bytes for "
-                f"exchange {key}, where {expected} were expected: the workers do not run "
-                "the same all-reduces.")
-        return payload.view(send.dtype)
+        key = (op, step, self._next_index(op, step))
+        self._send(key, send)
+        return self._take(key, int(count) * send.itemsize).view(send.dtype)
 
     def schedule(self):
         """The ring all-reduce as `(phase, send, receive)` chunk indices, in order.
@@ -296,22 +335,101 @@ class Ring:
         bounds = np.linspace(0, length, self.size + 1).astype(np.int64)
         return [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
 
-    def all_reduce(self, buffer):
+    def _pieces(self, length, itemsize):
+        """Each chunk's pieces as `(start, stop)` value indices: the unit that is pipelined."""
+        step = max(1, _PIECE_BYTES // itemsize)
+        bounds = np.linspace(0, length, self.size + 1).astype(np.int64)
+        return [[(a, min(a + step, int(stop))) for a in range(int(start), int(stop), step)]
+                for start, stop in zip(bounds[:-1], bounds[1:])]
+
+    def _scratch_for(self, nbytes):
+        with self._count_lock:
+            scratch, self._scratch = self._scratch, None
+        return scratch if scratch is not None and scratch.nbytes >= nbytes else np.empty(
+            nbytes, np.uint8)
+
+    def all_reduce(self, buffer, op=0):
         """Sums a 1-D numpy `buffer` over every worker; returns the sum as a new array.
 
-        `buffer` is only read. Every worker gets the same bits.
+        `buffer` is only read. Every worker gets the same bits. `op` tags the messages
+        (e.g. a hash of a name), so that all-reduces of different callers cannot mix.
+
+        Each chunk of the ring's schedule travels in pieces of about 2 MB: a piece is
+        added (or stored) as soon as it arrives and sent on at once, while the receiving
+        thread reads the next piece straight into its place.
         """
-        buffer = np.asarray(buffer)
+        buffer = np.ascontiguousarray(buffer)
         if buffer.ndim != 1:
             raise ValueError(f"`buffer` must be 1-D. Received: shape={buffer.shape}")
         if self.size == 1:
             return buffer.copy()
-        sizes = self.chunk_sizes(buffer.size)
-        parts = np.split(buffer.copy(), np.cumsum(sizes)[:-1])
-        for step, (phase, out, into) in enumerate(self.schedule()):
-            incoming = self.exchange(parts[out], sizes[into], op=0, step=step)
-            parts[into] = parts[into] + incoming if phase == "reduce" else incoming
-        return np.concatenate(parts)
+        out = np.empty_like(buffer)
+        self._pipeline(self.schedule(), buffer, out, self._pieces(buffer.size, buffer.itemsize),
+                       op, 0)
+        return out
+
+    def all_gather(self, chunk, op=0):
+        """Every worker's 1-D numpy `chunk` (all of one size), concatenated in rank order.
+
+        The all-reduce's second half, pipelined the same way, from chunks in rank order.
+        """
+        chunk = np.ascontiguousarray(chunk)
+        if chunk.ndim != 1:
+            raise ValueError(f"`chunk` must be 1-D. Received: shape={chunk.shape}")
+        size = chunk.size
+        out = np.empty(size * self.size, chunk.dtype)
+        out[self.rank * size:(self.rank + 1) * size] = chunk
+        if self.size == 1:
+            return out
+        step = max(1, _PIECE_BYTES // chunk.itemsize)
+        pieces = [[(a, min(a + step, (c + 1) * size)) for a in range(c * size, (c + 1) * size,
+                                                                     step)]
+                  for c in range(self.size)]
+        # Worker r starts with chunk r: the reduce half's order, each chunk stored.
+        steps = [("gather", send, into) for _, send, into in self.schedule()[:self.size - 1]]
+        self._pipeline(steps, out, out, pieces, op, 1)
+        return out
+
+    def _pipeline(self, steps, source, out, pieces, op, kind):
+        """Runs `steps` (`(phase, send, receive)` chunks) piece by piece into `out`.
+
+        The first step sends from `source`; each later one sends the chunk the step before
+        received. A `"reduce"` piece is `source`'s plus the one received. `kind` keeps the
+        messages of all-reduces and all-gathers apart.
+        """
+        call = self._next_index(op, _PIPELINED_STEP | kind)
+        reducing = any(phase == "reduce" for phase, _, _ in steps)
+        scratch = self._scratch_for(source.nbytes) if reducing else None
+        received = None if scratch is None else scratch[:source.nbytes].view(source.dtype)
+
+        def key(step, piece):
+            return (op, _PIPELINED_STEP | (kind << 16) | step, (call << 32) | piece)
+
+        # Every piece's place is known now: the receiving thread reads each into it.
+        for step, (phase, _, into) in enumerate(steps):
+            target = received if phase == "reduce" else out
+            for piece, (a, b) in enumerate(pieces[into]):
+                self._post(key(step, piece), target[a:b].view(np.uint8))
+        try:
+            for piece, (a, b) in enumerate(pieces[steps[0][1]]):
+                self._send(key(0, piece), source[a:b])
+            for step, (phase, _, into) in enumerate(steps):
+                for piece, (a, b) in enumerate(pieces[into]):
+                    payload = self._take(key(step, piece), (b - a) * source.itemsize)
+                    payload = payload.view(source.dtype)
+                    if phase == "reduce":
+                        np.add(source[a:b], payload, out=out[a:b])
+                    elif _address(payload) != _address(out[a:b]):
+                        out[a:b] = payload  # it arrived before its place was posted
+                    if step + 1 < len(steps):
+                        self._send(key(step + 1, piece), out[a:b])
+        finally:
+            with self._arrived:
+                for step in range(len(steps)):
+                    for piece in range(max(len(p) for p in pieces)):
+                        self._posted.pop(key(step, piece), None)
+            if scratch is not None:
+                self._scratch = scratch
 
     def close(self):
         for sock in (self._right, self._left):

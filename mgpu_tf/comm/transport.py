@@ -4,6 +4,7 @@ Design: docs/design.md#tcp-ring-all-reduce
 """
 
 import functools
+import logging
 import weakref
 import zlib
 
@@ -11,14 +12,20 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf import compat
-from mgpu_tf.comm import compression
+from mgpu_tf.compat import private
 from mgpu_tf.base import kind as kind_lib
+from mgpu_tf.cluster import job_secret
+from mgpu_tf.comm import compression
+from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm.options import TRANSPORTS, check_transport
 from mgpu_tf.comm import ring as ring_lib
 
-__all__ = ["TRANSPORTS", "Connection", "check_transport", "connect", "ring_all_reduce",
+__all__ = ["TRANSPORTS", "Connection", "check_transport", "choose", "connect", "ring_all_reduce",
            "ring_reduce_scatter", "ring_all_gather", "all_reduce_gradients"]
 
+logger = logging.getLogger("mgpu_tf")
+
+_ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
 # How long a transfer waits for a neighbour when no timeout_seconds was given.
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
@@ -48,11 +55,12 @@ def _host(address):
     return address.rpartition(":")[0].strip("[]")
 
 
-def connect(strategy, *, timeout_seconds=None):
+def connect(strategy, *, timeout_seconds=None, cpu_only=False):
     """The `Connection` of `strategy`'s workers, made on first use; every worker must call it.
 
     Each worker opens a port on its own host, the ports are all-gathered through
-    the strategy, and each worker connects to the next one.
+    the strategy, and each worker connects to the next one. With `cpu_only`, returns
+    `None` instead, on every worker, when any worker has a GPU.
 
     Raises:
         ValueError: for a strategy other than multi_worker, or one with more
@@ -72,8 +80,11 @@ def connect(strategy, *, timeout_seconds=None):
     port = listener.getsockname()[1]
     timeout = DEFAULT_TIMEOUT_SECONDS if timeout_seconds is None else timeout_seconds
     try:
-        pairs = _all_gather(strategy, [[rank, port]])
-        ports = {int(r): int(p) for r, p in pairs}
+        rows = _all_gather(strategy, [[rank, port, int(_has_gpu(strategy))]])
+        if cpu_only and rows[:, 2].any():
+            listener.close()
+            return None
+        ports = {int(r): int(p) for r, p, _ in rows}
         peers = [(_host(address), ports[r]) for r, (_, _, address) in enumerate(tasks)]
         made = ring_lib.Ring(rank, peers, listener, timeout_seconds=timeout, names=[
             f"/job:{task_type}/task:{index} ({address})" for task_type, index, address in tasks])
@@ -87,6 +98,55 @@ def connect(strategy, *, timeout_seconds=None):
     compat.set_log_mean(strategy,
                         lambda logs: ring_all_reduce(made, logs, "logs") / made.ring.size)
     return made
+
+
+def _has_gpu(strategy):
+    return any("GPU" in device.upper() for device in strategy.extended.worker_devices)
+
+
+def choose(strategy, optimizer, transport, *, timeout_seconds=None):
+    """The transport the optimizer's gradients take: `transport`, or what `"auto"` stands for.
+
+    `"auto"` takes the tcp ring between CPU workers that hold a job secret, one replica
+    each, and TensorFlow's collectives otherwise (NCCL where the workers have GPUs). The
+    choice is made once per strategy, and logged with its reason. Every worker must call
+    it at the same point: with `"auto"` the workers all-gather whether they have GPUs.
+
+    Returns:
+        `"tensorflow"` or `"tcp"`; for `"tcp"` chosen by `"auto"`, the ring is connected.
+    """
+    if transport != "auto":
+        return transport
+    record = kind_lib.kind_of(strategy)
+    if record.transport is None:
+        record.transport, why = _auto(strategy, optimizer, timeout_seconds)
+        if why:
+            logger.info("mgpu_tf: transport 'auto' chose %r: %s.", record.transport, why)
+    return record.transport
+
+
+def _auto(strategy, optimizer, timeout_seconds):
+    """`(transport, why)`; `why` is empty where transport does not apply."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return "tensorflow", ""
+    tasks, _ = _workers(strategy)
+    if len(tasks) < 2:
+        return "tensorflow", "one worker, nothing crosses between workers"
+    if strategy.num_replicas_in_sync != len(tasks):
+        return "tensorflow", (f"{strategy.num_replicas_in_sync} replicas on {len(tasks)} "
+                              "workers, and the tcp ring takes one replica per worker")
+    if job_secret.job_secret() is None:
+        return "tensorflow", (f"no job secret ({job_secret.SECRET_VARIABLE}) for the tcp "
+                              "ring's handshake; mgpu-tf launch and mgpu-tf k8s give one")
+    try:
+        private.require(optimizer, _ALL_REDUCE, argument="optimizer")
+        optimizer_step.require_patch("transport")
+    except (private.PrivateNameError, ValueError) as error:
+        return "tensorflow", f"the tcp ring cannot take this optimizer's gradients: {error}"
+    if connect(strategy, timeout_seconds=timeout_seconds, cpu_only=True) is None:
+        return "tensorflow", "the workers have GPUs, where TensorFlow's collectives use NCCL"
+    return "tcp", (f"{len(tasks)} CPU workers with a job secret, one replica each: the tcp "
+                   "ring")
 
 
 class Connection:
@@ -144,11 +204,20 @@ def _run_ring(connection, parts, sizes, name, phases):
 def ring_all_reduce(connection, flat, name="all_reduce"):
     """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
 
-    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`).
+    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`). The whole ring runs in
+    one op (`Ring.all_reduce`, pipelined), after the ring's earlier operations and before
+    its later ones.
     """
-    sizes = connection.ring.chunk_sizes(int(flat.shape[0]))
-    return tf.concat(_run_ring(connection, tf.split(flat, sizes), sizes, name,
-                               ("reduce", "gather")), 0)
+    ring = connection.ring
+    with tf.control_dependencies([connection.token.read_value()]):
+        flat = tf.identity(flat)
+    summed = tf.numpy_function(functools.partial(ring.all_reduce, op=zlib.crc32(name.encode())),
+                               [flat], flat.dtype, stateful=True, name="ring_all_reduce")
+    summed.set_shape(flat.shape)
+    with tf.control_dependencies([summed]):
+        increment = connection.token.assign_add(1)
+    with tf.control_dependencies([increment]):
+        return tf.identity(summed)
 
 
 def ring_reduce_scatter(connection, flat, name="reduce_scatter"):

@@ -6,7 +6,12 @@ Design: docs/design.md#interconnects
 import dataclasses
 import numbers
 
-__all__ = ["Interconnect", "INTERCONNECTS", "resolve_interconnect"]
+__all__ = ["Interconnect", "INTERCONNECTS", "TCP_RING_SHARE", "resolve_interconnect"]
+
+# The toolkit's tcp ring all-reduces at this share of the loopback's bandwidth each way (two
+# TCP streams at once): benchmarks/bench_ring.py measured 0.56-0.68, the two side by side
+# (docs/benchmarks.md#the-tcp-ring-against-its-link).
+TCP_RING_SHARE = 0.6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +76,9 @@ INTERCONNECTS = {
         _link("loopback", 0.0, 1e-3, "workers on this machine over 127.0.0.1: bandwidth "
               "measured by a TCP stream when used, 1 ms per hop for TensorFlow's gRPC "
               "collectives"),
+        _link("loopback-tcp", 0.0, 50e-6, "workers on this machine over the toolkit's tcp "
+              "ring (transport='tcp'): the loopback's bandwidth as two TCP streams at once "
+              "measure it when used, times TCP_RING_SHARE; 50 us per hop"),
     )
 }
 
@@ -104,6 +112,11 @@ def resolve_interconnect(interconnect="pcie", *, bandwidth=None, latency=None):
         from mgpu_tf.planner import cost_model
 
         bandwidth = cost_model.measure_loopback_bandwidth()
+    elif name == "loopback-tcp" and bandwidth is None:
+        from mgpu_tf.planner import cost_model
+
+        # A ring of two sends and receives at once: two opposite streams share the link.
+        bandwidth = TCP_RING_SHARE * cost_model.measure_loopback_bandwidth(streams=2)
     return dataclasses.replace(
         link, bandwidth=float(bandwidth if bandwidth is not None else link.bandwidth),
         latency=float(latency if latency is not None else link.latency))

@@ -36,7 +36,9 @@ def main(data_path, out_dir, options_json):
     index = cluster.detect_cluster().task_index
     np.savez(pathlib.Path(out_dir) / f"worker{index}.npz", *model.get_weights(),
              updates=int(model.optimizer.iterations.numpy()), batch_losses=batch_losses)
-    print(f"worker {index} of {strategy.num_replicas_in_sync} replicas: done")
+    ring = mgpu_tf.kind_of(strategy).connection is not None
+    print(f"worker {index} of {strategy.num_replicas_in_sync} replicas: done over "
+          + ("the tcp ring" if ring else "TensorFlow's collectives"))
 
 
 if __name__ == "__main__":

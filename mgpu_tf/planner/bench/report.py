@@ -123,7 +123,7 @@ def format_table(rows):
     if bandwidth:
         links = []
         for transport, path in (("tensorflow", "TensorFlow's collectives (all-gather)"),
-                                ("tcp", "the tcp ring (exchanges)")):
+                                ("tcp", "the tcp ring (its all-gather)")):
             seen = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r
                     and r["count"] > 1
                     and r["options"].get("transport", "tensorflow") == transport]
