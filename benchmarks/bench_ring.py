@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from mgpu_tf.comm import ring as ring_lib
+from mgpu_tf.comm.ring import Ring
 from mgpu_tf.planner import cost_model
 
 __all__ = ["main"]
@@ -33,7 +34,7 @@ LOOPBACK_BYTES = 64 * 2**20  # each stream's, measure_loopback_bandwidth's defau
 MODEL_VALUES = 784 * 1024 + 2 * 1024 * 1024 + 1024 * 10 + 3 * 1024 + 10
 
 
-class _StampedRing(ring_lib.Ring):
+class _StampedRing(Ring):
     """A ring that adds up the seconds its main thread spends sending, waiting and adding."""
 
     def __init__(self, *args, **kwargs):
@@ -49,13 +50,13 @@ class _StampedRing(ring_lib.Ring):
 
     def _send(self, key, data):
         start = time.perf_counter()
-        super()._send(key, data)
+        Ring._send(self, key, data)
         self.stamps["send"] += time.perf_counter() - start
 
     def _take(self, key, nbytes):
         start = time.perf_counter()
         try:
-            return super()._take(key, nbytes)
+            return Ring._take(self, key, nbytes)
         finally:
             self.stamps["wait"] += time.perf_counter() - start
 
