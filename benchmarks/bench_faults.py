@@ -254,9 +254,10 @@ def outcome(result, reference, bound):
         difference = compare.relative_difference(fault_worker.weights(final), reference)
         result["difference"] = difference
         return "same weights" if difference <= bound else f"wrong weights ({difference:.2e})"
-    failures = [line for line in result["launcher_lines"] if "failed" in line
-                or "did not finish" in line]
-    return "stopped with one line" if len(failures) == 1 else "stopped without a clear line"
+    # Each start that failed has its line; the last one is why the group stopped.
+    last = result["launcher_lines"][-1:] or [""]
+    clear = "failed with exit code" in last[0] or "fewer workers than the minimum" in last[0]
+    return "stopped with one line" if clear else "stopped without a clear line"
 
 
 def main():
