@@ -1,0 +1,78 @@
+"""Soak: long training on 2 workers, each worker's resident memory and step time per epoch.
+
+Two workers (soak_worker.py, under `mgpu_tf.cluster.launcher`) train a tiny model for
+`--epochs` epochs of 16 steps with `transport="tcp"`, `shard_optimizer_state=True`,
+adaptive shares steered by the TrainingMonitor and one stream of epochs (DataOrder). It
+prints each epoch's resident memory and step time per worker, then, after the warm-up,
+a line fitted to each: memory growth per 1,000 steps and the step-time trend. The check:
+a worker's memory may grow over the run by at most `--sigmas` times the scatter of its
+own memory around that line (the noise measured), else it leaks.
+
+    python benchmarks/bench_soak.py --epochs 300
+"""
+
+import argparse
+import io
+import os
+import pathlib
+import sys
+import tempfile
+
+import numpy as np
+
+import soak_worker
+from mgpu_tf.cluster import launcher
+
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+MB = 1.0 / 2**20
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--warmup", type=float, default=0.2,
+                        help="share of the epochs left out of the fitted lines")
+    parser.add_argument("--sigmas", type=float, default=4.0)
+    parser.add_argument("--leak_bytes", type=int, default=0,
+                        help="worker 1 keeps this many bytes per step (a leak to catch)")
+    parser.add_argument("--without", default="",
+                        help="parts left out: tcp, sharded, adaptive, monitor, stream")
+    parser.add_argument("--print_every", type=int, default=1)
+    args = parser.parse_args()
+    out = pathlib.Path(tempfile.mkdtemp(prefix="bench_soak-"))
+    log = io.StringIO()
+    code = launcher.launch([sys.executable, soak_worker.__file__, str(out), str(args.epochs),
+                            str(args.leak_bytes), args.without], 2, env=ENV, output=log,
+                           grace_seconds=1)
+    if code:
+        raise RuntimeError(f"training failed with exit code {code}:\n{log.getvalue()[-3000:]}")
+    records = [soak_worker.read(out, i) for i in range(2)]
+    print(f"{'epoch':>6}{'steps':>7}{'rss 0 MB':>10}{'rss 1 MB':>10}{'step 0 ms':>11}"
+          f"{'step 1 ms':>11}")
+    for a, b in zip(*records):
+        if a["epoch"] % args.print_every == 0 or a["epoch"] == args.epochs - 1:
+            print(f"{a['epoch']:>6}{a['steps']:>7}{a['rss'] * MB:>10.1f}{b['rss'] * MB:>10.1f}"
+                  f"{1000 * a['step_seconds']:>11.2f}{1000 * b['step_seconds']:>11.2f}")
+    leaks = []
+    for index, rows in enumerate(records):
+        growth, noise = soak_worker.trend(rows, "rss", warmup=args.warmup, scale=MB)
+        span = (rows[-1]["steps"] - rows[int(len(rows) * args.warmup)]["steps"]) / 1000.0
+        bound = args.sigmas * noise / span
+        times = [r["step_seconds"] * 1000 for r in rows[int(len(rows) * args.warmup):]]
+        quarter = max(1, len(times) // 4)
+        step_trend, _ = soak_worker.trend(rows, "step_seconds", warmup=args.warmup,
+                                          scale=1000.0)
+        ok = growth <= bound
+        leaks += [] if ok else [index]
+        print(f"worker {index}: memory {rows[0]['rss'] * MB:.0f} -> {rows[-1]['rss'] * MB:.0f} MB;"
+              f" after the warm-up {growth:+.2f} MB per 1,000 steps (scatter {noise:.2f} MB, "
+              f"bound {bound:.2f} MB per 1,000 steps over {span * 1000:.0f} steps: "
+              f"{'ok' if ok else 'GROWS'}); step time median {np.median(times[:quarter]):.2f} ms "
+              f"in the first quarter, {np.median(times[-quarter:]):.2f} ms in the last, trend "
+              f"{step_trend:+.3f} ms per 1,000 steps")
+    print(f"steps {records[0][-1]['steps']}; files: {out}")
+    return 1 if leaks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""A long two-worker training job that records each epoch's memory and step time.
+
+Run as 2 workers (`mgpu_tf.cluster.launcher`; bench_soak.py and tests/test_soak.py do):
+
+    python benchmarks/soak_worker.py OUT_DIR EPOCHS [LEAK_BYTES [WITHOUT]]
+
+trains a tiny model under `make_strategy("multi_worker", transport="tcp",
+shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
+with the `TrainingMonitor` steering them, and appends one JSON line per epoch to
+OUT_DIR/soak-<worker>.jsonl: `epoch`, `steps` (done so far), `rss` (resident bytes,
+from /proc) and `step_seconds` (the epoch's wall time over its steps). LEAK_BYTES > 0
+makes worker 1 keep a tensor of that many bytes per step: the leak a detector must
+catch, beside worker 0, which has none. DataOrder drives the data's position, so the
+fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive` and
+`monitor` and `stream`, leaves those parts out (tensorflow's collectives instead of
+the ring; a new iterator each epoch instead of the stream).
+"""
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["EXAMPLES", "GLOBAL_BATCH", "STEPS_PER_EPOCH", "read", "resident_bytes", "trend"]
+
+EXAMPLES, FEATURES, GLOBAL_BATCH = 256, 8, 16
+STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH
+
+
+def resident_bytes():
+    """This process' resident set size in bytes (VmRSS of /proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("/proc/self/status has no VmRSS line")
+
+
+def read(out, index):
+    """The records worker `index` wrote to `out`, one dict per epoch."""
+    with open(pathlib.Path(out) / f"soak-{index}.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def trend(records, key, *, warmup=0.2, scale=1.0):
+    """`(slope per 1,000 steps, residual standard deviation)` of `key` against steps.
+
+    A least-squares line through the records after the first `warmup` share of them,
+    `key`'s values multiplied by `scale`.
+    """
+    records = records[int(len(records) * warmup):]
+    steps = np.array([r["steps"] for r in records], "float64")
+    values = np.array([r[key] for r in records], "float64") * scale
+    slope, intercept = np.polyfit(steps, values, 1)
+    return 1000.0 * slope, float(np.std(values - (slope * steps + intercept)))
+
+
+def _record(out, index, leak_bytes):
+    import keras
+    import tensorflow as tf
+
+    class Record(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.steps, self.kept = 0, []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start, self.first = time.perf_counter(), self.steps
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.steps += 1
+            if leak_bytes:
+                self.kept.append(tf.ones([leak_bytes // 4], tf.float32) * float(self.steps))
+
+        def on_epoch_end(self, epoch, logs=None):
+            steps = self.steps - self.first
+            line = {"epoch": epoch, "steps": self.steps, "rss": resident_bytes(),
+                    "step_seconds": (time.perf_counter() - self.start) / max(1, steps)}
+            with open(out / f"soak-{index}.jsonl", "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+    return Record()
+
+
+def main():
+    import keras
+    import tensorflow as tf
+
+    import mgpu_tf
+
+    out, epochs = pathlib.Path(sys.argv[1]), int(sys.argv[2])
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    leak_bytes = int(sys.argv[3]) if len(sys.argv) > 3 and index == 1 else 0
+    without = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else set()
+    out.mkdir(parents=True, exist_ok=True)
+    strategy = mgpu_tf.make_strategy(
+        "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
+        shard_optimizer_state="sharded" not in without, timeout_seconds=60)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
+    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
+    with strategy.scope():
+        keras.utils.set_random_seed(11)
+        model = keras.Sequential([keras.Input((FEATURES,)),
+                                  keras.layers.Dense(16, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        model = mgpu_tf.prepare_model(model, strategy)
+        model.compile(keras.optimizers.Adam(1e-3), "mse")
+    data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                 GLOBAL_BATCH,
+                                 weights=None if "adaptive" in without else "adaptive")
+    # DataOrder drives the data's position: the fit reads one stream of epochs.
+    stream = [] if "stream" in without else [mgpu_tf.callbacks.DataOrder()]
+    monitor = [] if "monitor" in without else [
+        mgpu_tf.callbacks.TrainingMonitor(log_dir=str(out / "tb"), print_table=False)]
+    model.fit(data, epochs=epochs, verbose=0, shuffle=False,
+              callbacks=[*stream, *monitor, _record(out, index, leak_bytes)])
+    print(f"worker {index} finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
