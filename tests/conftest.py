@@ -114,7 +114,8 @@ def pytest_runtest_teardown(item, nextitem):
 # files; a file not listed counts as `_UNMEASURED_SECONDS`.
 _SECONDS = {
     "test_snippets.py": 80, "test_elastic.py": 80, "test_logging.py": 70,
-    "test_combinations.py": 69,
+    "test_combinations.py": 69, "test_random_faults.py": 120, "test_buckets.py": 100,
+    "test_checkpoint_paths.py": 60, "test_signals.py": 60, "test_soak.py": 60,
     "test_keras_steps.py": 108, "test_reliability.py": 61, "test_train.py": 56,
     "test_ray_elastic.py": 108, "test_notebooks.py": 113, "test_adaptive_shards.py": 113,
     "test_matrix.py": 97, "test_compression.py": 87, "test_deployment_docs.py": 85,
