@@ -1,11 +1,8 @@
 """The `bucket_bytes` option: gradients all-reduced in buckets while the backward pass runs.
 
-Keras all-reduces every gradient in one operation after the whole backward pass. Cut
-into buckets in backward order (last layers first), each bucket's all-reduce needs only
-its own gradients, so in the step's graph it can start while earlier layers' gradients
-are still being computed. Over the tcp ring a bucket is handed to a communication
-thread (`BucketExchanger`) so that no TensorFlow thread waits on the network before the
-backward pass is done.
+In backward order (last layers first), each bucket's all-reduce needs only its own
+gradients, so in the step's graph it starts while earlier layers' are computed; over the
+tcp ring a communication thread (`BucketExchanger`) takes each, holding no TF thread.
 
 Design: docs/design.md#gradient-buckets
 """
@@ -33,15 +30,8 @@ _TIMELINE = 1024
 def backward_buckets(sizes, bucket_bytes):
     """Indices of gradients grouped into buckets of about `bucket_bytes`, last gradient first.
 
-    A bucket closes once it holds `bucket_bytes` or more, so one larger gradient makes a
-    bucket of its own.
-
-    Example:
-
-    ```python
-    >>> backward_buckets([40, 8, 40, 8], 44)
-    [[3, 2], [1, 0]]
-    ```
+    A bucket closes once it holds `bucket_bytes` or more (`[40, 8, 40, 8]` at 44 gives
+    `[[3, 2], [1, 0]]`), so one larger gradient makes a bucket of its own.
 
     Args:
         sizes: each gradient's bytes, in the optimizer's (forward) order.
@@ -66,10 +56,8 @@ def backward_buckets(sizes, bucket_bytes):
 
 
 class BucketExchanger:
-    """A worker's communication thread: runs the ring all-reduce of each bucket enqueued.
-
-    Buckets are all-reduced one after the other in the order they were enqueued, which
-    the step's control dependencies make the same on every worker.
+    """A worker's communication thread: all-reduces each bucket over the ring, in the order
+    enqueued (which the step's control dependencies make the same on every worker).
 
     Args:
         ring: the `mgpu_tf.comm.ring.Ring` of the workers.
@@ -192,7 +180,7 @@ def ring_all_reduce(grads_and_vars, *, connection, bucket_bytes, wire_dtype=None
         with tf.control_dependencies([increment]):
             return [tf.identity(g) for g in out]
 
-    return compression.sum_gradients(grads_and_vars, total)
+    return compression.sum_gradients(grads_and_vars, total, dense=True)
 
 
 def collective_all_reduce(grads_and_vars, *, bucket_bytes, wire_dtype=None):
@@ -209,4 +197,4 @@ def collective_all_reduce(grads_and_vars, *, bucket_bytes, wire_dtype=None):
                 out[i] = summed
         return out
 
-    return compression.sum_gradients(grads_and_vars, total)
+    return compression.sum_gradients(grads_and_vars, total, dense=True)

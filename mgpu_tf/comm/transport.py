@@ -107,10 +107,9 @@ def _has_gpu(strategy):
 def choose(strategy, optimizer, transport, *, timeout_seconds=None):
     """The transport the optimizer's gradients take: `transport`, or what `"auto"` stands for.
 
-    `"auto"` takes the tcp ring between CPU workers that hold a job secret, one replica
-    each, and TensorFlow's collectives otherwise (NCCL where the workers have GPUs). The
-    choice is made once per strategy, and logged with its reason. Every worker must call
-    it at the same point: with `"auto"` the workers all-gather whether they have GPUs.
+    `"auto"`: the tcp ring between CPU workers with a job secret, one replica each, else
+    TensorFlow's collectives (NCCL on GPUs); chosen once per strategy and logged. Every
+    worker calls it at the same point (the workers all-gather whether they have GPUs).
 
     Returns:
         `"tensorflow"` or `"tcp"`; for `"tcp"` chosen by `"auto"`, the ring is connected.
@@ -257,4 +256,4 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
         sizes = [int(np.prod(g.shape)) for g in grads]
         return [tf.reshape(piece, g.shape) for g, piece in zip(grads, tf.split(summed, sizes))]
 
-    return compression.sum_gradients(grads_and_vars, total)
+    return compression.sum_gradients(grads_and_vars, total, dense=True)

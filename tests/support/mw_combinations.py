@@ -29,8 +29,8 @@ def _cell(cell, strategy, data, pair):
 
     result = {"masks": None, "error": None}
     options = combinations_run.toolkit_options(cell)
-    if pair == "tcp":
-        options["transport"] = "tcp"
+    if pair in ("tcp", "tensorflow"):
+        options["transport"] = pair
     try:
         if pair == "hybrid":
             if options:  # refused by the option table, before any runtime starts
