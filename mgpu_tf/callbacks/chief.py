@@ -11,6 +11,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from mgpu_tf.comm import accumulation
 from mgpu_tf.strategies import kinds
 
 __all__ = [
@@ -100,10 +101,12 @@ class _ChiefWriter:
         return getattr(self._wrapped, name)
 
     def save(self, filepath, **kwargs):
-        save_model(self._wrapped, filepath, **kwargs)
+        with accumulation.of_last_sync(self._wrapped.optimizer):
+            save_model(self._wrapped, filepath, **kwargs)
 
     def save_weights(self, filepath, **kwargs):
-        save_weights(self._wrapped, filepath, **kwargs)
+        with accumulation.of_last_sync(self._wrapped.optimizer):
+            save_weights(self._wrapped, filepath, **kwargs)
 
 
 class _WorkerScratch:

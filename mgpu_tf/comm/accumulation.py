@@ -3,14 +3,16 @@
 Design: docs/design.md#gradient-accumulation
 """
 
+import contextlib
 import functools
+import logging
 
 import tensorflow as tf
 
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.compat import private
 
-__all__ = ["accumulate", "reset", "steps_since_sync"]
+__all__ = ["accumulate", "of_last_sync", "reset", "steps_since_sync"]
 
 def steps_since_sync(optimizer):
     """Steps whose gradients `optimizer` holds in its sums, not yet applied; 0 without accumulation.
@@ -21,6 +23,22 @@ def steps_since_sync(optimizer):
     if state is None or not state.built:
         return 0
     return int(state.count.numpy())
+
+
+@contextlib.contextmanager
+def of_last_sync(optimizer):
+    """Keras files saved inside hold the last sync point (where the weights, slots and
+    `iterations` last changed), whole, and a log line names the steps summed since; for
+    `mgpu_tf.callbacks.ModelCheckpoint`. Other Keras files between sync points are refused."""
+    state = getattr(optimizer_step.find(optimizer), "accumulation", None)
+    if state is None:
+        yield
+        return
+    state.of_last_sync = True
+    try:
+        yield
+    finally:
+        state.of_last_sync = False
 
 
 def reset(optimizer):
@@ -88,6 +106,8 @@ class _State:
         self.strategy = strategy
         self.steps = steps
         self.built = False
+        # True while a model checkpoint saves the last sync point (`of_last_sync`).
+        self.of_last_sync = False
 
     def build(self, variables):
         if self.built:
@@ -113,7 +133,12 @@ class _State:
         """The optimizer's `save_own_variables` (Keras files), which cannot hold the sums:
         refused between sync points."""
         steps = steps_since_sync(self.optimizer)
-        if steps:
+        if steps and self.of_last_sync:
+            logging.getLogger("mgpu_tf").info(
+                "The model checkpoint holds the state of the last sync point, %d step(s) "
+                "before this one: steps_per_sync=%d sums those steps' gradients until the "
+                "next.", steps, self.steps)
+        elif steps:
             raise ValueError(
                 f"A Keras file (model.save, model.save_weights, Keras' BackupAndRestore or "
                 f"ModelCheckpoint) cannot hold the gradient sums of steps_per_sync={self.steps}, "
@@ -122,7 +147,8 @@ class _State:
                 f"'{self.optimizer.name}' {steps} step(s) after a sync point. Save after a "
                 f"multiple of {self.steps} steps, or through tf.train.Checkpoint(optimizer=...), "
                 "which holds the sums, or mgpu_tf.callbacks.BackupAndRestore, which waits "
-                "for a sync point.")
+                "for a sync point, or mgpu_tf.callbacks.ModelCheckpoint, which saves the "
+                "last sync point.")
         return original_save(store)
 
     def load(self, original_load, store):
