@@ -92,6 +92,19 @@ CAPABILITIES = {
         "test_a_step_with_an_empty_replica_is_one_devices_step[one example, 2 replicas-2-2]"],
     "each replica's own Dropout masks": [
         "tests/test_combinations.py::test_keras_alone_draws_the_same_dropout_mask_on_every_replica"],
+    "checkpoints hold the sharded slots and sums": [
+        "tests/test_checkpoint_paths.py::"
+        "test_a_fresh_process_resumes_to_the_uninterrupted_weights[tf.train.Checkpoint-2]"],
+    "SIGTERM stops at a step boundary": [
+        "tests/test_signals.py::"
+        "test_sigterm_stops_every_worker_at_a_step_boundary_with_the_chief_backup"],
+    "a worker waiting for peers says whom": [
+        "tests/test_signals.py::test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c"],
+    "Keras' writing callbacks under 2 workers": [
+        "tests/test_signals.py::"
+        "test_keras_writing_callbacks_are_refused_and_the_toolkits_write_from_the_chief"],
+    "gradient buckets": [
+        "tests/test_buckets.py::test_buckets_train_as_one_all_reduce_and_as_one_device"],
 }
 
 SUBSET = COMPAT_FILES + [node for nodes in CAPABILITIES.values() for node in nodes

@@ -9,13 +9,14 @@ import tensorflow as tf
 
 from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
+from mgpu_tf.cluster import fit_callbacks
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import batch_norm
 from mgpu_tf.comm import clipping
 from mgpu_tf.comm import combinations
 from mgpu_tf.comm import prepare as communication
 from mgpu_tf.compat import patches
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 from mgpu_tf.strategies import builtin
 
 __all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "TPUKind",
@@ -134,10 +135,8 @@ class MultiWorkerKind(_DataParallelKind):
         return "multi_worker", self.num_workers, self.replicas_per_worker
 
     def fit_callbacks(self, callbacks):
-        # Keras' writing callbacks become the chief's; a signal stops at a step boundary.
-        from mgpu_tf.callbacks import workers  # the callbacks sit above the kinds
-
-        return workers.fit_callbacks(callbacks)
+        # Keras' writing callbacks are refused; a signal stops at a step boundary.
+        return fit_callbacks.fit_callbacks(callbacks)
 
 
 class TPUKind(StrategyKind):
@@ -148,7 +147,7 @@ class TPUKind(StrategyKind):
 
 register_strategy("default", "no distribution: TensorFlow's default strategy",
                   builtin.build_default, aliases=("off", "none"),
-                  strategy_types=(type(private.default_strategy()),), kind=DefaultKind)
+                  strategy_types=(type(private_runtime.default_strategy()),), kind=DefaultKind)
 register_strategy("one_device", "everything on one device", builtin.build_one_device,
                   strategy_types=(tf.distribute.OneDeviceStrategy,), kind=OneDeviceKind)
 register_strategy("mirrored", "data parallel over the devices of one machine",

@@ -3,10 +3,10 @@
     python -m support.mw_signals callbacks OUT_DIR
     python -m support.mw_signals stop OUT_DIR
 
-`callbacks`: 2 epochs with Keras' `ModelCheckpoint` (OUT_DIR/keras.keras), the toolkit's
-(OUT_DIR/toolkit.keras) and Keras' `TensorBoard` (OUT_DIR/logs); the chief writes its final
-weights to OUT_DIR/final.npz; then a fit with Keras' `BackupAndRestore`, whose refusal each
-worker prints. `stop`: epochs without end under `mgpu_tf.callbacks.BackupAndRestore`
+`callbacks`: a fit with each of Keras' `ModelCheckpoint`, `TensorBoard` and
+`BackupAndRestore`, whose refusals each worker prints; then 2 epochs with the toolkit's
+`ModelCheckpoint` (OUT_DIR/toolkit.keras) and `TensorBoard` (OUT_DIR/logs); the chief writes
+its final weights to OUT_DIR/final.npz. `stop`: epochs without end under `mgpu_tf.callbacks.BackupAndRestore`
 (OUT_DIR/backup, every 1000 steps), each worker appending a line to OUT_DIR/steps-INDEX
 after each step, until a signal ends it.
 """
@@ -57,17 +57,18 @@ def main():
             callbacks.BackupAndRestore(out / "backup", save_freq=1000),
             _Steps(out / f"steps-{index}")])
         return
+    for keras_callback in (keras.callbacks.ModelCheckpoint(str(out / "keras.keras")),
+                           keras.callbacks.TensorBoard(str(out / "klogs")),
+                           keras.callbacks.BackupAndRestore(str(out / "kbackup"))):
+        try:
+            model.fit(data, epochs=1, verbose=0, callbacks=[keras_callback])
+        except ValueError as error:
+            print(f"refused: {error}")
     model.fit(data, epochs=2, verbose=0, callbacks=[
-        keras.callbacks.ModelCheckpoint(str(out / "keras.keras")),
         callbacks.ModelCheckpoint(str(out / "toolkit.keras")),
-        keras.callbacks.TensorBoard(str(out / "logs"))])
+        callbacks.TensorBoard(str(out / "logs"))])
     if callbacks.is_chief(strategy):
         np.savez(out / "final.npz", *model.get_weights())
-    try:
-        model.fit(data, epochs=1, verbose=0,
-                  callbacks=[keras.callbacks.BackupAndRestore(str(out / "kbackup"))])
-    except ValueError as error:
-        print(f"refused: {error}")
 
 
 if __name__ == "__main__":
