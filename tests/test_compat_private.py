@@ -27,8 +27,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.compat import (private, private_callbacks, private_collectives, private_trainer,
-                            versions)
+from mgpu_tf.compat import (private, private_callbacks, private_collectives, private_runtime,
+                            private_trainer, versions)
 from mgpu_tf.compat.private import PrivateNameError
 from support import workers
 
@@ -630,10 +630,10 @@ def test_dataset_inputs_walk_back_to_the_source():
 
 def test_collective_key_base_is_where_a_mirrored_strategy_starts(monkeypatch):
     cls = tf.distribute.MirroredStrategy
-    base = private.collective_key_base(cls)
+    base = private_runtime.collective_key_base(cls)
     assert isinstance(base, int)
     monkeypatch.setattr(cls, "_collective_key_base", base)
-    private.set_collective_key_base(cls, base + 7_000_000)
+    private_runtime.set_collective_key_base(cls, base + 7_000_000)
     strategy = cls(["/cpu:0", "/cpu:1"])
     assert strategy.extended._collective_key_base == base + 7_000_000
 
@@ -642,21 +642,21 @@ def test_a_strategy_class_without_collective_key_base_gets_the_clear_error(monke
     monkeypatch.delattr(tf.distribute.MirroredStrategy, "_collective_key_base")
     with pytest.raises(PrivateNameError, match=_missing(
             "MirroredStrategy._collective_key_base", "strategy_class=MirroredStrategy")):
-        private.collective_key_base(tf.distribute.MirroredStrategy)
+        private_runtime.collective_key_base(tf.distribute.MirroredStrategy)
     monkeypatch.setattr(tf.distribute.MirroredStrategy, "_collective_key_base", "0",
                         raising=False)
     with pytest.raises(PrivateNameError):
-        private.set_collective_key_base(tf.distribute.MirroredStrategy, 1)
+        private_runtime.set_collective_key_base(tf.distribute.MirroredStrategy, 1)
 
 
 _COORDINATION = """
 import json
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 from tensorflow.python.eager import context
 
-first = private.configure_coordination_service(
+first = private_runtime.configure_coordination_service(
     "/job:chief/replica:0/task:0", {"chief": 1, "worker": 2}, 1500)
-second = private.configure_coordination_service("/job:worker/replica:0/task:0", {}, 10)
+second = private_runtime.configure_coordination_service("/job:worker/replica:0/task:0", {}, 10)
 config = context.context().coordination_service
 print(json.dumps({
     "first": first, "second": second, "type": config.service_type,
@@ -682,16 +682,16 @@ def test_a_tensorflow_without_the_coordination_service_gets_the_clear_error(monk
     monkeypatch.delattr(context, "coordination_config_pb2")
     with pytest.raises(PrivateNameError, match=_missing(
             "tensorflow.python.eager.context", "service_leader='/job:worker/replica:0/task:0'")):
-        private.configure_coordination_service("/job:worker/replica:0/task:0", {"worker": 1}, 1)
+        private_runtime.configure_coordination_service("/job:worker/replica:0/task:0", {"worker": 1}, 1)
     assert context.context().coordination_service is None
 
 
 def test_default_strategy_inside_and_outside_a_scope():
     default = tf.distribute.get_strategy()
-    assert private.default_strategy() is default
+    assert private_runtime.default_strategy() is default
     strategy = mgpu_tf.make_strategy("mirrored", devices=2)
     with strategy.scope():
-        assert private.default_strategy() is default
+        assert private_runtime.default_strategy() is default
         assert mgpu_tf.strategy_kind(default) == "default"
     assert mgpu_tf.strategy_kind(default) == "default"
     assert mgpu_tf.strategy_kind(strategy) == "mirrored"
@@ -701,14 +701,15 @@ def test_default_strategy_without_a_scope_stack_per_graph(monkeypatch):
     monkeypatch.setattr(tf.distribute, "has_strategy", lambda: True)
     with pytest.raises(PrivateNameError, match=_missing(
             "the strategy scope stack of each graph", "a call inside a scope")):
-        private.default_strategy()
+        private_runtime.default_strategy()
 
 
 # ------------------------------------------------------------------ the source scan
 
 # The modules that hold the accessors, the only ones allowed to reach a private name.
 ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py",
-             "mgpu_tf/compat/private_trainer.py", "mgpu_tf/compat/private_collectives.py")
+             "mgpu_tf/compat/private_trainer.py", "mgpu_tf/compat/private_collectives.py",
+             "mgpu_tf/compat/private_runtime.py")
 # Python code of the project that is not a test, beside the package (tests check
 # upstream behaviour, so they reach private names on purpose).
 _ALSO_SCANNED = ("benchmarks",)

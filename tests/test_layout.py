@@ -236,6 +236,7 @@ def test_docstrings_are_concise():
 # Module-level containers that may be written after import, each with why.
 _MODULE_STATE_ALLOWED = {
     "mgpu_tf.base.registry": {"_ALIASES", "_REGISTRY", "_TABLE"},  # written when plugins register
+    "mgpu_tf.cluster.stopping": {"_installed"},  # signal handlers are the process'
     # log-once; the key blocks handed out, as TensorFlow's collective keys are the process'
     "mgpu_tf.compat.collective_keys": {"_reported", "_KEY_BLOCKS"},
     "mgpu_tf.compat.versions": {"_logged", "_warned"},  # log-once

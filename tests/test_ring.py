@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from mgpu_tf.comm import ring
+from mgpu_tf.comm import ring, ring_pipeline
 
 
 def _listen(size, host="127.0.0.1"):
@@ -60,7 +60,7 @@ def test_every_worker_gets_the_sum_of_all_buffers(size, length):
 @pytest.mark.parametrize("size, length", [(2, 1000), (3, 997), (5, 301)])
 def test_buffers_cut_in_many_pieces_still_give_the_sum(monkeypatch, size, length):
     # 64-byte pieces: each chunk crosses in several, added and sent on one at a time.
-    monkeypatch.setattr(ring, "_PIECE_BYTES", 64)
+    monkeypatch.setattr(ring_pipeline, "_PIECE_BYTES", 64)
     rng = np.random.default_rng(size + length)
     buffers = [rng.normal(size=length).astype(np.float32) for _ in range(size)]
     results, errors = _run_ring(size, lambda r, rank: [r.all_reduce(buffers[rank], op=7)
@@ -77,7 +77,7 @@ def test_buffers_cut_in_many_pieces_still_give_the_sum(monkeypatch, size, length
                                                  (1, 5, 64)])
 def test_all_gather_concatenates_every_workers_chunk_in_rank_order(monkeypatch, size, length,
                                                                     piece):
-    monkeypatch.setattr(ring, "_PIECE_BYTES", piece)
+    monkeypatch.setattr(ring_pipeline, "_PIECE_BYTES", piece)
     chunks = [np.arange(length, dtype=np.float64) + 1000 * rank for rank in range(size)]
     results, errors = _run_ring(size, lambda r, rank: r.all_gather(chunks[rank]))
     assert errors == [None] * size

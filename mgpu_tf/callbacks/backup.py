@@ -194,12 +194,8 @@ class BackupAndRestore(DataOrder):
             self._backup(epoch + 1, 0)
 
     def backup_now(self):
-        """Writes the backup of the last finished step now: a stop on SIGTERM asks so.
-
-        Returns:
-            True when written; False between the sync points of `steps_per_sync`, where the
-            last backup stays.
-        """
+        """Writes the backup of the last finished step now (for a stop on SIGTERM); False
+        between the sync points of `steps_per_sync`, where the last backup stays."""
         steps = (self.params or {}).get("steps")
         try:
             if steps and self._done >= steps:

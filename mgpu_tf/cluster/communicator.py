@@ -11,7 +11,7 @@ from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import failures
 from mgpu_tf.cluster import stopping
 from mgpu_tf.cluster import waiting
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 
 __all__ = ["build_multi_worker"]
 
@@ -34,7 +34,7 @@ def build_multi_worker(settings):
     if several:
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
-        if not private.runtime_started():  # else the strategy fails at once, below
+        if not private_runtime.runtime_started():  # else the strategy fails at once, below
             waiting.wait_for_peers(config)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(

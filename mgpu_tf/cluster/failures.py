@@ -13,7 +13,7 @@ import socket
 
 import tensorflow as tf
 
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
@@ -59,9 +59,9 @@ def configure_failure_detection(config, timeout_seconds):
             if role in config.cluster}
     leader_role = "chief" if "chief" in config.cluster else "worker"
     try:
-        return private.configure_coordination_service(
+        return private_runtime.configure_coordination_service(
             f"/job:{leader_role}/replica:0/task:0", jobs, int(timeout_seconds * 1000))
-    except private.PrivateNameError as error:
+    except private_runtime.PrivateNameError as error:
         logger.info("mgpu_tf: this TensorFlow cannot set heartbeat timeouts; keeping its "
                     "own: %s", error)
         return False

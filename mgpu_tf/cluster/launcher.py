@@ -105,9 +105,6 @@ def _last_redraw(line):
 def _stop(processes, grace_seconds):
     """SIGTERM every live process group, then SIGKILL what is left after the grace.
 
-    Returns as soon as every process has exited: a worker of `make_strategy("multi_worker")`
-    exits at its next step boundary or within its bound, about a second
-    (`mgpu_tf.cluster.stopping`), so a restart or regroup waits for that, not the grace.
     Returns the processes that were still running when signalled.
     """
     signalled = []
@@ -194,9 +191,9 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
             A new `MGPU_TF_JOB_SECRET` is added unless it holds one.
         output: stream for the workers' stdout, each line prefixed `[index] `, and the
             launcher's lines. Defaults to `sys.stdout`.
-        grace_seconds: how long stopped workers get before SIGKILL, 0 or more; workers of
-            `make_strategy("multi_worker")` exit within about a second of SIGTERM
-            (docs/reliability.md#sigterm-and-ctrl-c). Defaults to `10`.
+        grace_seconds: how long stopped workers get before SIGKILL, 0 or more (a worker of
+            `make_strategy("multi_worker")` exits about a second after SIGTERM). Defaults
+            to `10`.
         errors: stream for the workers' stderr. Defaults to `sys.stderr` when `output`
             is not given, else to `output`.
         max_restarts: starts of the whole group after a failure, each with

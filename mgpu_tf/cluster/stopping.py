@@ -1,9 +1,7 @@
 """A multi-worker process' stop on SIGTERM or Ctrl-C: at the next step boundary, with the
 chief's backup written, or after a short bound when a collective holds the step.
-
-TensorFlow's preemption notifier catches SIGTERM once a multi-worker strategy exists and
-training goes on; a survivor of a lost peer waits in the peer's collective. Both made a
-launcher wait its whole grace before SIGKILL.
+TensorFlow's preemption notifier catches SIGTERM once a multi-worker strategy exists, so
+training went on and a launcher waited its whole grace before SIGKILL.
 
 Design: docs/reliability.md#sigterm-and-ctrl-c
 """
@@ -31,14 +29,11 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class SignalStop:
     """The process' handler of SIGTERM and SIGINT while it trains under several workers.
 
-    The first signal asks the fit in progress to stop at its next step boundary, where
-    `StopAtStepBoundary` writes the backup and exits; the process exits anyway
-    `BOUND_SECONDS` (plus twice the last step's time) after the signal, from a thread that
-    Python's signal handling wakes through `signal.set_wakeup_fd`, so a main thread held in
-    a collective does not hold the exit. A second signal exits at once. The process ends
-    by the signal itself, as with no handler (a shell's exit code 143, or 130 for Ctrl-C).
-    TensorFlow's own SIGTERM handler, which this one displaces, is still called, so its
-    preemption notifier hears the signal.
+    The first signal stops the fit at its next step boundary (`StopAtStepBoundary` backs up,
+    then exits), or, from a thread woken through `signal.set_wakeup_fd`, `BOUND_SECONDS` plus
+    twice the last step's time after it when a collective holds the step; a second exits at
+    once. The process ends by the signal (exit code 143, or 130 for Ctrl-C). TensorFlow's
+    displaced SIGTERM handler is still called, so its preemption notifier hears it.
 
     Args:
         displaced: `{signal: C handler address}` of the handlers it replaces, to chain to.
@@ -101,12 +96,8 @@ class SignalStop:
 
 
 class StopAtStepBoundary(keras.callbacks.Callback):
-    """Ends a fit at the step boundary after a signal: the chief writes its backup first.
-
-    Args:
-        stop: the `SignalStop` installed.
-        backups: the fit's `mgpu_tf.callbacks.BackupAndRestore` callbacks.
-    """
+    """Ends a fit at the step boundary after a signal of `stop` (the `SignalStop`), the
+    chief writing its `backups` (the fit's `mgpu_tf.callbacks.BackupAndRestore`) first."""
 
     def __init__(self, stop, backups=()):
         super().__init__()
@@ -148,13 +139,9 @@ _installed = None  # the process' one SignalStop, as signal handlers are per pro
 def install(task="this worker"):
     """Installs a `SignalStop` for SIGTERM and SIGINT from the main thread; returns it.
 
-    `make_strategy("multi_worker")` calls it once the strategy exists, after TensorFlow
-    installed its own SIGTERM handler. Anywhere but the main thread (where Python cannot
-    set handlers) it installs nothing and returns None; again, it returns the one installed.
-
-    Args:
-        task: what the exit line calls this process. Defaults to `"this worker"`.
-    """
+    `make_strategy("multi_worker")` calls it once the strategy (and TensorFlow's handler)
+    exists; off the main thread it installs nothing (None); again, it returns the one made.
+    `task` is what the exit line calls this process."""
     global _installed
     if threading.current_thread() is not threading.main_thread():
         return None

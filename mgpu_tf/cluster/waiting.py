@@ -1,10 +1,9 @@
 """Before a multi-worker strategy is made: wait in Python until every peer's port answers,
 saying whom this worker waits for, and ending on SIGTERM or Ctrl-C.
 
-TensorFlow's coordination service waits for every task to register (up to an hour) in one
-C++ call that holds the GIL and prints nothing: no Python thread runs, Ctrl-C's handler
-never runs, and its preemption notifier swallows SIGTERM. Waiting here first leaves that
-call only the moments between the last peer's start and its registration.
+TensorFlow's coordination service waits for every task (up to an hour) in one C++ call that
+holds the GIL, prints nothing and ignores Ctrl-C and SIGTERM; waiting here first leaves it
+only the moments between the last peer's start and its registration.
 
 Design: docs/reliability.md#a-worker-waiting-for-its-peers
 """
@@ -78,13 +77,6 @@ def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
     Meanwhile this task listens at its own address (as its TensorFlow server soon will),
     says every `every_seconds` on `output` which tasks it waits for and until when, and
     ends the process on SIGTERM or SIGINT with one line (exit code 128 + the signal).
-
-    Example:
-
-    ```python
-    wait_for_peers(mgpu_tf.cluster.detect_cluster())
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    ```
 
     Args:
         config: this process' `ClusterConfig`.

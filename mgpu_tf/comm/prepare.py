@@ -13,6 +13,7 @@ from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import buckets
 from mgpu_tf.comm import combinations
 from mgpu_tf.comm import optimizer_step
+from mgpu_tf.comm import sharded_files
 from mgpu_tf.comm import sharded_state
 from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
@@ -73,27 +74,22 @@ def _innermost(optimizer):
 def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync=1,
             transport="tensorflow", timeout_seconds=None, shard_optimizer_state=False,
             bucket_bytes=0):
-    """Makes a Keras optimizer all-reduce compressed, every `steps_per_sync` steps, over tcp.
+    """Makes a Keras optimizer all-reduce as a strategy's options say: compressed, every
+    `steps_per_sync` steps, over tcp, in buckets, with its slots sharded.
 
-    With `shard_optimizer_state`, each replica also keeps only its slice of the slots.
-
-    Works on the innermost optimizer (inside a `LossScaleOptimizer`, which
-    unscales gradients before they reach it). Installing twice changes nothing.
+    Works on the innermost optimizer (inside a `LossScaleOptimizer`); again changes nothing.
 
     Args:
         optimizer: a Keras 3 optimizer of the TensorFlow backend.
         strategy: the strategy it runs under.
         compression: a `Compression` value. Defaults to `"none"`.
         steps_per_sync: steps per all-reduce. Defaults to `1`.
-        transport: `"tensorflow"`, `"tcp"` (connects the workers' ring now, so
-            every worker must install at the same point) or `"auto"` (one of the two,
-            `mgpu_tf.comm.transport.choose`). Defaults to `"tensorflow"`.
+        transport: `"tensorflow"` (the default), `"tcp"` or `"auto"` (`transport.choose`);
+            tcp connects the ring now, so every worker installs at the same point.
         timeout_seconds: how long the tcp ring waits for a neighbour.
-        shard_optimizer_state: keep the slots in slices (`comm.sharded_state`). Defaults
-            to `False`.
-        bucket_bytes: all-reduce the gradients in buckets of about this many bytes, last
-            layers first, while the backward pass runs (`comm.buckets`); `0` all-reduces
-            them at once. Defaults to `0`.
+        shard_optimizer_state: slots in slices (`comm.sharded_state`). Defaults to `False`.
+        bucket_bytes: bytes per bucket all-reduced during the backward pass (`comm.buckets`);
+            `0` (the default) all-reduces at once.
 
     Returns:
         The optimizer that now all-reduces this way.
@@ -136,7 +132,7 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if shard_optimizer_state:
         sharded_state.shard(optimizer, strategy, wire_dtype=wire)
         if outer is not optimizer:
-            sharded_state.save_whole_inside(outer, optimizer)
+            sharded_files.save_whole_inside(outer, optimizer)
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     record.communication = (compression, steps_per_sync, transport)

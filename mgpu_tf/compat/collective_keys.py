@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import logging
 
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 
 __all__ = ["distinct_collective_keys"]
 
@@ -26,7 +26,7 @@ def distinct_collective_keys():
     """Makes the MirroredStrategy built inside the block use its own collective keys.
 
     Where `MirroredStrategy.__init__` starts its keys
-    (`mgpu_tf.compat.private.collective_key_base`) moves to a fresh block for the
+    (`mgpu_tf.compat.private_runtime.collective_key_base`) moves to a fresh block for the
     construction and back after; on a TensorFlow without it, the block logs once and
     changes nothing.
     """
@@ -34,15 +34,15 @@ def distinct_collective_keys():
 
     cls = tf.distribute.MirroredStrategy
     try:
-        base = private.collective_key_base(cls)
-    except private.PrivateNameError as error:
+        base = private_runtime.collective_key_base(cls)
+    except private_runtime.PrivateNameError as error:
         if not _reported:
             _reported.add(True)
             logger.info("mgpu_tf: keeping TensorFlow's collective keys: %s", error)
         yield
         return
-    private.set_collective_key_base(cls, base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS))
+    private_runtime.set_collective_key_base(cls, base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS))
     try:
         yield
     finally:
-        private.set_collective_key_base(cls, base)
+        private_runtime.set_collective_key_base(cls, base)

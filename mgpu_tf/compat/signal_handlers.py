@@ -1,9 +1,7 @@
 """The process' C-level signal handlers, which TensorFlow's preemption notifier replaces.
 
-Once a multi-worker strategy connects to TensorFlow's coordination service, TensorFlow
-(2.18-2.21) installs its `SigtermNotifier` with `std::signal(SIGTERM, ...)`: the handler only
-sets a flag its notifier thread polls, so SIGTERM no longer ends the process, and Python's
-own handler for SIGTERM no longer runs. These functions read, put back and call such
+TensorFlow (2.18-2.21) installs its `SigtermNotifier` with `std::signal` once a multi-worker
+strategy exists: SIGTERM then only sets a flag. These functions read, put back and call such
 handlers through libc's `sigaction` (Linux; elsewhere they report none).
 
 Design: docs/reliability.md#sigterm-and-ctrl-c

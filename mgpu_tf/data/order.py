@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from mgpu_tf.compat import private
+from mgpu_tf.compat import private_runtime
 from mgpu_tf.strategies import kinds
 
 __all__ = ["Position", "Reader", "epoch_seed", "follow", "keras_strategy", "position_of"]
@@ -83,7 +83,7 @@ def keras_strategy(strategy):
     # model_parallel and hybrid models run outside any scope: under the default strategy.
     if isinstance(strategy, tf.distribute.Strategy):
         return strategy
-    return private.default_strategy()
+    return private_runtime.default_strategy()
 
 
 def position_of(strategy):

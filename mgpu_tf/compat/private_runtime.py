@@ -1,0 +1,95 @@
+"""The private names of TensorFlow's runtime the toolkit touches (collective keys, the
+coordination service, the runtime's start, the default strategy); as `compat.private`'s."""
+
+from mgpu_tf.compat.versions import PrivateNameError, attribute, check, missing
+
+__all__ = ["PrivateNameError", "collective_key_base", "configure_coordination_service",
+           "default_strategy", "runtime_started", "set_collective_key_base"]
+
+
+def collective_key_base(strategy_class):
+    """Returns the number a MirroredStrategy class starts its collective keys at.
+
+    `MirroredStrategy._collective_key_base` (TensorFlow 2.18-2.21), read by its `__init__`.
+    """
+    name = "MirroredStrategy._collective_key_base"
+    received = f"strategy_class={strategy_class.__name__}"
+    base = attribute(strategy_class, name, received)
+    if not isinstance(base, int):
+        raise missing(name, received)
+    return base
+
+
+def set_collective_key_base(strategy_class, base):
+    """Sets where the MirroredStrategy objects built from now on start their collective keys."""
+    collective_key_base(strategy_class)
+    setattr(strategy_class, "_collective_key_base", int(base))
+
+
+def configure_coordination_service(service_leader, jobs, timeout_ms):
+    """Sets TensorFlow's coordination service for this process, unless it already has one.
+
+    `tensorflow.python.eager.context` (TensorFlow 2.18-2.21). Must run before the runtime starts.
+
+    Args:
+        service_leader: the leader task, such as `"/job:chief/replica:0/task:0"`.
+        jobs: `{job name: number of tasks}`.
+        timeout_ms: the heartbeat and shutdown-barrier timeouts, in milliseconds.
+
+    Returns:
+        True when it set the service; False when the process already had one.
+    """
+    name = "tensorflow.python.eager.context"
+    check(name)
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        context = context_lib.context()
+        configure = context.configure_coordination_service
+        configured = context.coordination_service
+        job_proto = context_lib.coordination_config_pb2.CoordinatedJob
+    except (ImportError, AttributeError):
+        raise missing(name, f"service_leader={service_leader!r}") from None
+    if configured is not None:
+        return False
+    configure(
+        service_type="standalone",
+        service_leader=service_leader,
+        heartbeat_timeout_in_ms=int(timeout_ms),
+        shutdown_barrier_timeout_in_ms=int(timeout_ms),
+        coordinated_jobs=[job_proto(name=job, num_tasks=count)
+                          for job, count in jobs.items()],
+    )
+    return True
+
+
+def runtime_started():
+    """True once TensorFlow's eager runtime has started (after which collective ops can no
+    longer be configured).
+
+    `tensorflow.python.eager.context.Context._initialized` (TensorFlow 2.18-2.21).
+    """
+    name = "tensorflow.python.eager.context.Context._initialized"
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        return bool(context_lib.context()._initialized)
+    except (ImportError, AttributeError):
+        raise missing(name, "runtime_started()") from None
+
+
+def default_strategy():
+    """Returns TensorFlow's default strategy, the one outside every `strategy.scope()`.
+
+    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.18-2.21):
+    `get_strategy()` in a fresh `tf.Graph` gives the default.
+    """
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return tf.distribute.get_strategy()
+    check("the strategy scope stack of each graph")
+    with tf.Graph().as_default():
+        if tf.distribute.has_strategy():
+            raise missing("the strategy scope stack of each graph", "a call inside a scope")
+        return tf.distribute.get_strategy()
