@@ -68,7 +68,7 @@ def _run_workers(tmp_path_factory, mode, *args):
 
 @pytest.fixture(scope="module")
 def tensorflow_workers(tmp_path_factory):
-    return _run_workers(tmp_path_factory, "workers", json.dumps({}))
+    return _run_workers(tmp_path_factory, "workers", json.dumps({"transport": "tensorflow"}))
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,7 @@ def workers(out, options):
 
     strategy = mgpu_tf.make_strategy("multi_worker", **options)
     index = strategy.cluster_resolver.task_id
-    counted = "transport" not in options  # the tcp transport sets its own log mean
+    counted = options.get("transport") != "tcp"  # the tcp transport sets its own log mean
     for steps, jit in SETTINGS:
         name = setting_name("workers", steps, jit)
         count = tf.Variable(0, dtype=tf.int64, trainable=False)
