@@ -97,7 +97,7 @@ CAPABILITIES = {
         "test_a_fresh_process_resumes_to_the_uninterrupted_weights[tf.train.Checkpoint-2]"],
     "SIGTERM stops at a step boundary": [
         "tests/test_signals.py::"
-        "test_sigterm_stops_every_worker_at_a_step_boundary_with_the_chief_backup"],
+        "test_sigterm_stops_every_worker_at_a_step_boundary_or_within_the_bound"],
     "a worker waiting for peers says whom": [
         "tests/test_signals.py::test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c"],
     "Keras' writing callbacks under 2 workers": [

@@ -52,7 +52,7 @@ def test_keras_writing_callbacks_are_refused_and_the_toolkits_write_from_the_chi
         assert not (tmp_path / written).exists(), written
 
 
-def test_sigterm_stops_every_worker_at_a_step_boundary_with_the_chief_backup(tmp_path):
+def test_sigterm_stops_every_worker_at_a_step_boundary_or_within_the_bound(tmp_path):
     processes = _start(launcher.worker_tf_configs(2), "-m", "support.mw_signals", "stop",
                        str(tmp_path))
     try:
@@ -73,12 +73,20 @@ def test_sigterm_stops_every_worker_at_a_step_boundary_with_the_chief_backup(tmp
     assert codes == [-signal.SIGTERM] * 2, errors  # ended by the signal, not SIGKILL
     for text in errors:  # TensorFlow's handler, displaced, is called from ours
         assert f"displaced: [{int(signal.SIGTERM)}]" in text, text[-2000:]
-    assert "mgpu_tf: worker 0 stopped on SIGTERM after step" in errors[0], errors[0][-2000:]
-    assert "backup written" in errors[0]
-    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
-    assert metadata["epoch"] * 4 + metadata["steps_done"] >= 5, metadata
-    weights = tmp_path / "backup" / metadata["weights"]
-    assert weights.exists()
+    # Each stops at a step boundary, or by the bound when its peer stopped at the boundary
+    # before (the workers do not agree on the stop's step: the later one waits in the
+    # step's collective for the peer that left).
+    at_boundary = [f"mgpu_tf: worker {i} stopped on SIGTERM after step" in text
+                   for i, text in enumerate(errors)]
+    for i, text in enumerate(errors):
+        assert at_boundary[i] or f"mgpu_tf: worker {i} stopped on SIGTERM; no step boundary " \
+            "within" in text, text[-2000:]
+    assert any(at_boundary), errors
+    if at_boundary[0]:  # the chief backs up at its boundary
+        assert "backup written" in errors[0]
+        metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+        assert metadata["epoch"] * 4 + metadata["steps_done"] >= 5, metadata
+        assert (tmp_path / "backup" / metadata["weights"]).exists()
 
 
 def test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c():
