@@ -158,8 +158,21 @@ def install(task="this worker"):
         signal.signal(signum, stop.handle)
     signal.set_wakeup_fd(stop.wakeup_fd, warn_on_full_buffer=False)
     threading.Thread(target=stop.watch, name="mgpu_tf-stop", daemon=True).start()
+    sys.excepthook = _after_signal(stop, sys.excepthook)
     _installed = stop
     return stop
+
+
+def _after_signal(stop, previous):
+    """`sys.excepthook` that ends the process by its signal when the error came after one:
+    a step whose peer stopped first fails in its collective (TensorFlow 2.19 aborts it)."""
+
+    def hook(kind, value, traceback):
+        if stop.signum is None:
+            return previous(kind, value, traceback)
+        stop.exit(f"{signal.Signals(stop.signum).name}; its step then failed ({kind.__name__})")
+
+    return hook
 
 
 def installed():
