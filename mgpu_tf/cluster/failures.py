@@ -9,7 +9,6 @@ Design: docs/design.md#lost-workers
 import contextlib
 import logging
 import re
-import socket
 
 import tensorflow as tf
 
@@ -89,24 +88,12 @@ def lost_task(error):
 
 
 def unreachable_tasks(config, *, timeout=1.0):
-    """Returns `[(task_type, index), ...]` of the other tasks that refuse connections.
+    """Returns `[(task_type, index), ...]` of the other tasks that refuse connections (a
+    timed-out collective does not name its peer; a dead worker's port refuses)."""
+    from mgpu_tf.cluster import waiting
 
-    A timed-out collective does not name its peer; a dead worker's port refuses connections.
-    """
-    from mgpu_tf.cluster import tf_config
-
-    lost = []
-    for role, addresses in config.cluster.items():
-        for index, address in enumerate(addresses):
-            if (role, index) == (config.task_type, config.task_index):
-                continue
-            host, port = tf_config.parse_address(address)
-            try:
-                with socket.create_connection((host, port), timeout=timeout):
-                    pass
-            except OSError:
-                lost.append((role, index))
-    return lost
+    return [(role, index) for role, index, _, listening
+            in waiting.probe_tasks(config, timeout=timeout) if not listening]
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import time
 from mgpu_tf.cluster import tf_config
 
 __all__ = ["EVERY_SECONDS", "REGISTER_TIMEOUT_SECONDS", "PeersMissingError", "peer_states",
-           "wait_for_peers"]
+           "probe_tasks", "wait_for_peers"]
 
 # How often the waiting line repeats.
 EVERY_SECONDS = 5.0
@@ -34,11 +34,12 @@ class PeersMissingError(RuntimeError):
     """Some workers of the cluster did not start within the time to wait for them."""
 
 
-def peer_states(config, *, timeout=0.3):
-    """`[(name, address, listening)]` of the other tasks of `config`, each probed once."""
-    states = []
+def probe_tasks(config, *, timeout, roles=None):
+    """`[(role, index, address, listening)]` of the other tasks of `config` (of `roles`, or
+    every role), each port tried once: whether it accepts a connection within `timeout`."""
+    probed = []
     for role, addresses in config.cluster.items():
-        if role not in _ROLES:
+        if roles is not None and role not in roles:
             continue
         for index, address in enumerate(addresses):
             if (role, index) == (config.task_type, config.task_index):
@@ -49,8 +50,14 @@ def peer_states(config, *, timeout=0.3):
                     listening = True
             except OSError:
                 listening = False
-            states.append((f"{role} {index}", address, listening))
-    return states
+            probed.append((role, index, address, listening))
+    return probed
+
+
+def peer_states(config, *, timeout=0.3):
+    """`[(name, address, listening)]` of the tasks TensorFlow waits for, each probed once."""
+    return [(f"{role} {index}", address, listening) for role, index, address, listening
+            in probe_tasks(config, timeout=timeout, roles=_ROLES)]
 
 
 def _missing(states):
