@@ -12,11 +12,8 @@ ring's own count, and for both the loopback interface's transmit counter (machin
 """
 
 import argparse
-import io
 import json
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -70,16 +67,9 @@ def worker(payload):
 
 
 def _run_group(payload):
-    from mgpu_tf.cluster import launcher
+    import worker_group
 
-    out = io.StringIO()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    code = launcher.launch([sys.executable, __file__, "--worker", json.dumps(payload)],
-                           WORKERS, env=env, output=out)
-    for line in out.getvalue().splitlines():
-        if "figures: " in line:
-            return json.loads(line.split("figures: ", 1)[1])
-    raise RuntimeError(f"the workers failed (exit {code}):\n{out.getvalue()[-3000:]}")
+    return worker_group.run(__file__, payload, WORKERS)
 
 
 def _computed(params, sharded):
