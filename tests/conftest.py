@@ -110,7 +110,7 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 # Seconds each file takes alone (`python -m pytest tests/FILE -n 0`; docs/benchmarks.md, "Test
-# suite time"). The longest go first, so that the two test processes end together on short
+# suite time"). The longest go first, so that the test processes end together on short
 # files; a file not listed counts as `_UNMEASURED_SECONDS`.
 _SECONDS = {
     "test_snippets.py": 80, "test_elastic.py": 80, "test_logging.py": 70,
