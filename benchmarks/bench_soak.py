@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--leak_bytes", type=int, default=0,
                         help="worker 1 keeps this many bytes per step (a leak to catch)")
     parser.add_argument("--without", default="",
-                        help="parts left out: tcp, sharded, adaptive, monitor, stream")
+                        help="parts left out: tcp, sharded, adaptive, monitor, stream, timeout")
     parser.add_argument("--print_every", type=int, default=1)
     args = parser.parse_args()
     out = pathlib.Path(tempfile.mkdtemp(prefix="bench_soak-"))
@@ -47,12 +47,14 @@ def main():
     if code:
         raise RuntimeError(f"training failed with exit code {code}:\n{log.getvalue()[-3000:]}")
     records = [soak_worker.read(out, i) for i in range(2)]
-    print(f"{'epoch':>6}{'steps':>7}{'rss 0 MB':>10}{'rss 1 MB':>10}{'step 0 ms':>11}"
-          f"{'step 1 ms':>11}")
+    print(f"{'epoch':>6}{'steps':>7}{'seconds':>8}{'rss 0 MB':>10}{'rss 1 MB':>10}"
+          f"{'threads 0':>10}{'threads 1':>10}{'step 0 ms':>11}{'step 1 ms':>11}")
     for a, b in zip(*records):
         if a["epoch"] % args.print_every == 0 or a["epoch"] == args.epochs - 1:
-            print(f"{a['epoch']:>6}{a['steps']:>7}{a['rss'] * MB:>10.1f}{b['rss'] * MB:>10.1f}"
-                  f"{1000 * a['step_seconds']:>11.2f}{1000 * b['step_seconds']:>11.2f}")
+            print(f"{a['epoch']:>6}{a['steps']:>7}{a['seconds'] - records[0][0]['seconds']:>8.0f}"
+                  f"{a['rss'] * MB:>10.1f}{b['rss'] * MB:>10.1f}{a['threads']:>10}"
+                  f"{b['threads']:>10}{1000 * a['step_seconds']:>11.2f}"
+                  f"{1000 * b['step_seconds']:>11.2f}")
     leaks = []
     for index, rows in enumerate(records):
         growth, noise = soak_worker.trend(rows, "rss", warmup=args.warmup, scale=MB)

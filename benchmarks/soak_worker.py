@@ -8,12 +8,14 @@ trains a tiny model under `make_strategy("multi_worker", transport="tcp",
 shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
 with the `TrainingMonitor` steering them, and appends one JSON line per epoch to
 OUT_DIR/soak-<worker>.jsonl: `epoch`, `steps` (done so far), `rss` (resident bytes,
-from /proc) and `step_seconds` (the epoch's wall time over its steps). LEAK_BYTES > 0
+from /proc), `threads`, `seconds` (a monotonic clock) and `step_seconds` (the epoch's wall
+time over its steps). LEAK_BYTES > 0
 makes worker 1 keep a tensor of that many bytes per step: the leak a detector must
 catch, beside worker 0, which has none. DataOrder drives the data's position, so the
-fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive` and
-`monitor` and `stream`, leaves those parts out (tensorflow's collectives instead of
-the ring; a new iterator each epoch instead of the stream).
+fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive`,
+`monitor`, `stream` and `timeout`, leaves those parts out (tensorflow's collectives instead of
+the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
+instead of `TIMEOUT_SECONDS`).
 """
 
 import json
@@ -24,19 +26,32 @@ import time
 
 import numpy as np
 
-__all__ = ["EXAMPLES", "GLOBAL_BATCH", "STEPS_PER_EPOCH", "read", "resident_bytes", "trend"]
+__all__ = ["EXAMPLES", "GLOBAL_BATCH", "STEPS_PER_EPOCH", "read", "resident_bytes", "thread_count",
+           "trend"]
 
 EXAMPLES, FEATURES, GLOBAL_BATCH = 256, 8, 16
 STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH
+# TensorFlow holds two threads per collective for this long (docs/benchmarks.md, "Soak"):
+# short enough for their number to level off within the warm-up.
+TIMEOUT_SECONDS = 10
+
+
+def _status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field} line")
 
 
 def resident_bytes():
     """This process' resident set size in bytes (VmRSS of /proc/self/status)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("/proc/self/status has no VmRSS line")
+    return _status("VmRSS") * 1024
+
+
+def thread_count():
+    """This process' number of threads (Threads of /proc/self/status)."""
+    return _status("Threads")
 
 
 def read(out, index):
@@ -78,6 +93,7 @@ def _record(out, index, leak_bytes):
         def on_epoch_end(self, epoch, logs=None):
             steps = self.steps - self.first
             line = {"epoch": epoch, "steps": self.steps, "rss": resident_bytes(),
+                    "threads": thread_count(), "seconds": time.monotonic(),
                     "step_seconds": (time.perf_counter() - self.start) / max(1, steps)}
             with open(out / f"soak-{index}.jsonl", "a") as f:
                 f.write(json.dumps(line) + "\n")
@@ -98,7 +114,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     strategy = mgpu_tf.make_strategy(
         "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
-        shard_optimizer_state="sharded" not in without, timeout_seconds=60)
+        shard_optimizer_state="sharded" not in without,
+        timeout_seconds=None if "timeout" in without else TIMEOUT_SECONDS)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
     y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")

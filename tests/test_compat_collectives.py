@@ -4,6 +4,7 @@ What an all-to-all delivers across two real workers is checked in test_sharded_s
 (`test_an_all_to_all_sends_row_j_to_replica_j`), where the workers run.
 """
 
+import json
 import re
 import types
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 from mgpu_tf.compat import private_collectives, versions
 from mgpu_tf.compat.private_collectives import PrivateNameError
+from support import mw_keys, workers
 
 
 def _missing(name, received):
@@ -49,3 +51,40 @@ def test_a_launcher_without_the_names_gets_the_clear_error():
     with pytest.raises(PrivateNameError, match=_missing(
             "CollectiveReplicaLauncher._next_instance_key", "launcher=<SimpleNamespace 'thing'>")):
         private_collectives.all_to_all(bare, tf.zeros([2, 1]))
+
+
+def _launcher():
+    from tensorflow.python.distribute import collective_util, cross_device_ops
+
+    ops = cross_device_ops.CollectiveAllReduce(
+        devices=["/job:localhost/replica:0/task:0/device:CPU:0"], group_size=2,
+        options=collective_util.Options())
+    strategy = types.SimpleNamespace(extended=types.SimpleNamespace(_cross_device_ops=ops))
+    return private_collectives.collective_launchers(strategy)[0]
+
+
+def test_instance_keys_are_unique_per_call_unless_set_otherwise():
+    launcher = _launcher()
+    first = private_collectives.next_instance_key(launcher)
+    assert isinstance(first, int)
+    assert private_collectives.unique_instance_keys(launcher) is True
+    try:
+        private_collectives.set_unique_instance_keys(launcher, False)
+        assert private_collectives.unique_instance_keys(_launcher()) is False
+    finally:
+        private_collectives.set_unique_instance_keys(launcher, True)
+    assert private_collectives.unique_instance_keys(launcher) is True
+
+
+@pytest.mark.multiworker
+def test_a_function_called_in_keeping_keys_takes_its_instance_keys_once(tmp_path):
+    """TensorFlow keeps a record per instance key (docs/benchmarks.md, "Soak"): a function
+    called every step must not take a new one each call, and must still sum right."""
+    code, outputs = workers.run_workers(mw_keys.__file__, 2, grace_seconds=1)
+    assert code == 0, outputs
+    for index in (0, 1):
+        run = json.loads(outputs[index].strip().splitlines()[-1])
+        assert run["plain"] == mw_keys.CALLS  # TensorFlow's default: a key per call
+        assert run["kept"] == 1  # taken when traced
+        assert run["sums"] == [3.0] * mw_keys.CALLS  # replica 0 adds 1, replica 1 adds 2
+        assert run["unique"] is True  # the block restored TensorFlow's default

@@ -14,8 +14,8 @@ import logging
 import numbers
 import warnings
 
-from mgpu_tf.compat import (batch_norm_stats, keras_train_step, metric_sums, private,
-                            private_trainer, step_loss, versions)
+from mgpu_tf.compat import (batch_norm_stats, collective_keys, keras_train_step, metric_sums,
+                            private, private_trainer, step_loss, versions)
 
 __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
            "check_steps_per_execution", "known_fingerprints", "step_fixes_apply",
@@ -340,10 +340,10 @@ def _make_function(model, step_function, kind):
         # Only for train_on_batch and test_on_batch, outside any tf.cond.
         one_step = tf.function(one_step_on_data, reduce_retracing=True)
     if across_workers:
-        mean_over_workers = tf.function(
-            no_autograph(lambda logs: _mean_over_workers(logs, strategy)))
-        if model.run_eagerly:
-            mean_over_workers = mean_over_workers.python_function
+        mean_over_workers = no_autograph(lambda logs: _mean_over_workers(logs, strategy))
+        if not model.run_eagerly:  # called every step: its collectives keep their keys
+            mean_over_workers = collective_keys.keeping_keys(tf.function(mean_over_workers),
+                                                             strategy)
 
     def function(iterator):
         if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):

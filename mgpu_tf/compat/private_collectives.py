@@ -7,7 +7,8 @@ the same launchers, or workers would disagree on the order. Accessors work as `c
 
 from mgpu_tf.compat.versions import PrivateNameError, attribute, describe, method, missing
 
-__all__ = ["PrivateNameError", "all_to_all", "collective_launchers", "device"]
+__all__ = ["PrivateNameError", "all_to_all", "collective_launchers", "device",
+           "next_instance_key", "set_unique_instance_keys", "unique_instance_keys"]
 
 _LAUNCHER_NAMES = ("CollectiveReplicaLauncher._group_key", "CollectiveReplicaLauncher._group_size",
                    "CollectiveReplicaLauncher._device", "CollectiveReplicaLauncher._options")
@@ -63,3 +64,24 @@ def device(launcher):
     """The device the launcher's collectives run on (`CollectiveReplicaLauncher._device`)."""
     return attribute(launcher, "CollectiveReplicaLauncher._device",
                      f"launcher={describe(launcher)}")
+
+
+def unique_instance_keys(launcher):
+    """True when traced collectives take a new instance key per call (TensorFlow 2.18-2.21)."""
+    return attribute(type(launcher), "CollectiveReplicaLauncher._prefer_unique_instance_key",
+                     f"launcher={describe(launcher)}")
+
+
+def set_unique_instance_keys(launcher, unique):
+    """Sets what `unique_instance_keys(launcher)` returns, for every launcher of the process."""
+    unique_instance_keys(launcher)
+    type(launcher)._prefer_unique_instance_key = bool(unique)
+
+
+def next_instance_key(launcher):
+    """The instance key the launcher's next new collective takes (TensorFlow 2.18-2.21)."""
+    received = f"launcher={describe(launcher)}"
+    keys = attribute(launcher, "CollectiveReplicaLauncher._collective_keys", received)
+    table = attribute(keys, "CollectiveKeys._instance_key_table", received)
+    group = attribute(launcher, "CollectiveReplicaLauncher._group_key", received)
+    return table[group][device(launcher)]

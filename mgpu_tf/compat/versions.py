@@ -63,6 +63,7 @@ _STEP_FIX = ("The fix for steps_per_execution and jit_compile under tf.distribut
              "Keras' train and test functions")
 _SCATTER = ("shard_optimizer_state reduce-scatters the gradients across workers with the "
             "strategy's own collective keys")
+_KEYS = "Collectives of functions traced once reuse their instance keys"
 _METRIC_SUMS = "The fix for Keras 3.8-3.9's metric sums under a strategy adds to variables"
 _CHECKPOINT = ("shard_optimizer_state saves each slot whole in TensorFlow's checkpoints, "
                "whatever the replica count")
@@ -154,6 +155,9 @@ KNOWN = {
     "CollectiveReplicaLauncher._options": _tensorflow(_SCATTER),
     "CollectiveReplicaLauncher._next_instance_key": _tensorflow(_SCATTER),
     "CollectiveReplicaLauncher._get_ordering_token": _tensorflow(_SCATTER),
+    "CollectiveReplicaLauncher._prefer_unique_instance_key": _tensorflow(_KEYS),
+    "CollectiveReplicaLauncher._collective_keys": _tensorflow(_KEYS),
+    "CollectiveKeys._instance_key_table": _tensorflow(_KEYS),
     "the strategy scope stack of each graph": _tensorflow(
         "strategy_kind recognises TensorFlow's default strategy"),
 }
