@@ -23,6 +23,25 @@ _reported = set()
 
 
 @contextlib.contextmanager
+def _swapped(read, write, during, kind, keeping):
+    """`write(during(old))` for the block and `old` back after; where `read` raises a
+    PrivateNameError, logs `keeping` once per `kind` and changes nothing."""
+    try:
+        old = read()
+    except private_runtime.PrivateNameError as error:
+        if kind not in _reported:
+            _reported.add(kind)
+            logger.info("mgpu_tf: %s: %s", keeping, error)
+        yield
+        return
+    write(during(old))
+    try:
+        yield
+    finally:
+        write(old)
+
+
+@contextlib.contextmanager
 def distinct_collective_keys():
     """Makes the MirroredStrategy built inside the block use its own collective keys.
 
@@ -34,19 +53,11 @@ def distinct_collective_keys():
     import tensorflow as tf
 
     cls = tf.distribute.MirroredStrategy
-    try:
-        base = private_runtime.collective_key_base(cls)
-    except private_runtime.PrivateNameError as error:
-        if "distinct" not in _reported:
-            _reported.add("distinct")
-            logger.info("mgpu_tf: keeping TensorFlow's collective keys: %s", error)
+    with _swapped(lambda: private_runtime.collective_key_base(cls),
+                  lambda base: private_runtime.set_collective_key_base(cls, base),
+                  lambda base: base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS),
+                  "distinct", "keeping TensorFlow's collective keys"):
         yield
-        return
-    private_runtime.set_collective_key_base(cls, base + _KEY_BLOCK_SIZE * next(_KEY_BLOCKS))
-    try:
-        yield
-    finally:
-        private_runtime.set_collective_key_base(cls, base)
 
 
 @contextlib.contextmanager
@@ -56,20 +67,13 @@ def reused_instance_keys(strategy):
     TensorFlow keeps about 1 KB per key for the life of the process (design.md#collective-keys).
     Both workers must trace at the same point. Without the private names, logs once.
     """
-    try:
-        launcher = private_collectives.collective_launchers(strategy)[0]
-        unique = private_collectives.unique_instance_keys(launcher)
-    except private_runtime.PrivateNameError as error:
-        if "reused" not in _reported:
-            _reported.add("reused")
-            logger.info("mgpu_tf: a new collective instance key per call: %s", error)
+    def launcher():
+        return private_collectives.collective_launchers(strategy)[0]
+
+    with _swapped(lambda: private_collectives.unique_instance_keys(launcher()),
+                  lambda unique: private_collectives.set_unique_instance_keys(launcher(), unique),
+                  lambda unique: False, "reused", "a new collective instance key per call"):
         yield
-        return
-    private_collectives.set_unique_instance_keys(launcher, False)
-    try:
-        yield
-    finally:
-        private_collectives.set_unique_instance_keys(launcher, unique)
 
 
 def keeping_keys(function, strategy):
