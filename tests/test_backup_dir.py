@@ -1,4 +1,5 @@
-"""A backup directory that cannot be made fails as `fit` starts, before the first epoch."""
+"""A backup directory that cannot be made fails as `fit` starts, before the first epoch; one
+that a killed chief left a temporary file in is cleaned at the next backup."""
 
 import keras
 import numpy as np
@@ -42,3 +43,23 @@ def test_a_backup_dir_that_is_a_file_fails_when_the_callback_is_made(tmp_path):
                                          r"but it is a file"):
         mgpu_tf.callbacks.BackupAndRestore(path)
 
+
+
+def test_a_backup_removes_what_a_chief_killed_mid_write_left(tmp_path):
+    # What a chief killed inside save_weights leaves: its temporary weights file and
+    # metadata, under its process id.
+    stale = [tmp_path / ".tmp-4194304-weights-0-3.weights.h5",
+             tmp_path / ".tmp-4194304-training_metadata.json"]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    keep = tmp_path / "notes.txt"
+    keep.write_text("the user's")
+    model = _model()
+    model.fit(np.ones((8, 2)), np.ones((8, 1)), epochs=1, verbose=0, callbacks=[
+        mgpu_tf.callbacks.BackupAndRestore(tmp_path, delete_checkpoint=False)])
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["notes.txt", "training_metadata.json", "weights-1-0.weights.h5"], names
+    fresh = _model()
+    fresh.load_weights(tmp_path / "weights-1-0.weights.h5")
+    for a, b in zip(fresh.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -227,9 +227,11 @@ class BackupAndRestore(DataOrder):
             with open(target, "w") as f:
                 json.dump(metadata, f)
         if chief_lib.is_chief(strategy):
+            # Older backups, and the temporary files of a chief killed mid-write: only
+            # the chief writes here, and this one's writes are done.
             for old in os.listdir(self.backup_dir):
-                if old.startswith("weights-") and old != name:
-                    os.remove(os.path.join(self.backup_dir, old))
+                if (old.startswith("weights-") and old != name) or old.startswith(".tmp-"):
+                    _remove(os.path.join(self.backup_dir, old))
             _tell_launcher(epoch, steps_done, (self.params or {}).get("epochs"))
         return True
 
@@ -237,6 +239,13 @@ class BackupAndRestore(DataOrder):
         super().on_train_end(logs)
         if self.delete_checkpoint and chief_lib.is_chief(chief_lib.strategy_of(self.model)):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
+
+
+def _remove(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        os.remove(path)
 
 
 def check_backup_dir(path):
