@@ -231,7 +231,7 @@ class BackupAndRestore(DataOrder):
             # the chief writes here, and this one's writes are done.
             for old in os.listdir(self.backup_dir):
                 if (old.startswith("weights-") and old != name) or old.startswith(".tmp-"):
-                    _remove(os.path.join(self.backup_dir, old))
+                    chief_lib.remove_path(os.path.join(self.backup_dir, old))
             _tell_launcher(epoch, steps_done, (self.params or {}).get("epochs"))
         return True
 
@@ -239,13 +239,6 @@ class BackupAndRestore(DataOrder):
         super().on_train_end(logs)
         if self.delete_checkpoint and chief_lib.is_chief(chief_lib.strategy_of(self.model)):
             shutil.rmtree(self.backup_dir, ignore_errors=True)
-
-
-def _remove(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        os.remove(path)
 
 
 def check_backup_dir(path):

@@ -17,6 +17,7 @@ from mgpu_tf.strategies import kinds
 __all__ = [
     "is_chief",
     "chief_path",
+    "remove_path",
     "strategy_of",
     "save_model",
     "save_weights",
@@ -67,16 +68,21 @@ def chief_path(path, strategy=None):
             yield temporary
             os.replace(temporary, path)
         finally:
-            if os.path.isdir(temporary):
-                shutil.rmtree(temporary, ignore_errors=True)
-            elif os.path.exists(temporary):
-                os.remove(temporary)
+            remove_path(temporary)
     else:
         scratch = tempfile.mkdtemp(prefix="mgpu_tf-worker-")
         try:
             yield os.path.join(scratch, name)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def remove_path(path):
+    """Removes the file or the directory tree at `path`, if there is one."""
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.remove(path)
 
 
 def save_model(model, filepath, **kwargs):
