@@ -40,7 +40,7 @@ def _worker(payload):
         return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
     call = {"eager": reduce, "traced": tf.function(reduce),
-            "kept": collective_keys.keeping_keys(tf.function(reduce), strategy)}[payload["kind"]]
+            "kept": tf.function(collective_keys.keeping_keys(reduce, strategy))}[payload["kind"]]
     calls, every = payload["calls"], max(1, payload["calls"] // 10)
     for _ in range(20):  # warm-up: tracing, first allocations
         call()

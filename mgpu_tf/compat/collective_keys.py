@@ -77,7 +77,8 @@ def reused_instance_keys(strategy):
 
 
 def keeping_keys(function, strategy):
-    """`function` (a `tf.function`), called in `reused_instance_keys(strategy)`."""
+    """`function` run in `reused_instance_keys(strategy)`: wrap it in `tf.function`, so the
+    swap happens only while it is traced, not at each call."""
     @functools.wraps(function)
     def call(*args, **kwargs):
         with reused_instance_keys(strategy):

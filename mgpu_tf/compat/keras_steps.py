@@ -342,8 +342,8 @@ def _make_function(model, step_function, kind):
     if across_workers:
         mean_over_workers = no_autograph(lambda logs: _mean_over_workers(logs, strategy))
         if not model.run_eagerly:  # called every step: its collectives keep their keys
-            mean_over_workers = collective_keys.keeping_keys(tf.function(mean_over_workers),
-                                                             strategy)
+            mean_over_workers = tf.function(
+                no_autograph(collective_keys.keeping_keys(mean_over_workers, strategy)))
 
     def function(iterator):
         if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):

@@ -25,12 +25,12 @@ def main():
             task = tf.cast(context.replica_id_in_sync_group, tf.float32)
             return context.all_reduce("SUM", task + 1.0)
 
-        return tf.function(lambda: strategy.experimental_local_results(strategy.run(replica)))
+        return lambda: strategy.experimental_local_results(strategy.run(replica))
 
     taken = {}
     sums = []
-    for name, function in (("plain", make()),
-                           ("kept", collective_keys.keeping_keys(make(), strategy))):
+    for name, function in (("plain", tf.function(make())),
+                           ("kept", tf.function(collective_keys.keeping_keys(make(), strategy)))):
         before = private_collectives.next_instance_key(launcher)
         for _ in range(CALLS):
             result = function()
