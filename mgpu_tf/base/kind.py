@@ -37,6 +37,9 @@ class StrategyKind:
         self.transport = None
         # Averages a worker's packed step logs over the workers in place of a collective.
         self.log_mean = None
+        # Keeps `timeout_seconds` over a multi-worker fit's steps, made at the first fit
+        # (mgpu_tf.cluster.step_watchdog.for_fit).
+        self.watchdog = None
         # The data position the callbacks set and the input pipelines read (data.order).
         self.position = None
         # The adaptive shares of data sets sharded for it, oldest first, kept while their

@@ -23,11 +23,11 @@ def build_multi_worker(settings):
         "ring": tf.distribute.experimental.CommunicationImplementation.RING,
         "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
     }[settings.all_reduce]
+    # No timeout_seconds here: TensorFlow holds two threads per collective for it (a worker
+    # of short steps ran out of threads). The heartbeats below, the tcp ring and a fit's
+    # mgpu_tf.cluster.step_watchdog keep it instead.
     communication = tf.distribute.experimental.CommunicationOptions(
-        bytes_per_pack=settings.bytes_per_pack,
-        timeout_seconds=settings.timeout_seconds,
-        implementation=implementation,
-    )
+        bytes_per_pack=settings.bytes_per_pack, implementation=implementation)
     config = settings.cluster or cluster_lib.detect_cluster()
     resolver = config.cluster_resolver() if config else None
     several = config is not None and config.num_workers > 1

@@ -12,6 +12,7 @@ import re
 
 import tensorflow as tf
 
+from mgpu_tf.cluster import step_watchdog
 from mgpu_tf.compat import private_runtime
 
 __all__ = [
@@ -77,7 +78,7 @@ def lost_task(error):
         return None
     # The lost task is the one named after the marker ("unhealthy ...: /job:worker/task:1"
     # or "remote target /job:worker/replica:0/task:0"); the reporter comes before it.
-    for marker in ("ring: lost", "stopped sending heartbeats", "remote target"):
+    for marker in ("ring: lost", "stopped sending heartbeats", "remote target", "unhealthy"):
         at = text.find(marker)
         if at >= 0:
             match = _TASK.search(text, at)
@@ -114,8 +115,8 @@ def worker_failures(config=None):
         yield
     except Exception as error:  # noqa: BLE001 - re-raised unchanged unless it is ours
         found = lost_task(error)
-        if found is None:
-            raise
+        if found is None or step_watchdog.ALIVE in str(error):
+            raise  # a step given up on a live peer (step_watchdog): no worker was lost
         task_type, task_index = found
         if config is None:
             from mgpu_tf.cluster import detect as cluster

@@ -1,16 +1,17 @@
 """What a multi-worker `fit` runs: Keras' own writing callbacks refused, a stop on SIGTERM added.
 
 Every worker of a multi-worker fit runs every callback: Keras' `ModelCheckpoint` had both
-workers write one file (a corrupt zip). At `fit` the multi_worker kind hands the callbacks to
-`fit_callbacks`, which refuses Keras' `ModelCheckpoint`, `TensorBoard` and `BackupAndRestore`
-naming the toolkit's chief-only, atomic counterpart (`mgpu_tf.callbacks`), and adds the
-stop at a step boundary on SIGTERM (`mgpu_tf.cluster.stopping`).
+workers write one file (a corrupt zip). `fit_callbacks` refuses Keras' `ModelCheckpoint`,
+`TensorBoard` and `BackupAndRestore`, naming the toolkit's chief-only, atomic counterpart
+(`mgpu_tf.callbacks`), adds the stop at a step boundary on SIGTERM (`cluster.stopping`) and,
+with `timeout_seconds`, the step marks `cluster.step_watchdog` keeps.
 
 Design: docs/reliability.md#chief-only-writes-never-half-a-file
 """
 
 import keras
 
+from mgpu_tf.cluster import step_watchdog
 from mgpu_tf.cluster import stopping
 
 __all__ = ["check_writers", "fit_callbacks"]
@@ -36,14 +37,21 @@ def check_writers(callbacks):
                    if name == "BackupAndRestore" else "."))
 
 
-def fit_callbacks(callbacks):
+def fit_callbacks(callbacks, watchdog=None):
     """The callbacks a multi-worker `fit` runs for its `callbacks` (a list, tuple or None; a
-    `CallbackList` runs as given): those, checked by `check_writers`, and a
+    `CallbackList` runs as given): those, checked by `check_writers`, between the step marks
+    of `watchdog` (a `StepWatchdog`, or None), and a
     `mgpu_tf.cluster.stopping.StopAtStepBoundary` last when a stop on SIGTERM is installed."""
     if not isinstance(callbacks, (list, tuple, type(None))):
         return callbacks
     given = list(callbacks or ())
     check_writers(given)
+    run = list(given)
+    if watchdog is not None:
+        run = [step_watchdog.WatchSteps(watchdog, "end"), *run,
+               step_watchdog.WatchSteps(watchdog, "begin")]
     # The toolkit's backups, which the stop writes first (mgpu_tf.callbacks.BackupAndRestore).
     stop = stopping.fit_callback([c for c in given if hasattr(c, "backup_now")])
-    return callbacks if stop is None else given + [stop]
+    if stop is not None:
+        run.append(stop)
+    return callbacks if run == given else run

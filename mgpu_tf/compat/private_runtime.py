@@ -1,10 +1,12 @@
 """The private names of TensorFlow's runtime the toolkit touches (collective keys, the
-coordination service, the runtime's start, the default strategy); as `compat.private`'s."""
+coordination service, the runtime's start, aborting collectives, the default strategy); as
+`compat.private`'s."""
 
 from mgpu_tf.compat.versions import PrivateNameError, attribute, check, missing
 
-__all__ = ["PrivateNameError", "collective_key_base", "configure_coordination_service",
-           "default_strategy", "runtime_started", "set_collective_key_base"]
+__all__ = ["PrivateNameError", "abort_collectives", "collective_key_base",
+           "configure_coordination_service",
+           "default_strategy", "peer_health", "runtime_started", "set_collective_key_base"]
 
 
 def collective_key_base(strategy_class):
@@ -93,3 +95,46 @@ def default_strategy():
         if tf.distribute.has_strategy():
             raise missing("the strategy scope stack of each graph", "a call inside a scope")
         return tf.distribute.get_strategy()
+
+
+def abort_collectives(message):
+    """Fails every collective op of this process, pending or later, with `message`.
+
+    `tensorflow.python.eager.context.Context.abort_collective_ops` (TensorFlow 2.18-2.21),
+    what TensorFlow's own check of its peers' health calls.
+    """
+    import tensorflow as tf
+
+    name = "Context.abort_collective_ops"
+    check(name)
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        abort = context_lib.context().abort_collective_ops
+    except (ImportError, AttributeError):
+        raise missing(name, f"message={message!r}") from None
+    abort(tf.errors.DEADLINE_EXCEEDED, message)
+
+
+def peer_health(task, timeout_seconds):
+    """None when `task` (`"/job:worker/replica:0/task:1"`) answers TensorFlow's health check
+    of collective peers within `timeout_seconds`, else the error's text.
+
+    `tensorflow.python.eager.context.Context.check_collective_ops_peer_health` (TensorFlow
+    2.18-2.21): a dead peer refuses, a stopped one does not answer, a restarted one is another.
+    """
+    import tensorflow as tf
+
+    name = "Context.check_collective_ops_peer_health"
+    check(name)
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        probe = context_lib.context().check_collective_ops_peer_health
+    except (ImportError, AttributeError):
+        raise missing(name, f"task={task!r}") from None
+    try:
+        probe(task, int(timeout_seconds * 1000))
+    except tf.errors.OpError as error:
+        return f"{type(error).__name__}: {error.message}".strip()
+    return None

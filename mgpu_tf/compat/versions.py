@@ -145,6 +145,10 @@ KNOWN = {
     "tensorflow.python.eager.context": _tensorflow("make_strategy sets heartbeat timeouts"),
     "tensorflow.python.eager.context.Context._initialized": _tensorflow(
         "make_strategy waits for a multi-worker cluster's peers before TensorFlow does"),
+    "Context.abort_collective_ops": _tensorflow(
+        "A multi-worker fit's step that waited timeout_seconds for a peer fails"),
+    "Context.check_collective_ops_peer_health": _tensorflow(
+        "A multi-worker fit's step that waited timeout_seconds names a peer that is gone"),
     "MirroredStrategy._collective_key_base": _tensorflow(
         "make_strategy gives each MirroredStrategy its own collective keys"),
     "CollectiveAllReduceExtended._cross_device_ops": _tensorflow(_SCATTER),

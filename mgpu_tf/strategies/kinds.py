@@ -10,6 +10,7 @@ import tensorflow as tf
 from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import fit_callbacks
+from mgpu_tf.cluster import step_watchdog
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import batch_norm
 from mgpu_tf.comm import clipping
@@ -135,8 +136,9 @@ class MultiWorkerKind(_DataParallelKind):
         return "multi_worker", self.num_workers, self.replicas_per_worker
 
     def fit_callbacks(self, callbacks):
-        # Keras' writing callbacks are refused; a signal stops at a step boundary.
-        return fit_callbacks.fit_callbacks(callbacks)
+        # Keras' writing callbacks are refused; a signal stops at a step boundary; a step
+        # waiting timeout_seconds for a peer fails.
+        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self))
 
 
 class TPUKind(StrategyKind):

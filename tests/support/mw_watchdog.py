@@ -1,0 +1,68 @@
+"""Two workers with `timeout_seconds`: short steps that must not pile up threads, then a
+peer that stays alive but stops joining.
+
+    python -m support.mw_watchdog TIMEOUT
+
+Each worker trains 38 epochs of 8 steps of a small regression and prints `threads: BEFORE
+MOST` (this process' threads before, and the most seen at a step's end). Then worker 1 sleeps inside its 6th step's
+callbacks for 10 minutes while worker 0 trains on: worker 0 prints `aborted after S s:
+MESSAGE` (S from the start of its 6th step to the error) and exits 3.
+"""
+
+import json
+import os
+import sys
+import time
+
+import keras
+
+import mgpu_tf
+from support import regression
+
+FEATURES, GLOBAL_BATCH = 4, 8
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+class _Peer(keras.callbacks.Callback):
+    """Worker 1 sleeps at its 6th step; worker 0 notes when it starts that step."""
+
+    def __init__(self, index):
+        super().__init__()
+        self.index = index
+        self.started = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 5:
+            self.started = time.monotonic()
+            if self.index == 1:
+                time.sleep(600)
+
+
+def main():
+    timeout = float(sys.argv[1])
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    strategy = mgpu_tf.make_strategy("multi_worker", timeout_seconds=timeout)
+    print(f"collective timeout: {strategy.extended._communication_options.timeout_seconds}")
+    data = regression.sharded(strategy, 64, FEATURES, GLOBAL_BATCH, shuffle_seed=3)
+    model = regression.compiled_model(strategy, FEATURES, 8)
+    model.fit(data, epochs=1, steps_per_epoch=5, verbose=0)  # traced, collectives set up
+    before, most = _threads(), keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(_threads()))
+    seen = []
+    model.fit(data, epochs=38, verbose=0, callbacks=[most])
+    print(f"threads: {before} {max(seen)}", flush=True)
+    peer = _Peer(index)
+    try:
+        model.fit(data, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[peer])
+    except Exception as error:  # noqa: BLE001 - the abort is the expected end
+        print(f"aborted after {time.monotonic() - peer.started:.1f} s: "
+              f"{type(error).__name__}: {error}", flush=True)
+        os._exit(3)  # the shutdown barrier would wait for the sleeping peer
+    print("trained on", flush=True)
+
+
+if __name__ == "__main__":
+    main()
