@@ -18,8 +18,8 @@ def summarise(settings, runs):
     the 1-process row's `fit_seconds` over the setting's, so that above 1 is faster too.
 
     Returns:
-        One dictionary per setting: its fields, the median of each figure,
-        `examples_per_sec_by_round`, and where they apply `ratio`, `fit_ratio`,
+        One dictionary per setting: its fields, the median of each figure (a word, the
+        `transport`, as the rounds gave it), `examples_per_sec_by_round`, and where they apply `ratio`, `fit_ratio`,
         `bandwidth` (TCP over loopback), `model_all_reduce_seconds`,
         `link_model_all_reduce_seconds` and `predicted_step_seconds`.
     """
