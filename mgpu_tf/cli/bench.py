@@ -1,13 +1,15 @@
 """`mgpu-tf bench`: measure examples/s on 1 and N simulated devices, local workers and
 pipeline stages, each communication option on and off.
 
-Trains one MLP under each setting in fresh processes (N workers of one thread against one
-process of N threads, each communication option, N devices, N pipeline stages), alternating
-rounds; prints medians of the timed epoch and of the whole fit (tracing and compiles
-included) with the cost model's figures. Writes OUT/bench.json and OUT/bench.png.
+Trains one model (an MLP, or a compute-bound CNN with --model cnn) under each setting in
+fresh processes (N workers of one thread against one process of N threads, with default
+options and each communication option, N devices, N pipeline stages), alternating rounds;
+prints medians of the timed epoch and of the whole fit (tracing and compiles included) with
+the cost model's figures. Writes OUT/bench.json and OUT/bench.png.
 Example: mgpu-tf bench --workers 2 --rounds 3
 """
 
+import dataclasses
 import os
 import sys
 import time
@@ -28,8 +30,14 @@ def add_parser(subparsers):
     parser.add_argument("--rounds", type=int, default=3, help="runs of each setting (default 3)")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per run, after an untimed epoch of as many; the whole "
                         "fit of both is timed too (default 30)")
-    parser.add_argument("--width", type=int, default=1024, help="MLP width (default 1024)")
-    parser.add_argument("--depth", type=int, default=4, help="Dense layers (default 4)")
+    parser.add_argument("--model", default="mlp",
+                        help=f"the model: {' or '.join(bench_lib.MODELS)} (default mlp): an MLP "
+                        "of 784 inputs, or 32x32x3 images through 3x3 Conv2D layers of 32, 64 "
+                        "and 128 filters")
+    parser.add_argument("--width", type=int, default=None,
+                        help="MLP width (default 1024; --model mlp only)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="Dense layers (default 4; --model mlp only)")
     parser.add_argument("--only", default=None,
                         help="comma-separated setting keys to run (default: all), with "
                         "processN, the ratios' baseline; see the keys with --list")
@@ -45,8 +53,17 @@ def add_parser(subparsers):
 
 
 def _check(args):
+    if args.model not in bench_lib.MODELS:
+        raise ValueError(f"--model must be one of {', '.join(bench_lib.MODELS)}. Received: "
+                         f"--model={args.model!r}.")
+    for name in ("width", "depth"):
+        if args.model != "mlp" and getattr(args, name) is not None:
+            raise ValueError(f"--{name} applies to --model mlp only. Received: --{name}="
+                             f"{getattr(args, name)} with --model={args.model}. Drop --{name}.")
     for name in ("workers", "global_batch", "rounds", "steps", "width", "depth"):
         value = getattr(args, name)
+        if value is None:
+            continue
         least = 2 if name in ("workers", "depth") else 1
         if value < least:
             flag = "--global_batch_size" if name == "global_batch" else "--" + name
@@ -101,6 +118,13 @@ def _switches(args):
     return {"jit_compile": jit, "steps_per_execution": steps}
 
 
+def _spec(args):
+    """The `ModelSpec` of `--model`, `--width` and `--depth`."""
+    given = {name: getattr(args, name) for name in ("width", "depth")
+             if getattr(args, name) is not None}
+    return bench_lib.ModelSpec(kind=args.model, **given)
+
+
 def bench_command(args):
     from mgpu_tf.cli import bench_scaling  # trains: loaded only for a run
 
@@ -114,9 +138,9 @@ def bench_command(args):
         for s in settings:
             print(f"{s.key:<{width}}{s.name}")
         return 0
-    spec = bench_lib.ModelSpec(width=args.width, depth=args.depth)
+    spec = _spec(args)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"model: MLP {args.depth} x {args.width}, global batch {args.global_batch}, "
+    print(f"model: {spec.label}, global batch {args.global_batch}, "
           f"{args.steps} timed steps of a {2 * args.steps}-step fit, {args.rounds} alternating "
           f"rounds, load {load:.2f}",
           flush=True)
@@ -128,8 +152,8 @@ def bench_command(args):
     json_path = os.path.join(args.out, "bench.json")
     png_path = os.path.join(args.out, "bench.png")
     bench_lib.write_json(rows, json_path, workers=args.workers, global_batch=args.global_batch,
-                         rounds=args.rounds, steps=args.steps, width=args.width,
-                         depth=args.depth, load_before=load,
+                         rounds=args.rounds, steps=args.steps, model=spec.kind,
+                         spec=dataclasses.asdict(spec), load_before=load,
                          load_after=os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                          seconds=time.time() - started)
     try:

@@ -30,8 +30,16 @@ def _reverse_all_reduce(optimizer):
 def _build_model(spec):
     import keras
 
-    layers = [keras.Input((spec.features,))]
-    layers += [keras.layers.Dense(spec.width, activation="relu") for _ in range(spec.depth - 1)]
+    layers = [keras.Input(spec.input_shape)]
+    if spec.kind == "cnn":
+        for i, filters in enumerate(spec.filters):
+            if i >= 2:  # two layers at full size, then each at half the size before it
+                layers.append(keras.layers.MaxPooling2D(2))
+            layers.append(keras.layers.Conv2D(filters, 3, padding="same", activation="relu"))
+        layers.append(keras.layers.GlobalAveragePooling2D())
+    else:
+        layers += [keras.layers.Dense(spec.width, activation="relu")
+                   for _ in range(spec.depth - 1)]
     layers.append(keras.layers.Dense(spec.classes, dtype="float32"))
     return keras.Sequential(layers)
 
@@ -40,7 +48,7 @@ def _dataset(spec, batch):
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch * 8, spec.features)).astype("float32")
+    x = rng.standard_normal((batch * 8, *spec.input_shape)).astype("float32")
     y = rng.integers(0, spec.classes, size=batch * 8).astype("int32")
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -108,11 +116,24 @@ def _strategy(setting, options):
     if setting.mode == "process":
         return factory.make_strategy("default", **options)
     if setting.mode == "workers":
+        if setting.defaults:
+            return factory.make_strategy("multi_worker", **options)
         # A row without transport is TensorFlow's collectives' row, where "auto" could pick tcp.
         return factory.make_strategy("multi_worker", **{"transport": "tensorflow", **options})
     devices_lib.simulate_devices(setting.count)
     name = "mirrored" if setting.mode == "mirrored" else "model_parallel"
     return factory.make_strategy(name, devices=setting.count, **options)
+
+
+def _transport_used(optimizer):
+    """`"tcp"` when the optimizer's gradients take the tcp ring, else `"tensorflow"`."""
+    from mgpu_tf.comm import optimizer_step
+
+    while hasattr(optimizer, "inner_optimizer"):  # LossScaleOptimizer
+        optimizer = optimizer.inner_optimizer
+    hook = optimizer_step.find(optimizer)
+    # (compression, steps_per_sync, transport) as comm.prepare installed them, if it did.
+    return hook.communication[2] if hook and hook.communication else "tensorflow"
 
 
 def train_and_time(payload):
@@ -121,7 +142,8 @@ def train_and_time(payload):
     `payload` is `{"setting": asdict(Setting), "spec": asdict(ModelSpec), "steps": n}`.
     Returns `{"examples_per_sec", "step_seconds"}` of the timed (second) epoch and
     `fit_seconds`, the whole `model.fit` of both epochs: what a user waits for, tracing and
-    compiles included. On workers also `all_reduce_seconds`, `latency_seconds`,
+    compiles included. On workers also `transport` (the one the gradients took: what
+    `"auto"` chose, for the default options), `all_reduce_seconds`, `latency_seconds`,
     `gradient_bytes` and `transport_bandwidth`.
     """
     import keras
@@ -165,9 +187,9 @@ def train_and_time(payload):
 
         wire = options.get("compression", "float32")
         wire = "float32" if wire == "none" else wire
+        result["transport"] = _transport_used(model.optimizer)
         (result["all_reduce_seconds"], result["latency_seconds"],
-         gather_seconds) = time_collectives(strategy, model, wire,
-                                            options.get("transport", "tensorflow"))
+         gather_seconds) = time_collectives(strategy, model, wire, result["transport"])
         result["gradient_bytes"] = cost_model.gradient_bytes(model, wire)
         n = strategy.num_replicas_in_sync
         result["transport_bandwidth"] = (n - 1) / n * result["gradient_bytes"] / max(

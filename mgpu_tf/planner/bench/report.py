@@ -18,8 +18,8 @@ def summarise(settings, runs):
     the 1-process row's `fit_seconds` over the setting's, so that above 1 is faster too.
 
     Returns:
-        One dictionary per setting: its fields, the median of each figure,
-        `examples_per_sec_by_round`, and where they apply `ratio`, `fit_ratio`,
+        One dictionary per setting: its fields, the median of each figure (a word, the
+        `transport`, as the rounds gave it), `examples_per_sec_by_round`, and where they apply `ratio`, `fit_ratio`,
         `bandwidth` (TCP over loopback), `model_all_reduce_seconds`,
         `link_model_all_reduce_seconds` and `predicted_step_seconds`.
     """
@@ -29,9 +29,13 @@ def summarise(settings, runs):
     for s in settings:
         row = {"key": s.key, "name": s.name, "mode": s.mode, "count": s.count,
                "threads": s.threads, "global_batch": s.global_batch,
-               "options": dict(s.options), "group": s.group, "rounds": len(runs[s.name])}
+               "options": dict(s.options), "defaults": s.defaults, "group": s.group,
+               "rounds": len(runs[s.name])}
         for key in runs[s.name][0]:
-            row[key] = statistics.median(r[key] for r in runs[s.name])
+            values = [r[key] for r in runs[s.name]]
+            # A word (the transport the gradients took) is kept as its rounds gave it.
+            row[key] = (" / ".join(dict.fromkeys(values)) if isinstance(values[0], str)
+                        else statistics.median(values))
         row["examples_per_sec_by_round"] = [r["examples_per_sec"] for r in runs[s.name]]
         rows.append(row)
     by_group = {r["group"]: r for r in rows}
@@ -105,7 +109,8 @@ def format_table(rows):
     """The summary rows as a compact table, with a note on the bandwidths."""
     width = max([len("setting")] + [len(r["name"]) for r in rows]) + 1
     lines = [f"{'setting':<{width}}{'ex/s':>9}{'ratio':>7}{'fit s':>8}{'fit ratio':>10}"
-             f"{'step ms':>9}{'comm ms':>9}{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"]
+             f"{'step ms':>9}{'comm ms':>9}{'tcp ms':>9}{'link ms':>9}{'pred ms':>9}"
+             "  transport"]
 
     def ms(row, key):
         return f"{row[key] * 1e3:>9.1f}" if key in row else f"{'':>9}"
@@ -118,15 +123,15 @@ def format_table(rows):
                      f"{cell(r, 'fit_seconds', 8)}{cell(r, 'fit_ratio', 10)}"
                      f"{ms(r, 'step_seconds')}{ms(r, 'all_reduce_seconds')}"
                      f"{ms(r, 'model_all_reduce_seconds')}"
-                     f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}")
+                     f"{ms(r, 'link_model_all_reduce_seconds')}{ms(r, 'predicted_step_seconds')}"
+                     f"{_transport_cell(r)}".rstrip())
     bandwidth = next((r["bandwidth"] for r in rows if "bandwidth" in r), None)
     if bandwidth:
         links = []
         for transport, path in (("tensorflow", "TensorFlow's collectives (all-gather)"),
                                 ("tcp", "the tcp ring (its all-gather)")):
             seen = [r["transport_bandwidth"] for r in rows if "transport_bandwidth" in r
-                    and r["count"] > 1
-                    and r["options"].get("transport", "tensorflow") == transport]
+                    and r["count"] > 1 and _transport(r) == transport]
             if seen:
                 links.append(f"{statistics.median(seen) / 1e9:.2f} GB/s through {path}")
         lines.append(
@@ -137,6 +142,9 @@ def format_table(rows):
             "measured step alone under multi_worker, else its 1-thread computation, + link "
             "model). ratio: against the 1-process row of the same precision, median of the "
             "rounds' ratios.")
+    if any("transport" in r for r in rows):
+        lines.append("transport: the way the gradients took between workers; auto: what "
+                     "transport=\"auto\" chose for the default options.")
     lines.append("fit s: the whole model.fit (both epochs: tracing, compiles and epoch "
                  "starts included); fit ratio: the 1-process row's fit seconds over this "
                  "row's, median of the rounds' ratios (above 1: the whole run is faster).")
@@ -154,6 +162,17 @@ def format_table(rows):
                      "gets from the same switches; fit: the same by the whole fit's seconds "
                      "(without over with).")
     return "\n".join(lines)
+
+
+def _transport(row):
+    """The transport a row's gradients took, as measured, else as its options ask."""
+    return row.get("transport", row["options"].get("transport", "tensorflow"))
+
+
+def _transport_cell(row):
+    if "transport" not in row:
+        return ""
+    return f"  auto: {row['transport']}" if row.get("defaults") else f"  {row['transport']}"
 
 
 def write_json(rows, path, **meta):

@@ -5,22 +5,56 @@ Design: docs/design.md#the-scaling-benchmark
 
 import dataclasses
 
-__all__ = ["ModelSpec", "Setting", "default_settings", "switched"]
+__all__ = ["MODELS", "ModelSpec", "Setting", "default_settings", "switched"]
 
 # The settings that get a twin with Keras' speed switches on, when they are asked for:
-# the baseline, one machine's replicas, plain workers and the workers' best options.
-SWITCHED = ("processN", "mirrored", "workers", "workers-tcp", "workers-float16-steps4",
-            "workers-tcp-float16-steps4", "model_parallel")
+# the baseline, one machine's replicas, plain and default workers and their best options.
+SWITCHED = ("processN", "mirrored", "workers", "workers-default", "workers-tcp",
+            "workers-float16-steps4", "workers-tcp-float16-steps4", "model_parallel")
+
+# The models the benchmark trains: a communication-bound MLP and a compute-bound CNN.
+MODELS = ("mlp", "cnn")
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """The benchmark's model: an MLP of `depth` Dense layers of `width`."""
+    """The benchmark's model: an MLP, or a CNN.
+
+    `"mlp"`: `features` inputs, `depth` Dense layers (`width` units, then `classes`).
+    `"cnn"`: `image` x `image` x `channels` inputs, a 3x3 Conv2D (ReLU) of each of `filters`
+    (the first two at full size, each later one after a 2x2 max pooling), global average
+    pooling, a Dense of `classes`.
+    """
 
     features: int = 784
     width: int = 1024
     depth: int = 4
     classes: int = 10
+    kind: str = "mlp"
+    image: int = 32
+    channels: int = 3
+    filters: tuple = (32, 64, 128)
+
+    def __post_init__(self):
+        if self.kind not in MODELS:
+            raise ValueError(f"`kind` must be one of {', '.join(MODELS)}. Received: "
+                             f"kind={self.kind!r}")
+        object.__setattr__(self, "filters", tuple(self.filters))  # JSON gives a list
+
+    @property
+    def input_shape(self):
+        """One example's shape."""
+        if self.kind == "cnn":
+            return (self.image, self.image, self.channels)
+        return (self.features,)
+
+    @property
+    def label(self):
+        """The model in a few words, for the header of the table."""
+        if self.kind == "cnn":
+            return (f"CNN {self.image}x{self.image}x{self.channels}, Conv2D "
+                    f"{'/'.join(map(str, self.filters))}")
+        return f"MLP {self.depth} x {self.width}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +68,8 @@ class Setting:
         count: devices, workers or stages; `threads`: TensorFlow threads per process.
         global_batch: examples per step over all replicas.
         options: extra `make_strategy` arguments, as `(name, value)` pairs.
+        defaults: `make_strategy` gets `options` alone, as a user writes it; else workers
+            without a `transport` take TensorFlow's collectives.
         compile: extra `model.compile` arguments, as `(name, value)` pairs.
         group: the row of the plot the setting belongs to.
         base: for a setting with the speed switches on, the key of its twin without.
@@ -49,6 +85,7 @@ class Setting:
     group: str = ""
     compile: tuple = ()
     base: str = ""
+    defaults: bool = False
 
     @classmethod
     def from_dict(cls, data):
@@ -60,7 +97,7 @@ class Setting:
 
 # (key, label after "N workers", make_strategy options) of each multi_worker setting.
 _WORKER_OPTIONS = [
-    ("workers", "", ()),
+    ("workers", " TensorFlow collectives", ()),
     ("workers-float16", " float16", (("compression", "float16"),)),
     ("workers-bfloat16", " bfloat16", (("compression", "bfloat16"),)),
     ("workers-packs", " 1 MB packs", (("bytes_per_pack", 1 << 20),)),
@@ -105,6 +142,9 @@ def default_settings(n=2, *, global_batch=256, model_parallel=True):
         Setting("worker1", f"1 worker, batch {b // n}", "workers", 1, 1, b // n,
                 group="compute-worker"),
         Setting("mirrored", f"{n} simulated devices", "mirrored", n, n, b, group="devices"),
+        # make_strategy("multi_worker") as a user writes it: transport="auto" and all.
+        Setting("workers-default", f"{n} workers, default options", "workers", n, 1, b,
+                group="workers-default", defaults=True),
         *[Setting(key, f"{n} workers{label}", "workers", n, 1, b, options, group=key)
           for key, label, options in _WORKER_OPTIONS],
         Setting("processN-mixed_bfloat16", f"1 process x {n} threads mixed_bfloat16",
