@@ -125,8 +125,7 @@ def for_fit(kind):
     kept on the kind; None without `timeout_seconds` or with one worker."""
     timeout = getattr(kind.settings, "timeout_seconds", None)
     if kind.watchdog is None and timeout and kind.num_workers > 1:
-        strategy = getattr(kind.strategy, "communicator", kind.strategy)
-        resolver = strategy.cluster_resolver
+        resolver = kind.strategy.cluster_resolver
         me = (resolver.task_type, resolver.task_id)
         peers = [f"/job:{job}/replica:0/task:{index}"
                  for job, tasks in resolver.cluster_spec().as_dict().items() if job != "ps"
