@@ -11,7 +11,12 @@ import numpy as np
 
 from mgpu_tf.planner.bench.settings import ModelSpec, Setting
 
-__all__ = ["train_and_time", "time_collectives"]
+__all__ = ["LINK_PROBE_BYTES", "train_and_time", "time_collectives"]
+
+# The link is timed with at least this many bytes, so that the all-gather's time is not
+# mostly the fixed cost per collective set against it: with a CNN's 0.4 MB of gradients it
+# was, and the link came out at thousands of GB/s.
+LINK_PROBE_BYTES = 8 << 20
 
 
 def _reverse_all_reduce(optimizer):
@@ -64,13 +69,16 @@ def time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
 
     Returns:
         `(all-reduce of the gradients, all-reduce of one number, all-gather of 1/N of the
-        gradient bytes from each worker)`, in seconds. The all-gather moves half the ring
-        all-reduce's bytes, with no arithmetic.
+        gradient bytes from each worker, the all-gather's bytes)`: seconds, then bytes. The
+        all-gather moves half the ring all-reduce's bytes, with no arithmetic, and at least
+        `LINK_PROBE_BYTES`.
     """
     import tensorflow as tf
 
     shapes = [tuple(w.shape) for w in model.trainable_weights]
-    share = sum(int(np.prod(s)) for s in shapes) // strategy.num_replicas_in_sync
+    elements = max(sum(int(np.prod(s)) for s in shapes),
+                   LINK_PROBE_BYTES // tf.as_dtype(wire).size)
+    share = elements // strategy.num_replicas_in_sync
     if transport == "tcp":
         from mgpu_tf.comm import transport as transport_lib
 
@@ -106,7 +114,8 @@ def time_collectives(strategy, model, wire, transport="tensorflow", repeats=20):
         dtype = "float16" if wire == "bfloat16" else wire
         return tf.distribute.get_replica_context().all_gather(tf.ones((share,), dtype), axis=0)
 
-    return timed(all_reduce(shapes)), timed(all_reduce([(1,)])), timed(all_gather)
+    gathered = share * strategy.num_replicas_in_sync * tf.as_dtype(wire).size
+    return timed(all_reduce(shapes)), timed(all_reduce([(1,)])), timed(all_gather), gathered
 
 
 def _strategy(setting, options):
@@ -188,10 +197,10 @@ def train_and_time(payload):
         wire = options.get("compression", "float32")
         wire = "float32" if wire == "none" else wire
         result["transport"] = _transport_used(model.optimizer)
-        (result["all_reduce_seconds"], result["latency_seconds"],
-         gather_seconds) = time_collectives(strategy, model, wire, result["transport"])
+        (result["all_reduce_seconds"], result["latency_seconds"], gather_seconds,
+         gathered) = time_collectives(strategy, model, wire, result["transport"])
         result["gradient_bytes"] = cost_model.gradient_bytes(model, wire)
         n = strategy.num_replicas_in_sync
-        result["transport_bandwidth"] = (n - 1) / n * result["gradient_bytes"] / max(
+        result["transport_bandwidth"] = (n - 1) / n * gathered / max(
             gather_seconds - result["latency_seconds"], 1e-9)
     return result
