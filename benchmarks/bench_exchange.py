@@ -9,7 +9,7 @@ the same processes, one after the other:
 - `step`: the product as it is; the timed (second) epoch's step and the whole fit.
 - `free`: the optimizer's gradient sum replaced by no sum at all (logs still cross).
 - `local`: the gradients' whole path through `transport.all_reduce_gradients`, with the
-  ring's `all_reduce` replaced by a local sum of the same output (no network).
+  ring's `all_reduce` replaced by a one-worker ring's (every copy and buffer, no network).
 - `op`: `transport.ring_all_reduce` of 11.7 MB alone, in a `tf.function` under
   `strategy.run`.
 - `bare`: `Ring.all_reduce` of 11.7 MB of numpy, no TensorFlow.
@@ -38,14 +38,15 @@ MODES = ("step", "free", "local", "op", "bare")
 _GRADIENTS = zlib.crc32(b"gradients")
 
 
-def _stamped(ring, stamps, local=False):
-    """Wraps the ring's `all_reduce`; with `local`, the gradients' never leave the process."""
+def _stamped(ring, stamps, local=None):
+    """Wraps the ring's `all_reduce`; with `local` (a one-worker ring of the same tree), the
+    gradients' all-reduce runs as on one worker: every copy and buffer, no network."""
     original = ring.all_reduce
 
     def all_reduce(buffer, op=0):
         start = time.perf_counter_ns()
-        if local and op == _GRADIENTS:
-            out = _local_sum(ring, buffer)
+        if local is not None and op == _GRADIENTS:
+            out = local.all_reduce(buffer, op)
         else:
             out = original(buffer, op)
         stamps.append((op, start, time.perf_counter_ns()))
@@ -53,19 +54,6 @@ def _stamped(ring, stamps, local=False):
 
     ring.all_reduce = all_reduce
     return original
-
-
-def _local_sum(ring, buffer):
-    """What the ring would return, with no network: each value doubled, in the tree's own
-    kind of result buffer."""
-    if isinstance(buffer, list):  # a tree whose ring takes parts: its aligned, reused result
-        out = ring._result(sum(b.size for b in buffer), buffer[0].dtype)
-        start = 0
-        for part in buffer:
-            np.add(part, part, out=out[start:start + part.size])
-            start += part.size
-        return out
-    return np.add(buffer, buffer)
 
 
 def _fit(strategy, spec, batch, steps, hold=None):
@@ -104,6 +92,7 @@ def worker(payload):
     import tensorflow as tf
 
     import mgpu_tf
+    from mgpu_tf.comm import ring as ring_lib
     from mgpu_tf.comm import transport as transport_lib
     from mgpu_tf.planner.bench.settings import ModelSpec
 
@@ -114,10 +103,12 @@ def worker(payload):
     out = {"file": mgpu_tf.__file__}
     stamps = []
     connection = transport_lib.connect(strategy)
+    listener = ring_lib.listen("127.0.0.1")
+    solo = ring_lib.Ring(0, [listener.getsockname()], listener)
     for mode in payload["modes"]:
         if mode in ("step", "free", "local"):
             hold = (lambda grads_and_vars: list(grads_and_vars)) if mode == "free" else None
-            original = _stamped(connection.ring, stamps, local=mode == "local")
+            original = _stamped(connection.ring, stamps, local=solo if mode == "local" else None)
             del stamps[:]
             _, figures = _fit(strategy, spec, batch, steps, hold)
             connection.ring.all_reduce = original
