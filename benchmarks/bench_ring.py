@@ -48,9 +48,9 @@ class _StampedRing(Ring):
         finally:
             self.stamps["all"] += time.perf_counter() - start
 
-    def _send(self, key, data):
+    def _send(self, key, *data):
         start = time.perf_counter()
-        Ring._send(self, key, data)
+        Ring._send(self, key, *data)
         self.stamps["send"] += time.perf_counter() - start
 
     def _take(self, key, nbytes):

@@ -73,6 +73,48 @@ def test_buffers_cut_in_many_pieces_still_give_the_sum(monkeypatch, size, length
             np.testing.assert_array_equal(result, results[0][0])
 
 
+@pytest.mark.parametrize("size, lengths", [(2, [5, 0, 1000, 3]), (3, [997]), (4, [1, 2])])
+def test_a_list_of_parts_is_summed_as_their_concatenation(monkeypatch, size, lengths):
+    # 64-byte pieces, so that pieces start and end inside parts and span several.
+    monkeypatch.setattr(ring_pipeline, "_PIECE_BYTES", 64)
+    rng = np.random.default_rng(size * 7 + sum(lengths))
+    parts = [[rng.normal(size=n).astype(np.float32) for n in lengths] for _ in range(size)]
+    originals = [[p.copy() for p in worker] for worker in parts]
+    results, errors = _run_ring(size, lambda r, rank: r.all_reduce(parts[rank], op=5))
+    assert errors == [None] * size
+    flat = [np.concatenate(worker) for worker in originals]
+    for rank in range(size):
+        np.testing.assert_allclose(results[rank], np.sum(flat, axis=0), rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(results[rank], results[0])
+        for part, original in zip(parts[rank], originals[rank]):
+            np.testing.assert_array_equal(part, original)
+
+
+def test_parts_of_different_dtypes_are_refused():
+    listener = ring.listen("127.0.0.1")
+    with ring.Ring(0, [listener.getsockname()], listener) as r:
+        with pytest.raises(ValueError, match="The parts of `buffer` must share one dtype"):
+            r.all_reduce([np.ones(2, np.float32), np.ones(2, np.float16)])
+
+
+def test_results_are_aligned_and_a_held_result_is_never_overwritten():
+    def work(r, rank):
+        held = [r.all_reduce(np.full(1000, float(i + rank), np.float32)) for i in range(3)]
+        addresses = set()
+        for i in range(3):  # dropped at once: its buffer may serve the next one
+            addresses.add(r.all_reduce(np.ones(1000, np.float32)).ctypes.data)
+        return held, addresses
+
+    results, errors = _run_ring(2, work)
+    assert errors == [None, None]
+    for held, addresses in results:
+        for i, result in enumerate(held):
+            assert result.ctypes.data % 64 == 0
+            np.testing.assert_array_equal(result, np.full(1000, 2.0 * i + 1))
+        assert len({r.ctypes.data for r in held}) == 3
+        assert len(addresses) == 1, "a result nobody holds was not reused"
+
+
 @pytest.mark.parametrize("size, length, piece", [(2, 10, 1 << 20), (3, 100, 64), (4, 0, 64),
                                                  (1, 5, 64)])
 def test_all_gather_concatenates_every_workers_chunk_in_rank_order(monkeypatch, size, length,

@@ -89,6 +89,8 @@ class Ring(Pipelined):
         self.refused = 0  # connections the listener turned away
         self.sent_bytes = 0
         self._handshake_seconds = handshake_seconds
+        # Result buffers of the pipelined collectives (comm.ring_pipeline), kept for reuse.
+        self._results, self._results_lock = [], threading.Lock()
         self._refused_lock = threading.Lock()
         try:
             self._key = secret if secret is not None else job_secret.job_secret()
@@ -246,6 +248,8 @@ class Ring(Pipelined):
                     with self._arrived:
                         self._mailbox[key] = payload
                         self._arrived.notify_all()
+                    # Held here, a piece of a result would keep `_result` from reusing it.
+                    payload = None
             except PeerLostError as error:
                 with self._arrived:
                     self._failure = error
@@ -260,10 +264,13 @@ class Ring(Pipelined):
             self._counters[(op, step)] = index + 1
         return index
 
-    def _send(self, key, data):
-        """Sends the bytes of contiguous array `data` to the right, as message `key`."""
+    def _send(self, key, *data):
+        """Sends the bytes of contiguous arrays `data`, one after the other, to the right, as
+        message `key`."""
         # Header and payload in one call: one packet less, one wake-up less for the reader.
-        views = [memoryview(_HEADER.pack(*key, data.nbytes)), memoryview(data.view(np.uint8))]
+        nbytes = sum(d.nbytes for d in data)
+        views = [memoryview(_HEADER.pack(*key, nbytes))] + [
+            memoryview(d.view(np.uint8)) for d in data if d.nbytes]
         try:
             with self._send_lock:
                 while views:
@@ -272,7 +279,7 @@ class Ring(Pipelined):
                         sent -= len(views.pop(0))
                     if sent:
                         views[0] = views[0][sent:]
-                self.sent_bytes += data.nbytes
+                self.sent_bytes += nbytes
         except OSError as error:
             raise self._lost(self.right, error) from error
 

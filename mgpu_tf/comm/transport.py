@@ -203,16 +203,24 @@ def _run_ring(connection, parts, sizes, name, phases):
 def ring_all_reduce(connection, flat, name="all_reduce"):
     """Sums 1-D tensor `flat` over the workers of `connection`, in `flat`'s dtype.
 
-    `name` tags the ring's messages (e.g. `"gradients"`, `"logs"`). The whole ring runs in
-    one op (`Ring.all_reduce`, pipelined), after the ring's earlier operations and before
-    its later ones.
+    `flat` may also be a list of 1-D tensors of one dtype: their concatenation is summed,
+    without a copy of them made into one. `name` tags the ring's messages (e.g.
+    `"gradients"`, `"logs"`). The whole ring runs in one op (`Ring.all_reduce`, pipelined),
+    after the ring's earlier operations and before its later ones.
     """
     ring = connection.ring
+    parts = list(flat) if isinstance(flat, (list, tuple)) else [flat]
     with tf.control_dependencies([connection.token.read_value()]):
-        flat = tf.identity(flat)
-    summed = tf.numpy_function(functools.partial(ring.all_reduce, op=zlib.crc32(name.encode())),
-                               [flat], flat.dtype, stateful=True, name="ring_all_reduce")
-    summed.set_shape(flat.shape)
+        parts = [tf.identity(p) for p in parts]
+    op = zlib.crc32(name.encode())
+
+    def all_reduce(*arrays):
+        return ring.all_reduce(arrays[0] if len(arrays) == 1 else list(arrays), op=op)
+
+    summed = tf.numpy_function(all_reduce, parts, parts[0].dtype, stateful=True,
+                               name="ring_all_reduce")
+    lengths = [p.shape[0] for p in parts]
+    summed.set_shape([None if None in lengths else sum(lengths)])
     with tf.control_dependencies([summed]):
         increment = connection.token.assign_add(1)
     with tf.control_dependencies([increment]):
@@ -251,8 +259,8 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
     def total(grads):
         grads = [tf.convert_to_tensor(g) for g in grads]
         wire = tf.as_dtype(wire_dtype or grads[0].dtype)
-        flat = tf.concat([tf.reshape(tf.cast(g, wire), [-1]) for g in grads], 0)
-        summed = ring_all_reduce(connection, flat, "gradients")
+        summed = ring_all_reduce(
+            connection, [tf.reshape(tf.cast(g, wire), [-1]) for g in grads], "gradients")
         sizes = [int(np.prod(g.shape)) for g in grads]
         return [tf.reshape(piece, g.shape) for g, piece in zip(grads, tf.split(summed, sizes))]
 
