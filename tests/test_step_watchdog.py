@@ -1,5 +1,6 @@
 """`timeout_seconds` over a multi-worker fit: no thread per collective, a live peer that
-stops joining fails the step after the timeout, and a busy step never does."""
+stops joining fails the step after the timeout, a busy step never does, and a fit that
+failed mid-step leaves nothing for the watchdog to give up on."""
 
 import re
 import textwrap
@@ -9,6 +10,8 @@ from support import workers
 
 def test_short_steps_keep_their_threads_and_a_live_silent_peer_fails_the_step():
     code, out = workers.run_workers("-m", 2, "support.mw_watchdog", 4)
+    # Exit 3 from worker 0's abort in the last fit: the failed fit before it, followed by
+    # 6 s without a step, aborted nothing (the next fits trained).
     assert code == 3, out
     for text in out.values():
         # TensorFlow's own timeout held two threads per collective for 4 s: +280 here.

@@ -164,8 +164,10 @@ class StrategyKind:
             stream.train(steps_per_execution)
 
     def finish_fit(self, data=None):
-        """`fit` ended or failed: nothing decides shares any more, no pipeline waits, and
-        no fit trains from `data`."""
+        """`fit` ended or failed: nothing decides shares any more, no pipeline waits, no
+        fit trains from `data`, and no step is in flight for the watchdog."""
+        if self.watchdog is not None:
+            self.watchdog.ended()
         for shares in self.adaptive_shares():
             shares.release()
         stream = getattr(type(data), "epoch_stream", None)

@@ -105,14 +105,7 @@ def abort_collectives(message):
     """
     import tensorflow as tf
 
-    name = "Context.abort_collective_ops"
-    check(name)
-    try:
-        from tensorflow.python.eager import context as context_lib
-
-        abort = context_lib.context().abort_collective_ops
-    except (ImportError, AttributeError):
-        raise missing(name, f"message={message!r}") from None
+    abort = _context_method("abort_collective_ops", f"message={message!r}")
     abort(tf.errors.DEADLINE_EXCEEDED, message)
 
 
@@ -125,16 +118,21 @@ def peer_health(task, timeout_seconds):
     """
     import tensorflow as tf
 
-    name = "Context.check_collective_ops_peer_health"
-    check(name)
-    try:
-        from tensorflow.python.eager import context as context_lib
-
-        probe = context_lib.context().check_collective_ops_peer_health
-    except (ImportError, AttributeError):
-        raise missing(name, f"task={task!r}") from None
+    probe = _context_method("check_collective_ops_peer_health", f"task={task!r}")
     try:
         probe(task, int(timeout_seconds * 1000))
     except tf.errors.OpError as error:
         return f"{type(error).__name__}: {error.message}".strip()
     return None
+
+
+def _context_method(method, received):
+    """The bound method `method` of TensorFlow's eager context (`Context.<method>`)."""
+    name = f"Context.{method}"
+    check(name)
+    try:
+        from tensorflow.python.eager import context as context_lib
+
+        return getattr(context_lib.context(), method)
+    except (ImportError, AttributeError):
+        raise missing(name, received) from None
