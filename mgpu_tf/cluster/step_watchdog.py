@@ -92,32 +92,38 @@ class StepWatchdog:
                 busy_at = now
             cpu, at = now_cpu, now
             with self._lock:
-                step = self.step
-                if step is None:
-                    busy_at = now
-                    continue
-                waited = now - max(busy_at, step[1])
-                if waited < self.timeout:
-                    continue
-                if self.devices_compute and (self.slowest is None or
-                                             now - step[1] < self.slowest + self.timeout):
-                    continue
-                self._abort(step[0], waited)
+                step, slowest = self.step, self.slowest
+            if step is None:
+                busy_at = now
+                continue
+            waited = now - max(busy_at, step[1])
+            if waited < self.timeout:
+                continue
+            if self.devices_compute and (slowest is None or
+                                         now - step[1] < slowest + self.timeout):
+                continue
+            self._abort(step, waited)
 
-    def _abort(self, name, waited):
-        waiting = f"{self.task} waited {waited:.1f} s in {name} (timeout_seconds={self.timeout:g})"
+    def _abort(self, step, waited):
+        # The health checks run outside the lock: the step's own callbacks never wait on them.
+        waiting = (f"{self.task} waited {waited:.1f} s in {step[0]} "
+                   f"(timeout_seconds={self.timeout:g})")
         for peer in self.peers:
             failed = private_runtime.peer_health(peer, min(self.timeout, 10.0))
             if failed is not None:
-                self.aborted = f"{waiting}: {peer} is unhealthy: {failed}"
+                message = f"{waiting}: {peer} is unhealthy: {failed}"
                 break
         else:
-            self.aborted = (
+            message = (
                 f"{waiting} for a peer that did not join its collectives. Every peer answers "
                 f"its health check, so it is {ALIVE}: see what it runs (py-spy dump --pid "
                 "PID) and raise timeout_seconds if its steps are that slow.")
-        logger.error("mgpu_tf: %s", self.aborted)
-        private_runtime.abort_collectives(self.aborted)
+        with self._lock:
+            if self.step is not step:
+                return  # the peer came during the checks, and the step ended
+            self.aborted = message
+        logger.error("mgpu_tf: %s", message)
+        private_runtime.abort_collectives(message)
 
 
 def for_fit(kind):
