@@ -9,7 +9,6 @@ Design: docs/reliability.md#a-live-peer-that-never-joins
 """
 
 import logging
-import resource
 import threading
 import time
 
@@ -27,11 +26,6 @@ IDLE_CORE_SHARE = 0.05
 
 # In the message of a step given up while every peer still answered.
 ALIVE = "alive but busy elsewhere"
-
-
-def _cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 class StepWatchdog:
@@ -83,11 +77,11 @@ class StepWatchdog:
             self.step = None
 
     def _watch(self):
-        cpu, at = _cpu_seconds(), time.monotonic()
+        cpu, at = time.process_time(), time.monotonic()
         busy_at = at
         while self.aborted is None:
             time.sleep(self.check_seconds)
-            now_cpu, now = _cpu_seconds(), time.monotonic()
+            now_cpu, now = time.process_time(), time.monotonic()
             if (now_cpu - cpu) >= IDLE_CORE_SHARE * (now - at):
                 busy_at = now
             cpu, at = now_cpu, now
