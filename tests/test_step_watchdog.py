@@ -8,11 +8,19 @@ import textwrap
 from support import workers
 
 
+def _tails(out):
+    """Each worker's mgpu_tf lines and the end of its output, for a failure's message."""
+    return "\n".join(
+        f"--- worker {index}:\n" + "\n".join(
+            line for line in text.splitlines() if "mgpu_tf" in line)[-3000:]
+        + "\n...\n" + text[-3000:] for index, text in sorted(out.items()))
+
+
 def test_short_steps_keep_their_threads_and_a_live_silent_peer_fails_the_step():
     code, out = workers.run_workers("-m", 2, "support.mw_watchdog", 4)
     # Exit 3 from worker 0's abort in the last fit: the failed fit before it, followed by
     # 6 s without a step, aborted nothing (the next fits trained).
-    assert code == 3, out
+    assert code == 3, _tails(out)
     for text in out.values():
         # TensorFlow's own timeout held two threads per collective for 4 s: +280 here.
         assert "collective timeout: None" in text, text[-2000:]
@@ -21,25 +29,36 @@ def test_short_steps_keep_their_threads_and_a_live_silent_peer_fails_the_step():
     aborted = re.search(r"aborted after ([\d.]+) s: DeadlineExceededError: (.*)", out[0])
     assert aborted, out[0][-3000:]
     assert 4.0 <= float(aborted.group(1)) < 7.0, aborted.group(0)
-    assert "worker 0 waited 4.0 s in step 6 of epoch 1 (timeout_seconds=4) for a peer that " \
-           "did not join its collectives. Every peer answers its health check, so it is alive " \
-           "but busy elsewhere" in out[0], out[0][-3000:]
+    # 4 s, plus what the step worked before it waited (to a check, 0.4 s, late under load).
+    assert re.search(r"worker 0 waited [45]\.\d s in step 6 of epoch 1 \(timeout_seconds=4\) "
+                     r"for a peer that did not join its collectives\. Every peer answers its "
+                     r"health check, so it is alive but busy elsewhere", out[0]), out[0][-3000:]
 
 
 _ALONE = """
 import time
 from mgpu_tf.cluster import step_watchdog
 
+def compute(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
 watchdog = step_watchdog.StepWatchdog(0.5, "worker 7")
 watchdog.began("step 1 of epoch 1")
-end = time.monotonic() + 1.5
-while time.monotonic() < end:  # a step that computes (or traces) for three timeouts
-    sum(range(1000))
+compute(1.5)  # a step that computes (or traces) for three timeouts
 watchdog.ended()
 print("busy:", watchdog.aborted)
 watchdog.began("step 2 of epoch 1")
-time.sleep(1.5)  # a step that waits
-print("idle:", watchdog.aborted)
+compute(1.0)  # traces a new step function, then waits for a peer that traces it too
+time.sleep(1.0)
+print("peer as slow plus less than the timeout:", watchdog.aborted)
+time.sleep(1.5)
+print("peer slower still:", watchdog.aborted)
+waiting = step_watchdog.StepWatchdog(0.5, "worker 7")
+waiting.began("step 1 of epoch 1")
+time.sleep(1.5)  # a step that only waits
+print("idle:", waiting.aborted)
 """
 
 
@@ -49,6 +68,10 @@ def test_a_step_that_computes_past_the_timeout_goes_on_and_one_that_waits_does_n
     result = workers.run_python(script)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "busy: None" in result.stdout, result.stdout
-    assert re.search(r"idle: worker 7 waited 0\.[5-9]\d* s in step 2 of epoch 1 "
+    # A step waits as long as it worked, plus the timeout, before it is given up.
+    assert "peer as slow plus less than the timeout: None" in result.stdout, result.stdout
+    assert re.search(r"peer slower still: worker 7 waited 1\.[4-9]\d* s in step 2 of epoch 1 "
+                     r"\(timeout_seconds=0.5\) for a peer", result.stdout), result.stdout
+    assert re.search(r"idle: worker 7 waited 0\.[5-9]\d* s in step 1 of epoch 1 "
                      r"\(timeout_seconds=0.5\) for a peer",
                      result.stdout), result.stdout

@@ -31,7 +31,9 @@ ALIVE = "alive but busy elsewhere"
 class StepWatchdog:
     """Aborts this process' collectives once a step has waited `timeout_seconds` for a peer.
 
-    A step waits when the process uses under `IDLE_CORE_SHARE` of a core. On GPU workers,
+    A step waits when the process uses under `IDLE_CORE_SHARE` of a core, and it is given up
+    once it has waited `timeout_seconds` longer than it worked: a peer doing the same work
+    (tracing a new step function, say) may be that much slower. On GPU workers,
     whose CPU idles while their devices compute, the step must also have run
     `timeout_seconds` longer than the slowest step so far (none before the first has ended).
     The step then fails, naming a peer that fails TensorFlow's health check (as unhealthy,
@@ -91,7 +93,8 @@ class StepWatchdog:
                 busy_at = now
                 continue
             waited = now - max(busy_at, step[1])
-            if waited < self.timeout:
+            worked = max(0.0, busy_at - step[1])
+            if waited < self.timeout + worked:
                 continue
             if self.devices_compute and (slowest is None or
                                          now - step[1] < slowest + self.timeout):
