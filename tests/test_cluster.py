@@ -109,3 +109,12 @@ def test_invalid_tf_config_in_the_environment_fails_make_strategy_at_once(monkey
 def test_bad_host_lists(hosts, index, match):
     with pytest.raises(tf_config.ClusterConfigError, match=match):
         tf_config.cluster_from_hosts(hosts, index)
+
+
+def test_training_tasks_are_the_chief_then_the_workers_with_their_own_indices():
+    spec = {"ps": ["p:1"], "evaluator": ["e:1"], "worker": ["w0:1", "w1:1"], "chief": ["c:1"]}
+    assert tf_config.training_tasks(spec) == [
+        ("chief", 0, "c:1"), ("worker", 0, "w0:1"), ("worker", 1, "w1:1")]
+    # A sparse job (index to address) keeps its indices: task 3 stays task 3.
+    assert tf_config.training_tasks({"worker": {3: "w3:1", 1: "w1:1"}}) == [
+        ("worker", 1, "w1:1"), ("worker", 3, "w3:1")]

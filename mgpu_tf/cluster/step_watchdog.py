@@ -14,6 +14,7 @@ import time
 
 import keras
 
+from mgpu_tf.cluster import tf_config
 from mgpu_tf.compat import private_runtime
 
 __all__ = ["ALIVE", "IDLE_CORE_SHARE", "StepWatchdog", "WatchSteps", "for_fit"]
@@ -130,9 +131,9 @@ def for_fit(kind):
     if kind.watchdog is None and timeout and kind.num_workers > 1:
         resolver = kind.strategy.cluster_resolver
         me = (resolver.task_type, resolver.task_id)
-        peers = [f"/job:{job}/replica:0/task:{index}"
-                 for job, tasks in resolver.cluster_spec().as_dict().items() if job != "ps"
-                 for index in range(len(tasks)) if (job, index) != me]
+        peers = [f"/job:{job}/replica:0/task:{index}" for job, index, _ in
+                 tf_config.training_tasks(resolver.cluster_spec().as_dict())
+                 if (job, index) != me]
         kind.watchdog = StepWatchdog(
             timeout, f"{me[0]} {me[1]}", peers,
             devices_compute=any("GPU" in d.upper() for d in kind.worker_devices))

@@ -16,6 +16,7 @@ __all__ = [
     "parse_tf_config",
     "cluster_from_hosts",
     "parse_address",
+    "training_tasks",
 ]
 
 ROLES = ("chief", "worker", "ps", "evaluator")
@@ -252,3 +253,15 @@ def cluster_from_hosts(worker_hosts, task_index):
         raise ClusterConfigError(
             str(error).replace("TF_CONFIG['cluster']['worker']", "worker_hosts")
         ) from None
+
+
+def training_tasks(cluster_spec):
+    """`[(task type, index, address)]` of the tasks that train (chief, then workers, by index)
+    in a cluster spec's dict (`ClusterResolver.cluster_spec().as_dict()`); a sparse job (a
+    dict of index to address) keeps its indices."""
+    tasks = []
+    for task_type in _TRAINING_ROLES:
+        jobs = cluster_spec.get(task_type, [])
+        indexed = sorted(jobs.items()) if isinstance(jobs, dict) else enumerate(jobs)
+        tasks += [(task_type, int(index), address) for index, address in indexed]
+    return tasks

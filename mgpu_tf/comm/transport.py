@@ -15,6 +15,7 @@ from mgpu_tf import compat
 from mgpu_tf.compat import private
 from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.cluster import job_secret
+from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.comm.options import TRANSPORTS, check_transport
@@ -37,13 +38,7 @@ def _workers(strategy):
         raise ValueError(
             "transport='tcp' applies to strategy 'multi_worker'. Received: a "
             f"{type(strategy).__name__}. Drop transport or use make_strategy('multi_worker').")
-    spec = resolver.cluster_spec().as_dict()
-    tasks = []
-    for task_type in ("chief", "worker"):
-        jobs = spec.get(task_type, [])
-        if isinstance(jobs, dict):
-            jobs = [jobs[i] for i in sorted(jobs)]
-        tasks += [(task_type, i, address) for i, address in enumerate(jobs)]
+    tasks = tf_config.training_tasks(resolver.cluster_spec().as_dict())
     if not tasks:  # a single process: no cluster at all
         return [("worker", 0, "127.0.0.1:0")], 0
     me = (resolver.task_type, resolver.task_id)
