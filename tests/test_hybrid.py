@@ -75,7 +75,8 @@ def hybrid_callbacks_run(tmp_path_factory):
     """Two hybrid workers training with TensorBoard, ModelCheckpoint and validation data."""
     directory = tmp_path_factory.mktemp("hybrid_callbacks")
     code, output = workers.run_workers("-m", 2, "support.mw_hybrid_callbacks", directory)
-    assert code == 0, "\n".join(output.values())[-4000:]
+    # Exit 3 from worker 0 when its peer stops joining, in the script's last fit.
+    assert code == 3, "\n".join(output.values())[-4000:]
     lines = {task: dict(re.findall(r"^([^:\n]+): (.*)$", text, re.M))
              for task, text in output.items()}
     return directory, lines
@@ -90,6 +91,27 @@ def test_hybrid_writers_write_once_from_the_chief(hybrid_callbacks_run):
                   if name.startswith("events.out.tfevents")]
         assert len(events) == 1, events
     assert sorted(os.listdir(directory)) == ["best.weights.h5", "tb"]
+
+
+@pytest.mark.multiworker
+def test_a_hybrid_fit_refuses_keras_writers_and_fails_a_step_a_live_peer_never_joins(
+        hybrid_callbacks_run):
+    # A hybrid fit runs the multi-worker fit's callbacks: Keras' ModelCheckpoint is refused
+    # (nothing written: the directory holds only the toolkit's files, above), and with
+    # timeout_seconds=6 a step waiting for a live peer fails.
+    _, lines = hybrid_callbacks_run
+    for task in (0, 1):
+        assert "Use mgpu_tf.callbacks.ModelCheckpoint" in lines[task]["keras ModelCheckpoint"]
+    assert "Keras' ModelCheckpoint cannot run in a multi-worker fit" in \
+        lines[0]["keras ModelCheckpoint"]
+    aborted = [(float(key.split()[2]), value) for key, value in lines[0].items()
+               if key.startswith("aborted after")]
+    assert len(aborted) == 1, lines[0]
+    seconds, message = aborted[0]
+    assert 6.0 <= seconds < 10.0, seconds
+    assert message.startswith("DeadlineExceededError"), message
+    assert re.search(r"worker 0 waited \d+\.\d s in step \d+ of epoch 1 \(timeout_seconds=6\) "
+                     r"for a peer that did not join its collectives\. Every peer answers", message)
 
 
 @pytest.mark.multiworker

@@ -10,7 +10,8 @@ import weakref
 
 from mgpu_tf.base import registry
 
-__all__ = ["StrategyKind", "OnePipelineKind", "kind_of", "attach"]
+__all__ = ["StrategyKind", "OnePipelineKind", "kind_of", "kind_of_model", "attach",
+           "attach_model"]
 
 # Set with object.__setattr__ on the tf.distribute object.
 _ATTRIBUTE = "_mgpu_tf_kind"
@@ -196,6 +197,21 @@ def attach(strategy, kind):
     """Makes `kind` what `kind_of(strategy)` returns; returns it."""
     object.__setattr__(strategy, _ATTRIBUTE, kind)
     return kind
+
+
+def attach_model(model, kind):
+    """Makes `kind` what `kind_of_model(model)` returns (`prepare_model` does); returns
+    `model`."""
+    object.__setattr__(model, _ATTRIBUTE, kind)
+    return model
+
+
+def kind_of_model(model):
+    """The `StrategyKind` `model` was prepared for (`mgpu_tf.prepare_model`), else the kind
+    of its `distribute_strategy`: a pipeline's model (`model_parallel`, `hybrid`) is built
+    outside any `tf.distribute` scope, and Keras gives it TensorFlow's default strategy."""
+    kind = getattr(model, _ATTRIBUTE, None)
+    return kind if isinstance(kind, StrategyKind) else kind_of(model.distribute_strategy)
 
 
 def kind_of(strategy):

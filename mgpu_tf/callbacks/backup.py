@@ -28,7 +28,7 @@ logger = logging.getLogger("mgpu_tf")
 
 def _adaptive_shares(model):
     """The shares of the adaptive data sets of `model`'s strategy, which a backup keeps."""
-    return kinds.kind_of(model.distribute_strategy).adaptive_shares()
+    return kinds.kind_of_model(model).adaptive_shares()
 
 
 class _ShortEpoch:

@@ -1,6 +1,6 @@
 """Keras' `compile`, patched once on its trainer: the strategy may ready the model it compiled.
 
-It asks `kind_of(model.distribute_strategy).prepare_compiled`, which readies the optimizer
+It asks `kind_of_model(model).prepare_compiled`, which readies the optimizer
 (`prepare_optimizer`) and, under `sync_batch_norm`, the layers; a kind without options
 leaves the model as Keras compiled it.
 
@@ -34,7 +34,7 @@ def install():
     @functools.wraps(original)
     def compile(model, *args, **kwargs):
         original(model, *args, **kwargs)
-        kind_lib.kind_of(model.distribute_strategy).prepare_compiled(model)
+        kind_lib.kind_of_model(model).prepare_compiled(model)
 
     setattr(compile, _MARK, True)
     private_trainer.set_trainer_function("Trainer.compile", compile)

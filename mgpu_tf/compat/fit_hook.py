@@ -1,4 +1,4 @@
-"""Keras' `fit`, patched once on its trainer: it asks the strategy's kind for the callbacks
+"""Keras' `fit`, patched once on its trainer: it asks the model's kind for the callbacks
 to run (`fit_callbacks`), to `prepare_fit` before the first step and to `finish_fit` after
 the last, however `fit` ends.
 
@@ -35,7 +35,7 @@ def install():
     def fit(model, *args, **kwargs):
         bound = signature.bind_partial(model, *args, **kwargs)
         arguments = bound.arguments
-        kind = kind_lib.kind_of(model.distribute_strategy)
+        kind = kind_lib.kind_of_model(model)
         data = arguments.get("x")
         callbacks = kind.fit_callbacks(arguments.get("callbacks"))
         if callbacks is not arguments.get("callbacks"):

@@ -200,4 +200,4 @@ def prepare_model(model, strategy):
     model = kind.prepare_model(model)
     if getattr(model, "optimizer", None) is not None:
         kind.prepare_optimizer(model.optimizer)
-    return model
+    return kind_lib.attach_model(model, kind)  # what its fit asks (compat.fit_hook)

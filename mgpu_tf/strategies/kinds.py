@@ -1,13 +1,14 @@
 """The kinds of TensorFlow's own strategies: default, one_device, mirrored, multi_worker, tpu.
 
-Importing it registers them; `kind_of` is `mgpu_tf.base.kind.kind_of`, with them known.
+Importing it registers them; `kind_of` and `kind_of_model` are `mgpu_tf.base.kind`'s, with
+them known.
 
 Design: docs/design.md#the-strategy-factory
 """
 
 import tensorflow as tf
 
-from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of
+from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of, kind_of_model
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import fit_callbacks
 from mgpu_tf.cluster import step_watchdog
@@ -21,7 +22,7 @@ from mgpu_tf.compat import private_runtime
 from mgpu_tf.strategies import builtin
 
 __all__ = ["DefaultKind", "OneDeviceKind", "MirroredKind", "MultiWorkerKind", "TPUKind",
-           "kind_of"]
+           "kind_of", "kind_of_model"]
 
 
 class DefaultKind(OnePipelineKind):

@@ -1,14 +1,19 @@
-"""Worker script: the chief-only writers and validation metrics under `make_strategy("hybrid")`.
+"""Worker script: the chief-only writers, validation metrics and a multi-worker fit's
+callbacks under `make_strategy("hybrid", timeout_seconds=TIMEOUT)`.
 
 Run by tests/test_hybrid.py as two workers of two simulated devices each, with one
 argument: a directory both workers see. Each worker trains a two-stage pipeline with
 validation data, `mgpu_tf.callbacks.TensorBoard` and `ModelCheckpoint` writing into
 that directory, then evaluates; a plain copy of the trained model evaluated on one
-device with the whole validation set is the reference. Prints `name: value` lines.
+device with the whole validation set is the reference. Prints `name: value` lines. Then
+Keras' own `ModelCheckpoint` is given to `fit`, and worker 1 sleeps inside its second
+call of steps while worker 0 trains on: worker 0 prints `aborted after S s: MESSAGE` and
+exits 3 (the message on one line).
 """
 
 import os
 import sys
+import time
 
 import keras
 import numpy as np
@@ -17,6 +22,7 @@ import tensorflow as tf
 import mgpu_tf
 import mgpu_tf.callbacks
 
+TIMEOUT = 6
 GLOBAL_BATCH = 16
 EXAMPLES = 64
 VALIDATION = 32
@@ -38,7 +44,8 @@ def compile_model(model):
 
 def main(directory):
     mgpu_tf.simulate_devices(2)
-    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2, microbatches=2)
+    strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2, microbatches=2,
+                                     timeout_seconds=TIMEOUT)
     print("is_chief:", mgpu_tf.callbacks.is_chief(strategy))
     keras.utils.set_random_seed(0)
     with strategy.scope():
@@ -73,7 +80,42 @@ def main(directory):
     loss, mae = reference.evaluate(x[EXAMPLES:], y[EXAMPLES:], batch_size=GLOBAL_BATCH,
                                    verbose=0)
     print(f"reference: {loss:.7e} {mae:.7e}")
-    print("done")
+    print("done", flush=True)
+    _refused_and_watched(model, strategy, directory,
+                         mgpu_tf.shard_dataset(train, strategy, GLOBAL_BATCH))
+
+
+class _SilentPeer(keras.callbacks.Callback):
+    """Worker 1 sleeps at its second call of steps; worker 0 notes when it starts it."""
+
+    def __init__(self, index):
+        super().__init__()
+        self.index = index
+        self.calls = 0
+        self.started = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls += 1
+        if self.calls == 2:
+            self.started = time.monotonic()
+            if self.index == 1:
+                time.sleep(600)
+
+
+def _refused_and_watched(model, strategy, directory, train):
+    try:
+        model.fit(train, epochs=1, verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(
+            os.path.join(directory, "keras.weights.h5"), save_weights_only=True)])
+    except ValueError as error:
+        print("keras ModelCheckpoint:", error, flush=True)
+    peer = _SilentPeer(strategy.task_index)
+    try:
+        model.fit(train, epochs=1, verbose=0, callbacks=[peer])
+    except Exception as error:  # noqa: BLE001 - the abort is the expected end
+        print(f"aborted after {time.monotonic() - peer.started:.1f} s: "
+              f"{type(error).__name__}: {' '.join(str(error).split())}", flush=True)
+        os._exit(3)  # the shutdown barrier would wait for the sleeping peer
+    print("trained on", flush=True)
 
 
 if __name__ == "__main__":

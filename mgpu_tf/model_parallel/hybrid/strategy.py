@@ -14,6 +14,8 @@ from mgpu_tf.base import registry
 from mgpu_tf.base.kind import StrategyKind
 from mgpu_tf.cluster import communicator as communicator_lib
 from mgpu_tf.cluster import detect as cluster_lib
+from mgpu_tf.cluster import fit_callbacks
+from mgpu_tf.cluster import step_watchdog
 from mgpu_tf.comm import combinations
 from mgpu_tf.compat import patches
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
@@ -67,6 +69,11 @@ class HybridStrategy:
     @property
     def num_replicas_in_sync(self):
         return self.num_workers
+
+    @property
+    def cluster_resolver(self):
+        """The cluster's resolver, its communicator's."""
+        return self.communicator.cluster_resolver
 
     @property
     def should_checkpoint(self):
@@ -159,6 +166,11 @@ class HybridKind(StrategyKind):
         # What `comm.combinations` declares refused under 'hybrid', before the first step.
         combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
+
+    def fit_callbacks(self, callbacks):
+        # As multi_worker's: Keras' writing callbacks refused, a stop at a step boundary on
+        # SIGTERM, and a step waiting timeout_seconds for a peer fails.
+        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self))
 
 
 def _build(settings):
