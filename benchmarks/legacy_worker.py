@@ -88,8 +88,9 @@ def _loop(tf, strategy, x, y, batch, steps, warmup):
             limit = np.sqrt(6.0 / (fan_in + fan_out))
             kernel = np.random.default_rng(i).uniform(-limit, limit, (fan_in, fan_out))
             weights += [tf.Variable(kernel.astype("float32")), tf.Variable(tf.zeros([fan_out]))]
+    # `batch` is the global batch; each replica gets its share.
     iterator = iter(strategy.experimental_distribute_dataset(_dataset(tf, x, y, batch)))
-    global_batch = batch * strategy.num_replicas_in_sync
+    global_batch = batch
 
     def replica_step(inputs):
         features, labels = inputs
@@ -129,15 +130,15 @@ def main():
     parser.add_argument("--global_batch", type=int, default=256)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    workers = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-                  .get("worker", [])) or 1
     if args.way == "tf_keras":
         os.environ["TF_USE_LEGACY_KERAS"] = "1"
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    batch = args.global_batch // workers
+    # Every way reads batches of the global batch: under a multi-worker strategy Keras and
+    # `experimental_distribute_dataset` split each into the workers' shares (128 each).
+    batch = args.global_batch
     x, y = _data(args.global_batch)
     if args.way == "one":
         import keras

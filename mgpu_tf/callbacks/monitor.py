@@ -225,7 +225,7 @@ class _Run:
          self._local) = measure.local_units(self.strategy)
         self._busy = utilization.make_reader(len(tf.config.list_physical_devices("GPU")))
         strategy = monitor.model.distribute_strategy
-        self.shares = [s for s in kinds.kind_of(strategy).adaptive_shares()
+        self.shares = [s for s in kinds.kind_of_model(monitor.model).adaptive_shares()
                        if s.units == self._units]
         self.steering = steering.ShareSteering(
             self.shares, order.position_of(strategy), monitor.model) if self.shares else None
