@@ -141,6 +141,7 @@ _SECONDS = {
     "test_model_parallel_errors.py": 9, "test_weighted_logs.py": 9,
     "test_model_parallel_batchnorm.py": 8, "test_stubs.py": 8, "test_epoch_boundaries.py": 7,
     "test_step_watchdog.py": 32, "test_bench_models.py": 37,
+    "test_iterator_release.py": 16,
     "test_ring.py": 7, "test_tolerance.py": 7, "test_cli_inputs.py": 7, "test_properties.py": 6,
     "test_adaptive_settle.py": 5, "test_launcher_errors.py": 5,
     "test_model_parallel_balance.py": 5, "test_devices.py": 5, "test_compute_curve.py": 5,

@@ -12,6 +12,7 @@ Design: docs/design.md#epoch-boundaries
 import threading
 
 from mgpu_tf.data import order
+from mgpu_tf.data import release
 
 __all__ = ["EpochStream"]
 
@@ -35,6 +36,8 @@ class EpochStream:
         self._stream = None  # (the fit it serves, its data set, its iterator)
         self._iterate = None
         self._executions = None  # steps per execution of the fit that trains from it
+        # Every iterator it hands out, freed off the training thread (data.release).
+        self.release = release.IteratorRelease()
 
     def reader(self, shuffled, stream=False):
         """A new pipeline's `Reader` of the position (of a stream of epochs, `stream`)."""
@@ -71,16 +74,16 @@ class EpochStream:
         else a new iterator of `dataset`, which gives one epoch."""
         driven = self.position.driven()
         if driven is None or self.position.epochs_left() is None:
-            return self._iterate(dataset)
+            return self.release.hold(self._iterate(dataset))
         run = driven[2]
         with self._lock:
             if self._reads_whole_epochs(driven[1]):
                 if self._stream is None or self._stream[0] != run:
                     stream = self._make_stream()
-                    self._stream = (run, stream, iter(stream))
+                    self._stream = (run, stream, self.release.hold(iter(stream)))
                     self.streams_made += 1
                 return self._stream[2]
-        return self._iterate(dataset)
+        return self.release.hold(self._iterate(dataset))
 
     def _reads_whole_epochs(self, skip):
         """Whether the fit's reads end where epochs end (after `skip` steps of a resumed
