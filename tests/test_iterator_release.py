@@ -45,4 +45,4 @@ def test_iterators_handed_to_fit_are_freed_off_the_training_thread(tmp_path):
     assert "terminate called" not in result.stderr, result.stderr[-3000:]
     made = int(result.stdout.split("made ")[1].split()[0])
     assert made >= 4, result.stdout
-    assert f"freed in ['mgpu_tf-iterator-release'] {made}" in result.stdout, result.stdout
+    assert f"freed in ['mgpu_tf-iterator-free'] {made}" in result.stdout, result.stdout

@@ -22,10 +22,11 @@ def test_short_steps_keep_their_threads_and_a_live_silent_peer_fails_the_step():
     # 6 s without a step, aborted nothing (the next fits trained).
     assert code == 3, _tails(out)
     for text in out.values():
-        # TensorFlow's own timeout held two threads per collective for 4 s: +280 here.
+        # TensorFlow's own timeout held two threads per collective for 4 s: +280 here. The
+        # epochs' iterators being freed (data.release) hold theirs a moment: +25-37.
         assert "collective timeout: None" in text, text[-2000:]
         before, most = map(int, re.search(r"threads: (\d+) (\d+)", text).groups())
-        assert most - before < 40, (before, most)
+        assert most - before < 100, (before, most)
     aborted = re.search(r"aborted after ([\d.]+) s: DeadlineExceededError: (.*)", out[0])
     assert aborted, out[0][-3000:]
     assert 4.0 <= float(aborted.group(1)) < 7.0, aborted.group(0)
