@@ -13,7 +13,6 @@ exits 3 (the message on one line).
 
 import os
 import sys
-import time
 
 import keras
 import numpy as np
@@ -21,6 +20,7 @@ import tensorflow as tf
 
 import mgpu_tf
 import mgpu_tf.callbacks
+from support import silent_peer
 
 TIMEOUT = 6
 GLOBAL_BATCH = 16
@@ -85,38 +85,13 @@ def main(directory):
                          mgpu_tf.shard_dataset(train, strategy, GLOBAL_BATCH))
 
 
-class _SilentPeer(keras.callbacks.Callback):
-    """Worker 1 sleeps at its second call of steps; worker 0 notes when it starts it."""
-
-    def __init__(self, index):
-        super().__init__()
-        self.index = index
-        self.calls = 0
-        self.started = None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.calls += 1
-        if self.calls == 2:
-            self.started = time.monotonic()
-            if self.index == 1:
-                time.sleep(600)
-
-
 def _refused_and_watched(model, strategy, directory, train):
     try:
         model.fit(train, epochs=1, verbose=0, callbacks=[keras.callbacks.ModelCheckpoint(
             os.path.join(directory, "keras.weights.h5"), save_weights_only=True)])
     except ValueError as error:
         print("keras ModelCheckpoint:", error, flush=True)
-    peer = _SilentPeer(strategy.task_index)
-    try:
-        model.fit(train, epochs=1, verbose=0, callbacks=[peer])
-    except Exception as error:  # noqa: BLE001 - the abort is the expected end
-        print(f"aborted after {time.monotonic() - peer.started:.1f} s: "
-              f"{type(error).__name__}: {' '.join(str(error).split())}", flush=True)
-        os._exit(3)  # the shutdown barrier would wait for the sleeping peer
-    print("trained on", flush=True)
-
+    silent_peer.fit_until_aborted(model, train, strategy.task_index, 2, epochs=1)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import mgpu_tf
 from support import regression
+from support import silent_peer
 
 FEATURES, GLOBAL_BATCH = 4, 8
 
@@ -46,21 +47,6 @@ def _threads():
     return len(os.listdir("/proc/self/task"))
 
 
-class _Peer(keras.callbacks.Callback):
-    """Worker 1 sleeps at its 6th step; worker 0 notes when it starts that step."""
-
-    def __init__(self, index):
-        super().__init__()
-        self.index = index
-        self.started = None
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if batch == 5:
-            self.started = time.monotonic()
-            if self.index == 1:
-                time.sleep(600)
-
-
 def main():
     timeout = float(sys.argv[1])
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
@@ -80,15 +66,7 @@ def main():
     seen = []
     model.fit(data, epochs=38, verbose=0, callbacks=[most])
     print(f"threads: {before} {max(seen)}", flush=True)
-    peer = _Peer(index)
-    try:
-        model.fit(data, epochs=1, steps_per_epoch=50, verbose=0, callbacks=[peer])
-    except Exception as error:  # noqa: BLE001 - the abort is the expected end
-        print(f"aborted after {time.monotonic() - peer.started:.1f} s: "
-              f"{type(error).__name__}: {error}", flush=True)
-        os._exit(3)  # the shutdown barrier would wait for the sleeping peer
-    print("trained on", flush=True)
-
+    silent_peer.fit_until_aborted(model, data, index, 6, epochs=1, steps_per_epoch=50)
 
 if __name__ == "__main__":
     main()
