@@ -21,8 +21,8 @@ from support import workers
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-def _start(configs, *args):
-    env = workers.environment()
+def _start(configs, *args, env=None):
+    env = workers.environment(env)
     env["PYTHONPATH"] = os.pathsep.join([_TESTS, env.get("PYTHONPATH", "")])
     return [subprocess.Popen([sys.executable, *args], cwd=_TESTS, stderr=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, text=True,
@@ -52,17 +52,24 @@ def test_keras_writing_callbacks_are_refused_and_the_toolkits_write_from_the_chi
         assert not (tmp_path / written).exists(), written
 
 
-def test_sigterm_stops_every_worker_at_a_step_boundary_or_within_the_bound(tmp_path):
+# The logs, and the vote in them, take TensorFlow's collectives, the tcp ring (with a job
+# secret, transport 'auto' picks it) and the hybrid's gradient all-reduce.
+@pytest.mark.parametrize("kind, signalled, secret", [("multi_worker", (1,), ""),
+                                                     ("multi_worker", (0, 1), "a-job-secret-for-the-ring"),
+                                                     ("hybrid", (1,), "")],
+                         ids=["worker_1_only", "both_over_the_ring", "hybrid_worker_1_only"])
+def test_sigterm_stops_every_worker_at_one_step_with_the_chiefs_backup(tmp_path, kind,
+                                                                      signalled, secret):
     processes = _start(launcher.worker_tf_configs(2), "-m", "support.mw_signals", "stop",
-                       str(tmp_path))
+                       str(tmp_path), kind, env={"MGPU_TF_JOB_SECRET": secret})
     try:
         deadline = time.monotonic() + 300
         while min(_lines(tmp_path / f"steps-{i}") for i in range(2)) < 5:
             assert time.monotonic() < deadline and all(p.poll() is None for p in processes), \
                 [p.stderr.read()[-3000:] for p in processes if p.poll() is not None]
             time.sleep(0.1)
-        for p in processes:
-            p.send_signal(signal.SIGTERM)
+        for i in signalled:  # one after the other, as a pod's workers are stopped
+            processes[i].send_signal(signal.SIGTERM)
         codes = [p.wait(timeout=30) for p in processes]  # TensorFlow alone trains on
         errors = [p.stderr.read() for p in processes]
     finally:
@@ -70,23 +77,26 @@ def test_sigterm_stops_every_worker_at_a_step_boundary_or_within_the_bound(tmp_p
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert codes == [-signal.SIGTERM] * 2, errors  # ended by the signal, not SIGKILL
+    # Ended by the signal, not SIGKILL: the one not signalled too, as its group stopped.
+    assert codes == [-signal.SIGTERM] * 2, errors
     for text in errors:  # TensorFlow's handler, displaced, is called from ours
         assert f"displaced: [{int(signal.SIGTERM)}]" in text, text[-2000:]
-    # Each stops at a step boundary, or, when its peer stopped at the boundary before (the
-    # workers do not agree on the stop's step), by the bound or as its step's collective
-    # fails: still by the signal, with one line.
-    at_boundary = [f"mgpu_tf: worker {i} stopped on SIGTERM after step" in text
-                   for i, text in enumerate(errors)]
+        assert kind == "hybrid" or f"transport 'auto' chose '{'tcp' if secret else 'tensorflow'}'" \
+            in text, text[-2000:]
+    # Both stop after the same step, which each counted in its own file.
+    steps = [_lines(tmp_path / f"steps-{i}") for i in range(2)]
+    assert steps[0] == steps[1], (steps, errors)
+    where = f"after step {(steps[0] - 1) % 4 + 1} of epoch {(steps[0] - 1) // 4 + 1}"
     for i, text in enumerate(errors):
-        assert at_boundary[i] or f"mgpu_tf: worker {i} stopped on SIGTERM; " in text, \
-            text[-2000:]
-    assert any(at_boundary), errors
-    if at_boundary[0]:  # the chief backs up at its boundary
-        assert "backup written" in errors[0]
-        metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
-        assert metadata["epoch"] * 4 + metadata["steps_done"] >= 5, metadata
-        assert (tmp_path / "backup" / metadata["weights"]).exists()
+        # A worker signalled after its peer may have learnt of the stop first.
+        why = {signalled[0]: ["SIGTERM"]}.get(i, ["SIGTERM", "a peer's signal"] if i in
+                                              signalled else ["a peer's signal"])
+        assert any(f"mgpu_tf: worker {i} stopped on {w} {where}" in text for w in why), \
+            (where, text[-2000:])
+    assert "backup written" in errors[0], errors[0][-2000:]  # the chief backs up that step
+    metadata = json.loads((tmp_path / "backup" / "training_metadata.json").read_text())
+    assert metadata["epoch"] * 4 + metadata["steps_done"] == steps[0], (metadata, steps)
+    assert (tmp_path / "backup" / metadata["weights"]).exists()
 
 
 def test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c():

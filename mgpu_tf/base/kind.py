@@ -38,6 +38,9 @@ class StrategyKind:
         self.transport = None
         # Averages a worker's packed step logs over the workers in place of a collective.
         self.log_mean = None
+        # The workers' vote on the step a signal stops them at, carried in the step logs
+        # (mgpu_tf.cluster.stop_vote): made by the kinds of several workers.
+        self.stop_vote = None
         # Keeps `timeout_seconds` over a multi-worker fit's steps, made at the first fit
         # (mgpu_tf.cluster.step_watchdog.for_fit).
         self.watchdog = None
@@ -50,6 +53,10 @@ class StrategyKind:
         self.record_counts = {}
         # The sharding policies 'auto' chose for its data sets and logged: each shows once.
         self.logged_policies = set()
+
+    def settle(self):
+        """Readies what it keeps once `make_strategy` has given it its settings, outside any
+        strategy's scope."""
 
     @classmethod
     def check_options(cls, values, given):

@@ -37,11 +37,12 @@ def check_writers(callbacks):
                    if name == "BackupAndRestore" else "."))
 
 
-def fit_callbacks(callbacks, watchdog=None):
+def fit_callbacks(callbacks, watchdog=None, vote=None):
     """The callbacks a multi-worker `fit` runs for its `callbacks` (a list, tuple or None; a
     `CallbackList` runs as given): those, checked by `check_writers`, between the step marks
     of `watchdog` (a `StepWatchdog`, or None), and a
-    `mgpu_tf.cluster.stopping.StopAtStepBoundary` last when a stop on SIGTERM is installed."""
+    `mgpu_tf.cluster.stopping.StopAtStepBoundary` last when a stop on SIGTERM is installed,
+    agreeing on the stop's step through `vote` (the kind's `StopVote`, or None)."""
     if not isinstance(callbacks, (list, tuple, type(None))):
         return callbacks
     given = list(callbacks or ())
@@ -51,7 +52,7 @@ def fit_callbacks(callbacks, watchdog=None):
         run = [step_watchdog.WatchSteps(watchdog, "end"), *run,
                step_watchdog.WatchSteps(watchdog, "begin")]
     # The toolkit's backups, which the stop writes first (mgpu_tf.callbacks.BackupAndRestore).
-    stop = stopping.fit_callback([c for c in given if hasattr(c, "backup_now")])
+    stop = stopping.fit_callback([c for c in given if hasattr(c, "backup_now")], vote)
     if stop is not None:
         run.append(stop)
     return callbacks if run == given else run

@@ -48,6 +48,7 @@ class SignalStop:
         self.step_seconds = 0.0
         self.in_fit = False
         self._at_boundary = threading.Event()
+        self._final = False
         self._read, self.wakeup_fd = os.pipe()
         os.set_blocking(self.wakeup_fd, False)
 
@@ -71,14 +72,17 @@ class SignalStop:
                 seen += 1
                 if seen > 1:
                     self.exit(f"a second {signal.Signals(signum).name}")
-            if seen == 1:
+            while seen == 1 and not self._final:
                 bound = BOUND_SECONDS + (2 * self.step_seconds if self.in_fit else 0.0)
                 if not self._at_boundary.wait(bound):
                     self.exit(f"{signal.Signals(self.signum).name}; no step boundary "
                               f"within {bound:.1f} s")
+                self._at_boundary.clear()
 
-    def reached_boundary(self):
-        """The step boundary is reached: the exit is the boundary's to make."""
+    def reached_boundary(self, final=True):
+        """A step boundary is reached: the exit is the boundary's to make, or, not `final`
+        (the workers are to agree on the step), the bound counts again."""
+        self._final = self._final or final
         self._at_boundary.set()
 
     def exit(self, why):
@@ -97,12 +101,14 @@ class SignalStop:
 
 class StopAtStepBoundary(keras.callbacks.Callback):
     """Ends a fit at the step boundary after a signal of `stop` (the `SignalStop`), the
-    chief writing its `backups` (the fit's `mgpu_tf.callbacks.BackupAndRestore`) first."""
+    chief writing its `backups` (the fit's `mgpu_tf.callbacks.BackupAndRestore`) first;
+    with the workers' `vote` (a `StopVote`), every worker after the step that carried one."""
 
-    def __init__(self, stop, backups=()):
+    def __init__(self, stop, backups=(), vote=None):
         super().__init__()
         self.stop = stop
         self.backups = list(backups)
+        self.vote = vote
         self._began = None
         self._epoch = 0
 
@@ -111,6 +117,7 @@ class StopAtStepBoundary(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
+        self._still_bounded()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._began = time.monotonic()
@@ -118,19 +125,39 @@ class StopAtStepBoundary(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if self._began is not None:
             self.stop.step_seconds = time.monotonic() - self._began
-        if self.stop.signum is None:
+        agreed = self.vote is not None and self.vote.agreed()
+        if self.stop.signum is None and not agreed:
             return
+        if not agreed and self.vote is not None and self.vote.carried:
+            self.vote.vote()
+            self._still_bounded()
+            return
+        self._end(f"after step {batch + 1} of epoch {self._epoch + 1}")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._still_bounded()  # a validation's steps carry the vote too
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._still_bounded()
+
+    def on_train_end(self, logs=None):
+        self.stop.in_fit = False
+        if self.stop.signum is not None or (self.vote is not None and self.vote.agreed()):
+            # The fit ended before its next step could carry the vote.
+            self._end(f"at the end of the fit, epoch {self._epoch + 1}")
+
+    def _still_bounded(self):
+        if self.stop.signum is not None:
+            self.stop.reached_boundary(final=False)
+
+    def _end(self, where):
         self.stop.reached_boundary()
         written = [backup.backup_now() for backup in self.backups]
-        name = signal.Signals(self.stop.signum).name
-        where = f"after step {batch + 1} of epoch {self._epoch + 1}"
+        name = signal.Signals(self.stop.signum).name if self.stop.signum else "a peer's signal"
         if written:
             where += ", backup " + ("written" if all(written) else
                                     "left at the last sync point (steps_per_sync)")
         self.stop.exit(f"{name} {where}")
-
-    def on_train_end(self, logs=None):
-        self.stop.in_fit = False
 
 
 _installed = None  # the process' one SignalStop, as signal handlers are per process
@@ -180,7 +207,7 @@ def installed():
     return _installed
 
 
-def fit_callback(backups=()):
-    """A `StopAtStepBoundary` for a fit with the toolkit's `backups`, or None when no stop
-    is installed."""
-    return None if _installed is None else StopAtStepBoundary(_installed, backups)
+def fit_callback(backups=(), vote=None):
+    """A `StopAtStepBoundary` for a fit with the toolkit's `backups` and the workers' `vote`,
+    or None when no stop is installed."""
+    return None if _installed is None else StopAtStepBoundary(_installed, backups, vote)

@@ -382,7 +382,7 @@ def _mean_over_workers(logs, strategy):
     floats = multi_worker.float_positions(flat)
     if not floats:
         return logs
-    packed = multi_worker.pack_logs([flat[i] for i in floats])
+    packed = multi_worker.pack_logs([flat[i] for i in floats], strategy)
     mean = multi_worker.log_mean_function(strategy)
     if mean is not None:
         averaged = mean(packed)
@@ -394,6 +394,7 @@ def _mean_over_workers(logs, strategy):
         averaged = strategy.experimental_local_results(
             strategy.run(replica_mean, args=(packed,)))[0]
     out = list(flat)
-    for i, piece in zip(floats, multi_worker.unpack_logs(averaged, [flat[i] for i in floats])):
+    averaged = multi_worker.unpack_logs(averaged, [flat[i] for i in floats], strategy)
+    for i, piece in zip(floats, averaged):
         out[i] = piece
     return tf.nest.pack_sequence_as(logs, out)

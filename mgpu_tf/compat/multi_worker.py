@@ -178,17 +178,23 @@ def float_positions(logs):
             if v.dtype.is_floating and v.shape.num_elements() is not None]
 
 
-def pack_logs(logs):
-    """The tensors `logs` as one float32 vector, for one all-reduce."""
+def pack_logs(logs, strategy):
+    """The tensors `logs` as one float32 vector, for one all-reduce, with `strategy`'s stop
+    vote last (`mgpu_tf.cluster.stop_vote`)."""
     import tensorflow as tf
 
-    return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in logs], 0)
+    packed = tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in logs], 0)
+    vote = kind_lib.kind_of(strategy).stop_vote
+    return packed if vote is None else vote.carry(packed)
 
 
-def unpack_logs(vector, like):
-    """`pack_logs`' vector cut back into tensors of the shapes and dtypes of `like`."""
+def unpack_logs(vector, like, strategy):
+    """`pack_logs`' vector, averaged, cut back into tensors shaped as `like`."""
     import tensorflow as tf
 
+    vote = kind_lib.kind_of(strategy).stop_vote
+    if vote is not None:
+        vector = vote.keep(vector)
     pieces = tf.split(vector, [v.shape.num_elements() for v in like])
     return [tf.cast(tf.reshape(piece, v.shape), v.dtype) for piece, v in zip(pieces, like)]
 
@@ -202,14 +208,14 @@ def _mean_logs(values, strategy):
     floats = float_positions(local)
     out = list(flat)
     if floats:
-        packed = strategy.run(lambda *logs: pack_logs(logs),
+        packed = strategy.run(lambda *logs: pack_logs(logs, strategy),
                               args=tuple(flat[i] for i in floats))
         ring_mean = log_mean_function(strategy)
         if ring_mean is not None:
             mean = ring_mean(strategy.experimental_local_results(packed)[0])
         else:
             mean = strategy.reduce("MEAN", packed, axis=None)
-        for i, piece in zip(floats, unpack_logs(mean, [local[i] for i in floats])):
+        for i, piece in zip(floats, unpack_logs(mean, [local[i] for i in floats], strategy)):
             out[i] = piece
     for i, v in enumerate(flat):
         if i not in floats:

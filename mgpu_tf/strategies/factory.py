@@ -152,6 +152,7 @@ def _build(settings):
     else:
         kind = kind_lib.attach(strategy, (entry.kind or kind_lib.StrategyKind)(
             strategy, settings, name=settings.kind))
+    kind.settle()
     patches.install(*kind.patches)  # the one place the toolkit patches Keras
     return strategy
 

@@ -12,6 +12,7 @@ from mgpu_tf.base.kind import OnePipelineKind, StrategyKind, kind_of, kind_of_mo
 from mgpu_tf.base.registry import register_strategy
 from mgpu_tf.cluster import fit_callbacks
 from mgpu_tf.cluster import step_watchdog
+from mgpu_tf.cluster import stop_vote
 from mgpu_tf.comm import accumulation
 from mgpu_tf.comm import batch_norm
 from mgpu_tf.comm import clipping
@@ -125,6 +126,10 @@ class MultiWorkerKind(_DataParallelKind):
     name = "multi_worker"
     spans_processes = True
 
+    def settle(self):
+        if self.num_workers > 1:
+            self.stop_vote = stop_vote.StopVote()
+
     def local_units(self):
         devices = list(self.worker_devices)
         local = len(devices)
@@ -139,7 +144,8 @@ class MultiWorkerKind(_DataParallelKind):
     def fit_callbacks(self, callbacks):
         # Keras' writing callbacks are refused; a signal stops at a step boundary; a step
         # waiting timeout_seconds for a peer fails.
-        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self))
+        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self),
+                                           self.stop_vote)
 
 
 class TPUKind(StrategyKind):

@@ -1,14 +1,15 @@
 """Two workers train under Keras' own callbacks, or until a signal stops them.
 
     python -m support.mw_signals callbacks OUT_DIR
-    python -m support.mw_signals stop OUT_DIR
+    python -m support.mw_signals stop OUT_DIR [multi_worker|hybrid]
 
 `callbacks`: a fit with each of Keras' `ModelCheckpoint`, `TensorBoard` and
 `BackupAndRestore`, whose refusals each worker prints; then 2 epochs with the toolkit's
 `ModelCheckpoint` (OUT_DIR/toolkit.keras) and `TensorBoard` (OUT_DIR/logs); the chief writes
 its final weights to OUT_DIR/final.npz. `stop`: epochs without end under `mgpu_tf.callbacks.BackupAndRestore`
 (OUT_DIR/backup, every 1000 steps), each worker appending a line to OUT_DIR/steps-INDEX
-after each step, until a signal ends it.
+after each step, until a signal ends it; under `hybrid`, a pipeline of two simulated
+devices in each worker.
 """
 
 import json
@@ -39,8 +40,13 @@ class _Steps(keras.callbacks.Callback):
 
 def main():
     mode, out = sys.argv[1], pathlib.Path(sys.argv[2])
+    kind = sys.argv[3] if len(sys.argv) > 3 else "multi_worker"
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    strategy = mgpu_tf.make_strategy("multi_worker")
+    if kind == "hybrid":
+        mgpu_tf.simulate_devices(2)
+        strategy = mgpu_tf.make_strategy("hybrid", devices_per_worker=2)
+    else:
+        strategy = mgpu_tf.make_strategy("multi_worker")
     data = regression.sharded(strategy, EXAMPLES, FEATURES, GLOBAL_BATCH, shuffle_seed=3)
     keras.utils.set_random_seed(1)
     with strategy.scope():

@@ -3,9 +3,10 @@
     python -m support.stop_times [RUNS]
 
 Each run starts `support.mw_signals stop` on two workers and, once both have trained five
-steps, either sends SIGTERM to both (as `mgpu-tf launch` stops a group), or SIGKILLs
-worker 1 and, a second later, sends SIGTERM to worker 0, which waits in worker 1's
-collective. Prints each time from the signal to the exit, and the median and maximum.
+steps, sends SIGTERM to both (as `mgpu-tf launch` stops a group), or to worker 1 only
+(worker 0 stops with it at the step they agree on), or SIGKILLs worker 1 and, a second
+later, sends SIGTERM to worker 0, which waits in worker 1's collective. Prints each time
+from the signal to the last exit, and the median and maximum.
 """
 
 import json
@@ -43,7 +44,7 @@ def _run(case):
     else:
         targets = processes
     sent = time.monotonic()
-    for p in targets:
+    for p in targets[1:] if case == "one" else targets:
         p.send_signal(signal.SIGTERM)
     times = []
     for p in targets:
@@ -55,7 +56,7 @@ def _run(case):
 
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    for case in ("both", "survivor"):
+    for case in ("both", "one", "survivor"):
         times = []
         for _ in range(runs):
             seconds, codes, last = _run(case)

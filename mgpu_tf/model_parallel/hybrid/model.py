@@ -5,6 +5,7 @@ Design: docs/design.md#hybrid-parallelism
 
 import tensorflow as tf
 
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.compat import keras_steps, keras_train_step
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import wrapper
@@ -58,9 +59,11 @@ class HybridParallel(wrapper.ModelParallel):
 
     def train_step(self, data):
         # Keras' TensorFlow train_step, with the gradients averaged over the workers.
+        vote = kind_lib.kind_of_model(self).stop_vote
+
         def average(gradients, loss):
             return average_over_workers(self._communicator, gradients,
-                                        self._stage_groups(self.trainable_weights), loss)
+                                        self._stage_groups(self.trainable_weights), loss, vote)
 
         return keras_train_step.train_step(self, data, reduce=average)
 
@@ -83,25 +86,29 @@ def _as_gradient(value):
     return value if isinstance(value, tf.IndexedSlices) else tf.convert_to_tensor(value)
 
 
-def average_over_workers(communicator, gradients, groups, loss):
-    """Returns `(gradients, loss)` averaged over the workers, one all-reduce per stage.
-
-    The loss travels with the last stage's gradients, so it adds no collective.
-    """
+def average_over_workers(communicator, gradients, groups, loss, vote=None):
+    """Returns `(gradients, loss)` averaged over the workers, one all-reduce per stage; the
+    loss and the stop `vote` (a `StopVote`, or None) travel with the last stage's."""
 
     def replica_fn(gradients, loss):
         context = tf.distribute.get_replica_context()
         out = list(gradients)
         for k, group in enumerate(groups):
+            last = k == len(groups) - 1
             pack = [gradients[i] for i in group]
-            if k == len(groups) - 1:
+            if last:
                 pack.append(loss)
+                if vote is not None:
+                    pack.append(vote.carry(tf.zeros([0])))
             # Copied to the replica's device: the collective reduces values of one device.
             pack = [tf.identity(value) for value in pack]
-            reduced = context.all_reduce(tf.distribute.ReduceOp.MEAN, pack) if pack else []
+            reduced = list(context.all_reduce(tf.distribute.ReduceOp.MEAN, pack) if pack else [])
+            if last and vote is not None:
+                with tf.control_dependencies([vote.keep(reduced.pop())]):
+                    reduced[-1] = tf.identity(reduced[-1])
             for i, value in zip(group, reduced):
                 out[i] = value
-            if k == len(groups) - 1:
+            if last:
                 loss = reduced[-1]
         return out, loss
 

@@ -16,6 +16,7 @@ from mgpu_tf.cluster import communicator as communicator_lib
 from mgpu_tf.cluster import detect as cluster_lib
 from mgpu_tf.cluster import fit_callbacks
 from mgpu_tf.cluster import step_watchdog
+from mgpu_tf.cluster import stop_vote
 from mgpu_tf.comm import combinations
 from mgpu_tf.compat import patches
 from mgpu_tf.model_parallel import strategy as _model_parallel  # noqa: F401 (its options)
@@ -144,6 +145,10 @@ class HybridKind(StrategyKind):
 
     name = "hybrid"
 
+    def settle(self):
+        if self.strategy.num_workers > 1:
+            self.stop_vote = stop_vote.StopVote()
+
     @property
     def worker_devices(self):
         return self.strategy.devices
@@ -170,7 +175,8 @@ class HybridKind(StrategyKind):
     def fit_callbacks(self, callbacks):
         # As multi_worker's: Keras' writing callbacks refused, a stop at a step boundary on
         # SIGTERM, and a step waiting timeout_seconds for a peer fails.
-        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self))
+        return fit_callbacks.fit_callbacks(callbacks, step_watchdog.for_fit(self),
+                                           self.stop_vote)
 
 
 def _build(settings):
