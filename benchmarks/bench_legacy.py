@@ -2,9 +2,9 @@
 
 Each round runs, in fresh processes and in turn: one process of 2 threads (the baseline),
 2 workers of one thread with `mgpu_tf.make_strategy("multi_worker")` and Keras 3 `fit`
-(default options), 2 workers with tf_keras + `tf.distribute.MultiWorkerMirroredStrategy`
-(the official multi-worker tutorial's pattern) and 2 workers with a hand-written
-`tf.distribute` custom training loop. Same MLP (4 Dense layers of width 1024), global batch
+(default options; `sharded`: the same fed by `mgpu_tf.shard_dataset`), 2 workers with
+tf_keras + `tf.distribute.MultiWorkerMirroredStrategy` (the official multi-worker
+tutorial's pattern) and 2 workers with a hand-written `tf.distribute` custom training loop. Same MLP (4 Dense layers of width 1024), global batch
 256, SGD. Prints, per way, the whole run (fit, from its call to its return: tracing and
 warm-up steps included) and the median step over the timed steps, and each way's scaling
 (examples/s over the baseline's, by step and by whole run), paired by round.
@@ -25,7 +25,7 @@ import sys
 from mgpu_tf.cluster import launcher
 
 WORKER = str(pathlib.Path(__file__).with_name("legacy_worker.py"))
-WAYS = ("one", "mgpu_tf", "tf_keras", "loop")
+WAYS = ("one", "mgpu_tf", "sharded", "tf_keras", "loop")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
 
 

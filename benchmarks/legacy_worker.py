@@ -3,6 +3,8 @@
 Ways (`--way`):
     one       one process, the default strategy, Keras 3 `fit` (the baseline);
     mgpu_tf   a worker of `mgpu_tf.make_strategy("multi_worker")` with default options, `fit`;
+    sharded   the same, fed by `mgpu_tf.shard_dataset` (epochs of 64 steps) instead of a
+              repeated `tf.data` data set;
     tf_keras  a worker of `tf.distribute.MultiWorkerMirroredStrategy` with tf_keras' `fit`,
               the official multi-worker tutorial's pattern;
     loop      a worker of `tf.distribute.MultiWorkerMirroredStrategy` with a hand-written
@@ -24,10 +26,10 @@ FEATURES, WIDTH, DEPTH, CLASSES = 784, 1024, 4, 10
 LEARNING_RATE = 0.01
 
 
-def _data(global_batch):
+def _data(global_batch, batches=8):
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((global_batch * 8, FEATURES)).astype("float32")
-    y = rng.integers(0, CLASSES, size=global_batch * 8).astype("int32")
+    x = rng.standard_normal((global_batch * batches, FEATURES)).astype("float32")
+    y = rng.integers(0, CLASSES, size=global_batch * batches).astype("int32")
     return x, y
 
 
@@ -59,16 +61,24 @@ class _StepClock:
         self.callback = Callback()
 
 
-def _fit(keras, tf, strategy, x, y, batch, steps, warmup):
+def _fit(keras, tf, strategy, x, y, batch, steps, warmup, sharded=False):
     with strategy.scope() if strategy is not None else _nothing():
         model = _keras_model(keras)
         model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     clock = _StepClock(keras.callbacks.Callback)
+    if sharded:
+        import mgpu_tf
+
+        data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                     batch)
+        run = dict(epochs=-(-(warmup + steps) // (len(x) // batch)))
+    else:
+        data = _dataset(tf, x, y, batch)
+        run = dict(epochs=1, steps_per_epoch=warmup + steps)
     began = time.perf_counter()
-    model.fit(_dataset(tf, x, y, batch), epochs=1, steps_per_epoch=warmup + steps,
-              callbacks=[clock.callback], verbose=0)
-    return time.perf_counter() - began, clock.ends[warmup:]
+    model.fit(data, callbacks=[clock.callback], verbose=0, **run)
+    return time.perf_counter() - began, clock.ends[warmup:warmup + steps]
 
 
 class _nothing:
@@ -124,7 +134,8 @@ def _loop(tf, strategy, x, y, batch, steps, warmup):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--way", required=True, choices=("one", "mgpu_tf", "tf_keras", "loop"))
+    parser.add_argument("--way", required=True, choices=("one", "mgpu_tf", "sharded", "tf_keras",
+                                                        "loop"))
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--global_batch", type=int, default=256)
@@ -144,12 +155,15 @@ def main():
         import keras
 
         seconds, ends = _fit(keras, tf, None, x, y, batch, args.steps, args.warmup)
-    elif args.way == "mgpu_tf":
+    elif args.way in ("mgpu_tf", "sharded"):
         import keras
         import mgpu_tf
 
         strategy = mgpu_tf.make_strategy("multi_worker")
-        seconds, ends = _fit(keras, tf, strategy, x, y, batch, args.steps, args.warmup)
+        if args.way == "sharded":
+            x, y = _data(args.global_batch, batches=64)
+        seconds, ends = _fit(keras, tf, strategy, x, y, batch, args.steps, args.warmup,
+                             sharded=args.way == "sharded")
     elif args.way == "tf_keras":
         import tf_keras
 

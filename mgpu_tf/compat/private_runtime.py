@@ -2,11 +2,13 @@
 coordination service, the runtime's start, aborting collectives, the default strategy); as
 `compat.private`'s."""
 
+import contextlib
+
 from mgpu_tf.compat.versions import PrivateNameError, attribute, check, missing
 
 __all__ = ["PrivateNameError", "abort_collectives", "collective_key_base",
-           "configure_coordination_service",
-           "default_strategy", "peer_health", "runtime_started", "set_collective_key_base"]
+           "configure_coordination_service", "default_strategy", "peer_health",
+           "runtime_started", "set_collective_key_base", "without_partial_batches"]
 
 
 def collective_key_base(strategy_class):
@@ -136,3 +138,22 @@ def _context_method(method, received):
         return getattr(context_lib.context(), method)
     except (ImportError, AttributeError):
         raise missing(name, received) from None
+
+
+@contextlib.contextmanager
+def without_partial_batches(strategy):
+    """Inside it, data sets `strategy` distributes read each step without TensorFlow's check
+    of which workers still have data (an all-reduce a step): for pipelines that give every
+    worker the same steps.
+
+    `CollectiveAllReduceExtended.experimental_enable_get_next_as_optional` (TensorFlow
+    2.18-2.21), read as a data set is distributed.
+    """
+    name = "CollectiveAllReduceExtended.experimental_enable_get_next_as_optional"
+    extended = strategy.extended
+    before = attribute(extended, name, f"strategy={type(strategy).__name__}")
+    setattr(extended, "experimental_enable_get_next_as_optional", False)
+    try:
+        yield
+    finally:
+        setattr(extended, "experimental_enable_get_next_as_optional", before)

@@ -141,6 +141,12 @@ class MultiWorkerKind(_DataParallelKind):
     def data_layout(self):
         return "multi_worker", self.num_workers, self.replicas_per_worker
 
+    def distribute_datasets(self, make_replica, make_worker):
+        # Every worker's pipeline gives each epoch's steps, padded with empty batches
+        # (data.pipeline): no step needs TensorFlow's all-reduce of who still has data.
+        with private_runtime.without_partial_batches(self.strategy):
+            return super().distribute_datasets(make_replica, make_worker)
+
     def fit_callbacks(self, callbacks):
         # Keras' writing callbacks are refused; a signal stops at a step boundary; a step
         # waiting timeout_seconds for a peer fails.
