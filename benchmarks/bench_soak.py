@@ -38,11 +38,13 @@ def main():
     parser.add_argument("--without", default="",
                         help="parts left out: tcp, sharded, adaptive, monitor, stream, timeout")
     parser.add_argument("--print_every", type=int, default=1)
+    parser.add_argument("--steps_per_epoch", type=int, default=soak_worker.STEPS_PER_EPOCH)
     args = parser.parse_args()
     out = pathlib.Path(tempfile.mkdtemp(prefix="bench_soak-"))
     log = io.StringIO()
     code = launcher.launch([sys.executable, soak_worker.__file__, str(out), str(args.epochs),
-                            str(args.leak_bytes), args.without], 2, env=ENV, output=log,
+                            str(args.leak_bytes), args.without, str(args.steps_per_epoch)],
+                           2, env=ENV, output=log,
                            grace_seconds=1)
     if code:
         raise RuntimeError(f"training failed with exit code {code}:\n{log.getvalue()[-3000:]}")

@@ -2,7 +2,7 @@
 
 Run as 2 workers (`mgpu_tf.cluster.launcher`; bench_soak.py and tests/test_soak.py do):
 
-    python benchmarks/soak_worker.py OUT_DIR EPOCHS [LEAK_BYTES [WITHOUT]]
+    python benchmarks/soak_worker.py OUT_DIR EPOCHS [LEAK_BYTES [WITHOUT [STEPS]]]
 
 trains a tiny model under `make_strategy("multi_worker", transport="tcp",
 shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
@@ -15,7 +15,7 @@ catch, beside worker 0, which has none. DataOrder drives the data's position, so
 fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive`,
 `monitor`, `stream` and `timeout`, leaves those parts out (tensorflow's collectives instead of
 the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
-instead of `TIMEOUT_SECONDS`).
+instead of `TIMEOUT_SECONDS`). STEPS: steps per epoch, `STEPS_PER_EPOCH` by default.
 """
 
 import json
@@ -111,13 +111,14 @@ def main():
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     leak_bytes = int(sys.argv[3]) if len(sys.argv) > 3 and index == 1 else 0
     without = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else set()
+    examples = GLOBAL_BATCH * (int(sys.argv[5]) if len(sys.argv) > 5 else STEPS_PER_EPOCH)
     out.mkdir(parents=True, exist_ok=True)
     strategy = mgpu_tf.make_strategy(
         "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
         shard_optimizer_state="sharded" not in without,
         timeout_seconds=None if "timeout" in without else TIMEOUT_SECONDS)
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((EXAMPLES, FEATURES)).astype("float32")
+    x = rng.standard_normal((examples, FEATURES)).astype("float32")
     y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
     with strategy.scope():
         keras.utils.set_random_seed(11)
