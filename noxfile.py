@@ -95,9 +95,9 @@ CAPABILITIES = {
     "checkpoints hold the sharded slots and sums": [
         "tests/test_checkpoint_paths.py::"
         "test_a_fresh_process_resumes_to_the_uninterrupted_weights[tf.train.Checkpoint-2]"],
-    "SIGTERM stops at a step boundary": [
+    "SIGTERM stops every worker at one step": [
         "tests/test_signals.py::"
-        "test_sigterm_stops_every_worker_at_a_step_boundary_or_within_the_bound"],
+        "test_sigterm_stops_every_worker_at_one_step_with_the_chiefs_backup"],
     "a worker waiting for peers says whom": [
         "tests/test_signals.py::test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c"],
     "Keras' writing callbacks under 2 workers": [
