@@ -223,7 +223,6 @@ class Ring(Pipelined):
         """Reads every message from the left into the mailbox, until the connection ends."""
         # Messages by key as they arrive; buffers that messages not yet arrived go into.
         self._mailbox, self._posted, self._failure = {}, {}, None
-        self._scratch = None  # all_reduce's receiving buffer, kept for the next call
         self._arrived = threading.Condition()
         self._counters, self._count_lock = {}, threading.Lock()
         self._send_lock = threading.Lock()

@@ -72,12 +72,6 @@ class Pipelined:
         return [[(a, min(a + step, int(stop))) for a in range(int(start), int(stop), step)]
                 for start, stop in zip(bounds[:-1], bounds[1:])]
 
-    def _scratch_for(self, nbytes):
-        with self._count_lock:
-            scratch, self._scratch = self._scratch, None
-        return scratch if scratch is not None and scratch.nbytes >= nbytes else np.empty(
-            nbytes, np.uint8)
-
     def _result(self, size, dtype):
         """An empty 1-D array for a result, aligned for TensorFlow, reused where it can be.
 
@@ -153,22 +147,18 @@ class Pipelined:
         """Runs `steps` (`(phase, send, receive)` chunks) piece by piece into `out`.
 
         The first step sends from `source`; each later one sends the chunk the step before
-        received. A `"reduce"` piece is `source`'s plus the one received. `kind` keeps the
-        messages of all-reduces and all-gathers apart.
+        received. A `"reduce"` piece is `source`'s plus the one received, added in its
+        place in `out`. `kind` keeps the messages of all-reduces and all-gathers apart.
         """
         call = self._next_index(op, _PIPELINED_STEP | kind)
-        reducing = any(phase == "reduce" for phase, _, _ in steps)
-        scratch = self._scratch_for(source.nbytes) if reducing else None
-        received = None if scratch is None else scratch[:source.nbytes].view(source.dtype)
 
         def key(step, piece):
             return (op, _PIPELINED_STEP | (kind << 16) | step, (call << 32) | piece)
 
-        # Every piece's place is known now: the receiving thread reads each into it.
-        for step, (phase, _, into) in enumerate(steps):
-            target = received if phase == "reduce" else out
+        # Every piece's place in `out` is known now: the receiving thread reads each into it.
+        for step, (_, _, into) in enumerate(steps):
             for piece, (a, b) in enumerate(pieces[into]):
-                self._post(key(step, piece), target[a:b].view(np.uint8))
+                self._post(key(step, piece), out[a:b].view(np.uint8))
         try:
             for piece, (a, b) in enumerate(pieces[steps[0][1]]):
                 self._send(key(0, piece), *[span for _, span in _spans(source, a, b)])
@@ -189,5 +179,3 @@ class Pipelined:
                 for step in range(len(steps)):
                     for piece in range(max(len(p) for p in pieces)):
                         self._posted.pop(key(step, piece), None)
-            if scratch is not None:
-                self._scratch = scratch
