@@ -96,8 +96,9 @@ CAPABILITIES = {
         "tests/test_checkpoint_paths.py::"
         "test_a_fresh_process_resumes_to_the_uninterrupted_weights[tf.train.Checkpoint-2]"],
     "SIGTERM stops every worker at one step": [
-        "tests/test_signals.py::"
-        "test_sigterm_stops_every_worker_at_one_step_with_the_chiefs_backup"],
+        f"tests/test_signals.py::test_sigterm_stops_every_worker_at_one_step_with_the_chiefs_"
+        f"backup[{case}]" for case in ("worker_1_only", "both_over_the_ring",
+                                       "hybrid_worker_1_only")],
     "a worker waiting for peers says whom": [
         "tests/test_signals.py::test_a_lone_worker_says_whom_it_waits_for_and_ends_on_sigterm_or_ctrl_c"],
     "Keras' writing callbacks under 2 workers": [
