@@ -152,3 +152,34 @@ def test_the_probe_keeps_within_its_budget():
 def test_bad_arguments_are_named(arguments, message):
     with pytest.raises(ValueError, match=message):
         mgpu_tf.callbacks.TrainingMonitor(**arguments)
+
+
+def test_the_clock_leaves_out_an_epochs_first_step_as_the_step_time_does():
+    # The step time runs from the first step's end; a peer still tracing that step made its
+    # wait seconds long, which counted over the epoch left a compute of 0 (adaptive shares
+    # then did not move after epoch 0).
+    import keras
+
+    from mgpu_tf.base import kind as kind_lib
+    from mgpu_tf.callbacks import compute
+
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    kind = kind_lib.kind_of(strategy)
+    times = compute.ComputeTimes(model, strategy, {0: list(kind.worker_devices)}, kind,
+                                 repeats=1, budget=None, start=0.0, wanted=True)
+
+    def wait(seconds, steps):  # each replica's wait, as the traced step adds it
+        for variable, add in ((times.clock.seconds, seconds), (times.clock.count, steps)):
+            for local in strategy.experimental_local_results(variable):
+                local.assign_add(tf.cast(add, local.dtype))
+
+    wait(5.0, 1)  # the epoch's first step
+    times.first_step_ended()
+    wait(0.03 * 9, 9)  # nine more, 30 ms each
+    # 100 ms a step from the first step's end: 70 ms of compute.
+    assert times.clocked(0.1, 10) == {0: pytest.approx(0.07)}
+    wait(0.02 * 4, 4)  # the next window's steps, from the last read: none left out
+    assert times.clocked(0.1, 14) == {0: pytest.approx(0.08)}

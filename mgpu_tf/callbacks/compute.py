@@ -38,14 +38,26 @@ class ComputeTimes:
         self.probe_seconds = 0.0  # spent probing so far
         self._probe_cost = None  # what the next probe may cost
         self._steps_read = 0  # steps done when the clock was last read
+        self._first = None  # the clock after an epoch's first step, which it leaves out
+
+    def first_step_ended(self):
+        """An epoch's first step has ended: its wait is left out, as the step time leaves
+        out its time (a peer still tracing the step would count as this one's wait)."""
+        if self.clock is not None:
+            self._first = self.clock.peek()
 
     def clocked(self, step_seconds, steps_done):
         """`{unit: the step less its shortest replica wait}` since the last call; empty
         where the clock did not run (a train step traced before it was made)."""
         steps, self._steps_read = steps_done - self._steps_read, steps_done
+        first, self._first = self._first, None
         if self.clock is None:
             return {}
-        figures = iter(self.clock.read())
+        figures = self.clock.read()
+        if first is not None and steps > 1:  # as `_step_seconds`, from the first step's end
+            steps -= 1
+            figures = [(s - s0, c - c0) for (s, c), (s0, c0) in zip(figures, first)]
+        figures = iter(figures)
         found = {}
         for unit in sorted(self.local):
             mine = [next(figures) for _ in self.local[unit]]

@@ -143,6 +143,8 @@ class TrainingMonitor(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         # Only the time, at every step; the rest waits for the interval's end.
+        if not self.run.ends:
+            self.run.compute.first_step_ended()
         self.run.ends.append((batch, time.perf_counter()))
         every = self.every_n_steps
         if every and (batch + 1) % every == 0:

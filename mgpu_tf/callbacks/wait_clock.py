@@ -37,14 +37,18 @@ class WaitClock:
         self.count.assign_add(1)
         return reduced
 
-    def read(self):
+    def peek(self):
         """`[(seconds, all-reduces)]` of each local replica since the last read."""
-        figures = []
-        for seconds, count in zip(self.strategy.experimental_local_results(self.seconds),
-                                  self.strategy.experimental_local_results(self.count)):
-            figures.append((float(seconds.numpy()), int(count.numpy())))
-            seconds.assign(0.0)
-            count.assign(0)
+        return [(float(seconds.numpy()), int(count.numpy())) for seconds, count in zip(
+            self.strategy.experimental_local_results(self.seconds),
+            self.strategy.experimental_local_results(self.count))]
+
+    def read(self):
+        """`peek()`, then the clock starts again from zero."""
+        figures = self.peek()
+        for variable in (self.seconds, self.count):
+            for local in self.strategy.experimental_local_results(variable):
+                local.assign(tf.zeros_like(local))
         return figures
 
 
