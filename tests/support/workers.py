@@ -26,7 +26,10 @@ __all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "is_cluster_variable",
 CLUSTER_VARIABLES = ("TF_CONFIG", "TPU_NAME", "JOB_COMPLETION_INDEX")
 CLUSTER_PREFIXES = ("MGPU_TF_", "SLURM_", "KUBERNETES_")
 
-_BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow", "PYTHONUNBUFFERED": "1"}
+# A process that crashes (SIGSEGV, SIGABRT) prints every thread's Python stack: the report
+# a failing test shows.
+_BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow", "PYTHONUNBUFFERED": "1",
+         "PYTHONFAULTHANDLER": "1"}
 
 
 def is_cluster_variable(name):
