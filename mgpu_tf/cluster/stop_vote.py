@@ -18,7 +18,6 @@ class StopVote:
             self._mine = tf.Variable(0.0, trainable=False, name="mgpu_tf_stop_mine")
             self._agreed = tf.Variable(0.0, trainable=False, name="mgpu_tf_stop_agreed")
         self.carried = False  # a traced step carries the vote
-        self.cast = False
 
     def carry(self, packed):
         """`packed` (a float32 vector of logs) with this worker's vote appended."""
@@ -32,9 +31,7 @@ class StopVote:
 
     def vote(self):
         """Votes to stop: the next step each worker runs carries it."""
-        if not self.cast:
-            self._mine.assign(1.0)
-            self.cast = True
+        self._mine.assign(1.0)
 
     def agreed(self):
         """True once a step carried some worker's vote to stop (all workers read the same)."""
