@@ -208,6 +208,17 @@ def test_one_worker_is_its_own_ring():
         np.testing.assert_array_equal(r.all_reduce(np.arange(5.0)), np.arange(5.0))
 
 
+def test_workers_of_one_host_keep_small_socket_buffers():
+    def sizes(r, rank):
+        return (r._right.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                r._left.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+
+    results, errors = _run_ring(2, sizes)
+    assert errors == [None, None]
+    # Linux keeps twice what was asked, for its own bookkeeping.
+    assert results == [(2 * ring._LOCAL_BUFFER_BYTES,) * 2] * 2
+
+
 def test_workers_on_ipv6_loopback_form_a_ring():
     try:
         probe = ring.listen("::1")
