@@ -292,7 +292,7 @@ def test_fit_evaluate_predict_on_two_workers(keras_loop):
     report = "\n".join(outputs.get(0, []))
     assert code == 0, f"A worker failed (exit {code}):\n{report}"
     for index, lines in outputs.items():
-        for part in ("fit", "evaluate", "predict"):
+        for part in ("fit", "evaluate", "metric reads", "predict"):
             assert _finding(lines, part) == "ok", f"worker {index} {part}:\n" + "\n".join(lines)
         # The patch works above, unannounced: `mgpu-tf env` lists it, DEBUG logs it.
         assert not any("(keras-team/keras#20585)" in line for line in lines), lines

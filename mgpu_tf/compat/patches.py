@@ -3,9 +3,9 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_sums,
-                            multi_worker, optimizer_hooks, replica_seeds, shuffle_hook,
-                            step_loss)
+from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_reads,
+                            metric_sums, multi_worker, optimizer_hooks, replica_seeds,
+                            shuffle_hook, step_loss)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -26,6 +26,11 @@ PATCHES = (
     ("metric_sums",
         "Keras 3.8-3.9's metrics count each step once under a strategy of several replicas",
         metric_sums.apply_metric_sum_fix, metric_sums.installed),
+    ("metric_reads",
+        "metric reads and resets between steps under several workers run as one traced "
+        "function each, whose collectives keep their keys (TensorFlow keeps a record of each "
+        "eager collective's key)",
+        metric_reads.install, metric_reads.installed),
     ("compile",
         "compile readies the optimizer of a model made under a strategy with communication "
         "options (compression, gradient accumulation, transport)",
@@ -53,8 +58,8 @@ PATCHES = (
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
-REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "step_loss",
-                 "replica_seeds")
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "metric_reads",
+                 "step_loss", "replica_seeds")
 
 
 def install(*names):

@@ -32,7 +32,8 @@ _TRAINER_FUNCTIONS = ("TensorFlowTrainer._maybe_symbolic_build", "reduce_per_rep
                       "TensorFlowTrainer.make_test_function",
                       "TensorFlowTrainer.make_predict_function", "TensorFlowTrainer.train_step",
                       "TensorFlowTrainer.test_step", "TensorFlowTrainer.fit",
-                      "Trainer.compile", "Trainer.compute_loss")
+                      "Trainer.compile", "Trainer.compute_loss", "Trainer.get_metrics_result",
+                      "Trainer.reset_metrics")
 
 
 def keras_trainer():
@@ -69,7 +70,8 @@ def trainer_function(name):
     `"_collective_all_reduce_multi_worker"`, or `"TensorFlowTrainer."` followed by
     `make_train_function`, `make_test_function`, `make_predict_function`, `train_step`,
     `test_step` or `fit`, or
-    `"Trainer.compile"` or `"Trainer.compute_loss"` (Keras 3.8-3.15); another raises
+    `"Trainer."` followed by `compile`, `compute_loss`, `get_metrics_result` or
+    `reset_metrics` (Keras 3.8-3.15); another raises
     `ValueError`.
     """
     owner, known = _trainer_owner(name)

@@ -65,6 +65,8 @@ _SCATTER = ("shard_optimizer_state reduce-scatters the gradients across workers 
             "strategy's own collective keys")
 _KEYS = "Collectives of functions traced once reuse their instance keys"
 _METRIC_SUMS = "The fix for Keras 3.8-3.9's metric sums under a strategy adds to variables"
+_METRIC_READS = ("Metric reads and resets between steps under several workers keep their "
+                 "collective keys")
 _CHECKPOINT = ("shard_optimizer_state saves each slot whole in TensorFlow's checkpoints, "
                "whatever the replica count")
 _TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
@@ -124,6 +126,9 @@ KNOWN = {
     # Patched on the base class, where a model's own compute_loss reaches it through super().
     "Trainer.compute_loss": _keras("A model's own train_step logs compute_loss's loss as on "
                                    "one device"),
+    # Patched on the base class, which Keras calls through each model between steps.
+    "Trainer.get_metrics_result": _keras(_METRIC_READS),
+    "Trainer.reset_metrics": _keras(_METRIC_READS),
     "keras.src.trainers.data_adapters.get_data_adapter": _keras(
         "fit leaves out its shuffle warning for data sets from shard_dataset"),
     "keras.src.trainers.data_adapters.is_tf_dataset": _keras(

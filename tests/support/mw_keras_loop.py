@@ -73,6 +73,23 @@ def log_reduction_bug(strategy):
     return False
 
 
+def metric_reads(strategy, model):
+    """Resets and reads the metrics 3 times between steps: "ok" when the resets read 0 and
+    no collective took a new instance key (TensorFlow keeps a record of each)."""
+    from mgpu_tf.compat import private_collectives
+
+    launcher = private_collectives.collective_launchers(strategy)[0]
+    before = private_collectives.next_instance_key(launcher)
+    reads = []
+    for _ in range(3):
+        model.reset_metrics()
+        reads.append(model.get_metrics_result())
+    taken = private_collectives.next_instance_key(launcher) - before
+    if taken or any(float(v) != 0.0 for r in reads for v in r.values()):
+        return f"{taken} keys taken, reads {reads}"
+    return "ok"
+
+
 def main():
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     strategy = mgpu_tf.make_strategy("multi_worker")
@@ -98,6 +115,8 @@ def main():
     error = abs(results["loss"] - expected) / expected
     print("evaluate: ok" if error < 1e-5 else
           f"evaluate: loss {results['loss']} but the local model gives {expected}")
+
+    print("metric reads:", metric_reads(strategy, model))
 
     predictions = model.predict(inputs, verbose=0)
     if predictions.shape == local.shape and np.allclose(predictions, local, atol=1e-6):
