@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
 
 import mgpu_tf
 from mgpu_tf.callbacks import measure
@@ -67,6 +68,12 @@ def test_figures_reach_history_tensorboard_and_the_table(tmp_path, capsys):
     tags = {value.tag for event in tf.compat.v1.train.summary_iterator(str(files[0]))
             for value in event.summary.value}
     assert {"monitor/worker_0/step_ms", "monitor/worker_1/peak_memory_mb"} <= tags
+    # TensorBoard's own reader shows each epoch's scalar, as History holds it.
+    events = event_accumulator.EventAccumulator(str(tmp_path))
+    events.Reload()
+    shown = events.Scalars("monitor/worker_0/step_ms")
+    assert [e.step for e in shown] == [8, 16]
+    np.testing.assert_allclose([e.value for e in shown], logs["step_ms"], rtol=1e-6)
 
 
 def _fit_mirrored(epochs=2, **options):

@@ -10,9 +10,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from mgpu_tf.compat import collective_keys
 from mgpu_tf.strategies import kinds
 
-__all__ = ["memory_bytes", "ComputeProbe", "exchange", "local_units", "SHORTEST_SAMPLE"]
+__all__ = ["memory_bytes", "ComputeProbe", "Exchange", "local_units", "SHORTEST_SAMPLE"]
 
 _PROC_STATUS = "/proc/self/status"
 # Seconds: a timed sample of the probe repeats shorter passes up to this.
@@ -115,30 +116,40 @@ class ComputeProbe:
         return statistics.median(times)
 
 
-def exchange(strategy, kind, units, replicas_per_unit, rows):
-    """Every unit's row of figures, on every worker.
+class Exchange:
+    """Every unit's row of figures, on every worker: `exchange(rows)`.
+
+    Across processes one sum of the rows over the replicas, traced once, so that its
+    collective keeps its instance key (TensorFlow keeps a record of each new one).
 
     Args:
         strategy: the training strategy.
         kind: its `StrategyKind` (`local_units`), or `None`.
         units: units in the cluster.
         replicas_per_unit: replicas of one unit.
-        rows: this process' rows, `{unit: [figures]}`.
-
-    Returns:
-        A float64 array of shape `[units, figures]`.
     """
-    if kind is None or not kind.spans_processes:
-        return np.array([rows[u] for u in range(units)], np.float64)
-    width = len(next(iter(rows.values())))
 
-    def value(context):
-        replica = context.replica_id_in_sync_group
-        table = np.zeros([units, width], np.float32)
-        if replica % replicas_per_unit == 0 and replica // replicas_per_unit in rows:
-            table[replica // replicas_per_unit] = rows[replica // replicas_per_unit]
-        return tf.constant(table)
+    def __init__(self, strategy, kind, units, replicas_per_unit):
+        self.strategy, self.units, self.per_unit = strategy, units, replicas_per_unit
+        self._sum = None
+        if kind is not None and kind.spans_processes:
+            self._sum = tf.function(collective_keys.keeping_keys(
+                lambda values: strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None),
+                strategy))
 
-    per_replica = strategy.experimental_distribute_values_from_function(value)
-    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-    return np.asarray(total, np.float64)
+    def __call__(self, rows):
+        """A float64 array of shape `[units, figures]` from this process' rows,
+        `{unit: [figures]}`."""
+        if self._sum is None:
+            return np.array([rows[u] for u in range(self.units)], np.float64)
+        width = len(next(iter(rows.values())))
+
+        def value(context):
+            replica = context.replica_id_in_sync_group
+            table = np.zeros([self.units, width], np.float32)
+            if replica % self.per_unit == 0 and replica // self.per_unit in rows:
+                table[replica // self.per_unit] = rows[replica // self.per_unit]
+            return tf.constant(table)
+
+        values = self.strategy.experimental_distribute_values_from_function(value)
+        return np.asarray(self._sum(values), np.float64)

@@ -225,6 +225,8 @@ class _Run:
         self.strategy = chief_lib.strategy_of(monitor.model)
         (self._kind, self._units, self._per_unit,
          self._local) = measure.local_units(self.strategy)
+        self._exchange = measure.Exchange(self.strategy, self._kind, self._units,
+                                          self._per_unit)
         self._busy = utilization.make_reader(len(tf.config.list_physical_devices("GPU")))
         strategy = monitor.model.distribute_strategy
         self.shares = [s for s in kinds.kind_of_model(monitor.model).adaptive_shares()
@@ -329,7 +331,7 @@ class _Run:
             "batch": batch, "memory_mb": memory / _MB, "peak_memory_mb": peak / _MB,
             "utilization_pct": busy, "first_step_ms": 1000.0 * first})
             for unit, batch in unit_batches.items()}
-        table = measure.exchange(self.strategy, self._kind, self._units, self._per_unit, rows)
+        table = self._exchange(rows)
         return clocked or probe, self._record(table, batches is not None)
 
     def _publish(self, logs, record, final):

@@ -3,10 +3,9 @@
 Design: docs/design.md#training-monitor
 """
 
-import glob
 import os
-import shutil
-import tempfile
+import socket
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -23,25 +22,27 @@ _OF_WORKER = tuple(f for f in _SCALARS if f.source != figures.Source.RECORD)
 
 def write(log_dir, strategy, record):
     """One interval's scalars (a `TrainingMonitor.history` record) in a new events file of
-    `log_dir`, renamed into place, on the chief only."""
+    `log_dir`, renamed into place, on the chief only.
+
+    The file is TensorBoard's record format written directly (`tf.io.TFRecordWriter`), not
+    through a `tf.summary` writer: each of those is a TensorFlow resource, which kept
+    about 7 KB of the process per interval (docs/benchmarks.md, "Soak").
+    """
     if log_dir is None or not chief_lib.is_chief(strategy):
         return
-    scratch = tempfile.mkdtemp(prefix="mgpu_tf-monitor-")
-    try:
-        writer = tf.summary.create_file_writer(scratch)
-        with writer.as_default():
-            step = record["step"]
-            for figure in _OF_RECORD:
-                tf.summary.scalar(figure.tag(None), figure.value(record, None), step)
-            for index in range(len(record["units"])):
-                for figure in _OF_WORKER:
-                    value = figure.value(record, index)
-                    if np.isfinite(value):
-                        tf.summary.scalar(figure.tag(index), value, step)
-        writer.close()
-        for path in glob.glob(os.path.join(scratch, "events.out.tfevents.*")):
-            name = f"{os.path.basename(path)}.step{record['step']}"
-            with chief_lib.chief_path(os.path.join(log_dir, name), strategy) as target:
-                shutil.copyfile(path, target)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    step, now = record["step"], time.time()
+    values = [(figure.tag(None), figure.value(record, None)) for figure in _OF_RECORD]
+    for index in range(len(record["units"])):
+        values += [(figure.tag(index), figure.value(record, index)) for figure in _OF_WORKER]
+    summary = tf.compat.v1.Summary(value=[
+        tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+        for tag, value in values if np.isfinite(value)])
+    # TensorBoard reads a directory's files in the order of their names: time, then step.
+    name = (f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}"
+            f".step{step:012d}")
+    with chief_lib.chief_path(os.path.join(log_dir, name), strategy) as target:
+        with tf.io.TFRecordWriter(target) as events:
+            events.write(tf.compat.v1.Event(wall_time=now, file_version="brain.Event:2")
+                         .SerializeToString())
+            events.write(tf.compat.v1.Event(wall_time=now, step=step, summary=summary)
+                         .SerializeToString())
