@@ -24,7 +24,7 @@ def test_installing_twice_changes_nothing():
     fixes_metrics = metric_sums.metric_sum_fix_applies(keras.__version__)
     assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile",
                                          "shuffle", "fit", "custom_loop", "step_loss",
-                                         "replica_seeds"} | (
+                                         "replica_seeds", "metric_reads"} | (
         {"metric_sums"} if fixes_metrics else set())
 
 

@@ -44,8 +44,14 @@ def install():
 
 
 def _numbers(results):
-    """Scalar results as Python floats, as Keras' `pythonify_logs` gives them."""
-    return {k: float(v) if getattr(v, "shape", None) == () else v for k, v in results.items()}
+    """The results as Keras' `pythonify_logs` gives them: by name, floats where they convert."""
+    out = {}
+    for name, value in sorted(results.items()):
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError):
+            out[name] = value
+    return out
 
 
 def _traced_between_steps(name, original, finish):
