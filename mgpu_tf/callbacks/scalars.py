@@ -32,11 +32,11 @@ def write(log_dir, strategy, record):
         return
     step, now = record["step"], time.time()
     values = [(figure.tag(None), figure.value(record, None)) for figure in _OF_RECORD]
-    for index in range(len(record["units"])):
-        values += [(figure.tag(index), figure.value(record, index)) for figure in _OF_WORKER]
+    for index in range(len(record["units"])):  # a worker's figure not measured is left out
+        values += [(figure.tag(index), value) for figure in _OF_WORKER
+                   if np.isfinite(value := figure.value(record, index))]
     summary = tf.compat.v1.Summary(value=[
-        tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
-        for tag, value in values if np.isfinite(value)])
+        tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values])
     # TensorBoard reads a directory's files in the order of their names: time, then step.
     name = (f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}"
             f".step{step:012d}")
