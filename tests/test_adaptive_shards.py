@@ -98,15 +98,28 @@ def launch(tmp_path_factory, request):
     return directory, outputs, [_results(outputs[w]) for w in range(2)]
 
 
+def _clean(results, epoch):
+    """Whether `epoch`'s compute figures are what the sleeps make them: worker 1 within 60 ms
+    over its sleep, worker 0 under that sleep. A process held off the CPU by a busy machine
+    shows in its compute (its step, less its wait); shares decided from such a figure may
+    rightly hold a move back."""
+    least = 1000 * adaptive_worker.SLOW_SECONDS * results[0]["SIZES"][epoch][1]
+    slow, fast = results[1]["HISTORY"]["compute_ms"], results[0]["HISTORY"]["compute_ms"]
+    return least <= slow[epoch] < least + 60 and fast[epoch] < least
+
+
 @pytest.mark.multiworker
 def test_shares_move_toward_the_faster_worker_in_bounded_steps(launch):
     _, _, results = launch
     sizes = results[0]["SIZES"]
     assert results[1]["SIZES"] == sizes  # both workers decided the same shares
+    figures = {"sizes": sizes, "changes": results[0]["CHANGES"],
+               "compute_ms": [r["HISTORY"]["compute_ms"] for r in results]}
     # Worker 1 is far slower, so each move is cut by the bound: 12 / 1.5 = 8, then
     # 8 / 1.5 = 5.3, rounded to a grain of 2: 6. Epoch 0's figures decide epochs 1 and 2,
     # epoch 1's decide epoch 3, so that no pipeline waits for a decision.
-    assert sizes == [[12, 12], [16, 8], [16, 8], [18, 6]]
+    assert sizes[:3] == [[12, 12], [16, 8], [16, 8]], figures
+    assert sizes[3] == [18, 6] or (sizes[3] == [16, 8] and not _clean(results, 1)), figures
     for change in results[0]["CHANGES"]:
         before, after = change["batch_sizes_before"], change["batch_sizes_after"]
         # x1.5 at most per epoch, give or take the rounding to whole examples.
@@ -151,11 +164,17 @@ def test_monitor_names_the_slow_worker(launch):
     # that wait: nothing was probed.
     sleep_ms = [1000 * adaptive_worker.SLOW_SECONDS * s[1] for s in results[0]["SIZES"]]
     for epoch, least in enumerate(sleep_ms):
-        assert least <= slow["compute_ms"][epoch] < least + 60, (epoch, slow["compute_ms"])
-        # Worker 0 has no sleep: its compute stays under the least of worker 1 (60 ms).
-        assert fast["compute_ms"][epoch] < 40, fast["compute_ms"]
+        figures = {"epoch": epoch, "slow": slow, "fast": fast}
+        assert least <= slow["compute_ms"][epoch] < least + 60, figures
+        # Worker 0 has no sleep: its compute stays under the least of worker 1.
+        assert fast["compute_ms"][epoch] < least, figures
+        # Both steps are compute + wait, and the two take turns in one all-reduce: what
+        # worker 0 waits beyond worker 1's wait is the difference of their computes. Each
+        # figure is a mean over the epoch's steps from each worker's own clock, which a
+        # busy machine can hold up at the epoch's ends; 15% of that wait and 10 ms allow it.
         waited = slow["compute_ms"][epoch] - fast["compute_ms"][epoch]
-        assert fast["wait_ms"][epoch] == pytest.approx(waited, abs=10), fast
+        beyond = fast["wait_ms"][epoch] - slow["wait_ms"][epoch]
+        assert beyond == pytest.approx(waited, abs=10 + 0.15 * waited), figures
     assert [r["PROBE_SECONDS"] for r in results] == [0, 0]
     assert min(fast["straggler_ratio"]) > 1.3 and fast["straggler_ratio"] == slow[
         "straggler_ratio"]
