@@ -34,6 +34,21 @@ def _recipe():
     return re.search(r"^```python\n(.*?)^```$", section, re.M | re.S).group(1)
 
 
+# About 110 s alone on an AMD EPYC core pair, most of it Ray's own waits (its view of the
+# nodes is refreshed every 20 s); several times that beside the rest of the suite.
+_TIMEOUT = 600
+
+
+def _report(run):
+    """The job's stage lines, then the end of its output (a result or a timeout's)."""
+    def text(part):
+        return part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+
+    output = text(run.stdout) + text(run.stderr)
+    stages = [line for line in output.splitlines() if line.startswith("ray_elastic_job:")]
+    return "\n".join(stages) + "\n...\n" + output[-4000:]
+
+
 def _time(out, name):
     return float((out / name).read_text())
 
@@ -51,11 +66,13 @@ def run(tmp_path_factory):
         result = subprocess.run(
             [sys.executable, "-m", "support.ray_elastic_job", str(script), str(out), temp_dir],
             cwd=directory, env=workers.environment({"RAY_DEDUP_LOGS": "0"}),
-            capture_output=True, text=True, timeout=420)
+            capture_output=True, text=True, timeout=_TIMEOUT)
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"The Ray job did not end in {_TIMEOUT} s:\n{_report(expired)}")
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
+    assert result.returncode == 0, _report(result)
     return out, runpy.run_path(str(script))
 
 

@@ -65,6 +65,11 @@ class Faults(keras.callbacks.Callback):
                 time.sleep(0.1)
 
 
+def _stage(started, what):
+    """One line per stage, so that a run cut short by its timeout shows where it stood."""
+    print(f"ray_elastic_job: {time.time() - started:6.1f} s {what}", flush=True)
+
+
 def _wait_for(training, *paths):
     while not all(p.exists() for p in paths):
         if not training.is_alive():
@@ -72,14 +77,16 @@ def _wait_for(training, *paths):
         time.sleep(0.05)
 
 
-def _faults(cluster, out, nodes, training):
+def _faults(cluster, out, nodes, training, started):
     _wait_for(training, out / "wait-2-0", out / "wait-2-1")
     node_id = (out / "wait-2-1").read_text().strip()
     (out / "removed_at").write_text(f"{time.time()}\n")
     cluster.remove_node(next(n for n in nodes if n.node_id == node_id), allow_graceful=False)
+    _stage(started, "2 workers at epoch 1, step 5: the node of rank 1 removed")
     _wait_for(training, out / "wait-1-0")
     (out / "added_at").write_text(f"{time.time()}\n")
     cluster.add_node(num_cpus=1)
+    _stage(started, "1 worker at epoch 2, step 2: a node added")
 
 
 def main(script, out, temp_dir):
@@ -89,10 +96,15 @@ def main(script, out, temp_dir):
     os.environ["RAY_TMPDIR"] = temp_dir  # Ray's files, its socket paths short
     # A group Ray cannot place (its view of the nodes is up to 20 s old) gives up sooner.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "15")
+    # A killed node's health checks fail at once: 5 of them a second apart mark it dead
+    # (Ray's default: 3 s apart). A live node's checks still have Ray's 10 s to answer.
+    os.environ.setdefault("RAY_health_check_period_ms", "1000")
+    started = time.time()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False})
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     ray.init(address=cluster.address)
+    _stage(started, "the cluster of a head and 2 nodes is up")
     trainer = recipe["make_trainer"](str(out), callbacks=[Faults(out)])
     outcome = {}
 
@@ -102,14 +114,13 @@ def main(script, out, temp_dir):
         except BaseException as error:  # raised again by the main thread
             outcome["error"] = error
 
-    started = time.time()
     # Ray adds nodes from the main thread only: the faults run here, training beside.
     training = threading.Thread(target=fit, daemon=True)
     training.start()
     try:
-        _faults(cluster, out, nodes, training)
+        _faults(cluster, out, nodes, training, started)
         training.join()
-        print(f"fit: {time.time() - started:.1f} s")
+        _stage(started, "fit returned")
         if "error" in outcome:
             raise outcome["error"]
     finally:
