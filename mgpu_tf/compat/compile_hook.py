@@ -19,10 +19,7 @@ _MARK = "_mgpu_tf_compile_hook"
 
 def installed():
     """True when Keras' `Trainer.compile` runs the hook."""
-    try:
-        return getattr(private_trainer.trainer_function("Trainer.compile"), _MARK, False)
-    except private_trainer.PrivateNameError:
-        return False
+    return private_trainer.patched_by("Trainer.compile", _MARK)
 
 
 def install():

@@ -18,10 +18,7 @@ _MARK = "_mgpu_tf_fit_hook"
 
 def installed():
     """True when Keras' `TensorFlowTrainer.fit` runs the hook."""
-    try:
-        return getattr(private_trainer.trainer_function("TensorFlowTrainer.fit"), _MARK, False)
-    except private_trainer.PrivateNameError:
-        return False
+    return private_trainer.patched_by("TensorFlowTrainer.fit", _MARK)
 
 
 def install():

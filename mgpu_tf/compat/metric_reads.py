@@ -23,10 +23,7 @@ _PYTHON_NUMBERS = ((3, 8), (3, 13))
 
 def installed():
     """True when Keras' `Trainer.get_metrics_result` and `reset_metrics` run traced."""
-    try:
-        return getattr(private_trainer.trainer_function("Trainer.reset_metrics"), _MARK, False)
-    except private_trainer.PrivateNameError:
-        return False
+    return private_trainer.patched_by("Trainer.reset_metrics", _MARK)
 
 
 def install():
@@ -38,7 +35,7 @@ def install():
         return
     numbers = versions.release_in(keras.__version__, *_PYTHON_NUMBERS, argument="keras_version")
     for name, finish in (("Trainer.get_metrics_result", _numbers if numbers else None),
-                         ("Trainer.reset_metrics", None)):
+                         ("Trainer.reset_metrics", _nothing)):
         private_trainer.set_trainer_function(
             name, _traced_between_steps(name, private_trainer.trainer_function(name), finish))
 
@@ -52,6 +49,11 @@ def _numbers(results):
         except (TypeError, ValueError):
             out[name] = value
     return out
+
+
+def _nothing(results):
+    """What Keras' `reset_metrics` returns: nothing (its traced function returns `{}`)."""
+    del results
 
 
 def _traced_between_steps(name, original, finish):
@@ -77,8 +79,6 @@ def _traced_between_steps(name, original, finish):
 
             traced[name] = (variables, tf.function(collective_keys.keeping_keys(run, strategy)))
         out = traced[name][1]()
-        if name == "Trainer.reset_metrics":
-            return None
         return finish(out) if finish else out
 
     setattr(method, _MARK, True)

@@ -103,10 +103,7 @@ def apply_multi_worker_fixes(*, keras_version=None):
 
 def fixes_installed():
     """True when Keras' trainer runs the multi-worker fixes."""
-    try:
-        return getattr(private_trainer.trainer_function(_REDUCE), _MARK, False)
-    except private_trainer.PrivateNameError:
-        return False
+    return private_trainer.patched_by(_REDUCE, _MARK)
 
 
 def _skip(reason):

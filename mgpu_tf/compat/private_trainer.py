@@ -19,6 +19,7 @@ __all__ = [
     "keras_trainer",
     "loss_tracker",
     "model_strategy",
+    "patched_by",
     "set_get_data_adapter",
     "set_is_tf_dataset",
     "set_trainer_function",
@@ -76,6 +77,15 @@ def trainer_function(name):
     """
     owner, known = _trainer_owner(name)
     return method(owner, known, "the Keras installation")
+
+
+def patched_by(name, mark):
+    """True when the trainer function `name` is a patch carrying the attribute `mark`;
+    False also where this Keras lacks the function."""
+    try:
+        return bool(getattr(trainer_function(name), mark, False))
+    except PrivateNameError:
+        return False
 
 
 def set_trainer_function(name, function):
