@@ -96,9 +96,6 @@ def main(script, out, temp_dir):
     os.environ["RAY_TMPDIR"] = temp_dir  # Ray's files, its socket paths short
     # A group Ray cannot place (its view of the nodes is up to 20 s old) gives up sooner.
     os.environ.setdefault("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "15")
-    # A killed node's health checks fail at once: 5 of them a second apart mark it dead
-    # (Ray's default: 3 s apart). A live node's checks still have Ray's 10 s to answer.
-    os.environ.setdefault("RAY_health_check_period_ms", "1000")
     started = time.time()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "include_dashboard": False})
