@@ -139,7 +139,7 @@ def _run_subset(session, started):
         old.unlink()
     installed = time.monotonic()
     # Absolute: worker processes start in other folders.
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "recorder"),
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support" / "startup"),
                                           str(ROOT / "tests")]),
            "RECORD_PRIVATE_NAMES": str(names), "TF_CPP_MIN_LOG_LEVEL": "2"}
     versions = session.run("python", "-c", "import tensorflow as tf, keras; "

@@ -4,7 +4,8 @@ TensorFlow's logical devices can be set only before its runtime starts, once per
 process, so the whole session gets four; tests needing another count run a subprocess.
 The session starts without the cluster variables of the machine it runs on (TF_CONFIG,
 SLURM's, Kubernetes', MGPU_TF_*), and each test gets the variables back as they were.
-Processes a test starts find `tests/support` as this session does, through PYTHONPATH.
+Processes a test starts find `tests/support` as this session does, through PYTHONPATH,
+and start through `support/startup/sitecustomize.py`.
 """
 
 import contextlib
@@ -20,8 +21,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 _TESTS = pathlib.Path(__file__).resolve().parent
+# support/startup: each process' sitecustomize (a cheaper TensorFlow import).
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [str(_TESTS.parent), str(_TESTS)]
+    [str(_TESTS.parent), str(_TESTS), str(_TESTS / "support" / "startup")]
     + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 import pytest  # noqa: E402

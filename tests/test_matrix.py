@@ -38,7 +38,7 @@ def test_the_ci_pairs_span_the_supported_range(noxfile):
 
 def _record(directory, code):
     env = dict(os.environ, RECORD_PRIVATE_NAMES=str(directory), TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "recorder"),
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "startup"),
                                            os.path.join(ROOT, "tests"), ROOT]))
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=120)
@@ -68,7 +68,7 @@ def test_a_process_records_the_names_its_accessors_reach(tmp_path):
 def test_a_test_run_records_from_its_test_processes(tmp_path):
     """As the matrix runs pytest: two test processes, this conftest, workers in other folders."""
     env = dict(os.environ, RECORD_PRIVATE_NAMES=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "recorder"),
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "tests", "support", "startup"),
                                            os.path.join(ROOT, "tests")]))
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "1", "-p",
                              "no:cacheprovider", "tests/test_compat_collectives.py"],

@@ -1,6 +1,6 @@
 """Which private Keras/TensorFlow names (`versions.KNOWN`) the processes of a test run reached.
 
-With `RECORD_PRIVATE_NAMES` naming a directory and `tests/support/recorder` on PYTHONPATH,
+With `RECORD_PRIVATE_NAMES` naming a directory and `tests/support/startup` on PYTHONPATH,
 every Python process (the test session and the workers it starts) appends each name its
 accessors check to a file of its own there. The release matrix (noxfile.py) then asks
 `python -m support.private_names DIRECTORY`, which fails naming each name known for the
