@@ -48,7 +48,7 @@ def run(tmp_path_factory):
     try:
         result = subprocess.run(
             [sys.executable, "-m", "support.ray_recipe", str(script), temp_dir],
-            cwd=directory, env=workers.environment({"RAY_DEDUP_LOGS": "0"}),
+            cwd=directory, env=workers.environment(workers.RAY),
             capture_output=True, text=True, timeout=300)
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -59,8 +59,10 @@ class Faults(keras.callbacks.Callback):
             self.first = time.time()
             (self.out / f"first-{self.number}").write_text(f"{self.first}\n")
         if (self.epoch, batch) == self.wait_at:
-            (self.out / f"wait-{self.tag}").write_text(
-                f"{ray.get_runtime_context().get_node_id()}\n")
+            # Written whole, then named: the driver reads it as soon as the name appears.
+            part = self.out / f"wait-{self.tag}.part"
+            part.write_text(f"{ray.get_runtime_context().get_node_id()}\n")
+            os.replace(part, self.out / f"wait-{self.tag}")
             while True:  # until Ray stops this worker
                 time.sleep(0.1)
 

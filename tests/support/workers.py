@@ -18,7 +18,7 @@ import time
 
 from mgpu_tf.cluster import launcher
 
-__all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "is_cluster_variable",
+__all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "RAY", "is_cluster_variable",
            "cluster_variables_restored", "environment", "run_workers", "run_python",
            "run_with_environments", "run_together"]
 
@@ -30,6 +30,12 @@ CLUSTER_PREFIXES = ("MGPU_TF_", "SLURM_", "KUBERNETES_")
 # a failing test shows.
 _BASE = {"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow", "PYTHONUNBUFFERED": "1",
          "PYTHONFAULTHANDLER": "1"}
+
+# A local Ray cluster's variables: each worker's log lines whole, and its workers at the
+# priority of the suite's other processes. Ray starts them at niceness 15 (for a node of
+# its own, where they must not slow its raylet); beside the suite's busy processes on two
+# cores that left a worker group minutes without the CPU.
+RAY = {"RAY_DEDUP_LOGS": "0", "RAY_worker_niceness": "0"}
 
 
 def is_cluster_variable(name):
