@@ -71,7 +71,6 @@ def run(tmp_path_factory):
         pytest.fail(f"The Ray job did not end in {_TIMEOUT} s:\n{_report(expired)}")
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
-    output = result.stdout + result.stderr
     assert result.returncode == 0, _report(result)
     return out, runpy.run_path(str(script))
 

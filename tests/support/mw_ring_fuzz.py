@@ -18,6 +18,7 @@ import numpy as np
 import mgpu_tf
 from mgpu_tf.comm import ring
 from support import regression
+from support import workers
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 96, 6, 16, 2
 
@@ -27,16 +28,11 @@ class _LateRing(ring.Ring):
 
     def __init__(self, rank, peers, listener, **kwargs):
         if rank == 0:
-            _publish(OUT / "port", str(listener.getsockname()[1]))
+            workers.publish(OUT / "port", str(listener.getsockname()[1]))
         else:
             time.sleep(DELAY)
         super().__init__(rank, peers, listener, **kwargs)
         _LateRing.made.append(self)
-
-
-def _publish(path, text):
-    path.with_suffix(".tmp").write_text(text)
-    os.replace(path.with_suffix(".tmp"), path)
 
 
 def main():
@@ -48,7 +44,7 @@ def main():
     model.fit(data, epochs=EPOCHS, verbose=0, shuffle=False,
               callbacks=[mgpu_tf.callbacks.DataOrder()])
     if index == 0:
-        _publish(OUT / "refused", str(sum(r.refused for r in _LateRing.made)))
+        workers.publish(OUT / "refused", str(sum(r.refused for r in _LateRing.made)))
         np.savez(OUT / "final.npz", *model.get_weights())
 
 

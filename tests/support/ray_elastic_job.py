@@ -23,6 +23,8 @@ import ray
 import ray.train
 from ray.cluster_utils import Cluster
 
+from support import workers
+
 __all__ = ["Faults", "main"]
 
 # Where a group of N workers waits for the driver's fault: N -> (epoch, batch), 0-based.
@@ -59,10 +61,9 @@ class Faults(keras.callbacks.Callback):
             self.first = time.time()
             (self.out / f"first-{self.number}").write_text(f"{self.first}\n")
         if (self.epoch, batch) == self.wait_at:
-            # Written whole, then named: the driver reads it as soon as the name appears.
-            part = self.out / f"wait-{self.tag}.part"
-            part.write_text(f"{ray.get_runtime_context().get_node_id()}\n")
-            os.replace(part, self.out / f"wait-{self.tag}")
+            # The driver reads it as soon as the name appears.
+            workers.publish(self.out / f"wait-{self.tag}",
+                            f"{ray.get_runtime_context().get_node_id()}\n")
             while True:  # until Ray stops this worker
                 time.sleep(0.1)
 

@@ -10,6 +10,7 @@ The cluster variables are also what the session keeps clean between tests
 import contextlib
 import io
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import time
 from mgpu_tf.cluster import launcher
 
 __all__ = ["CLUSTER_VARIABLES", "CLUSTER_PREFIXES", "RAY", "is_cluster_variable",
-           "cluster_variables_restored", "environment", "run_workers", "run_python",
+           "cluster_variables_restored", "environment", "publish", "run_workers", "run_python",
            "run_with_environments", "run_together"]
 
 # The variables mgpu_tf.cluster.detect reads (TPU_NAME: the strategy factory, through it).
@@ -75,6 +76,15 @@ def environment(extra=None, *, gpus=False):
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra or {})
     return env
+
+
+def publish(path, text):
+    """Writes `text` to `path` whole: under another name, then renamed, so that a process
+    polling for `path` never reads it half-written."""
+    path = pathlib.Path(path)
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
 
 
 def run_workers(script, workers, *args, env=None, grace_seconds=5.0):
