@@ -1,6 +1,6 @@
 """The main training job: `python -m mgpu_tf.train [--strategy=...]`.
 
-Trains a small Keras classifier under the strategy the flags choose, on scikit-learn's 8x8
+Trains a small Keras classifier under the strategy the flags choose, on the bundled 8x8
 digits or synthetic data, and ends with one line, its fields described in docs/cli.md:
 
     done: strategy=NAME replicas=N examples_per_sec=X steps_examples_per_sec=S \
@@ -52,6 +52,7 @@ from mgpu_tf import flags as mgpu_flags  # noqa: E402
 from mgpu_tf.cluster import detect as cluster  # noqa: E402
 from mgpu_tf.cluster import failures  # noqa: E402
 from mgpu_tf.data import sharding  # noqa: E402
+from mgpu_tf.data.digits import load_digits  # noqa: E402
 from mgpu_tf.strategies import factory as strategies  # noqa: E402
 
 __all__ = ["check_learning_rate", "load_data", "build_model", "train", "main"]
@@ -61,7 +62,7 @@ _EPOCHS = flags.DEFINE_integer("epochs", 3, "Passes over the training data.", lo
 _GLOBAL_BATCH = flags.DEFINE_integer("global_batch_size", 64,
                                      "Examples per step over all replicas.", lower_bound=1)
 _DATASET = flags.DEFINE_enum("dataset", "digits", ["digits", "synthetic"],
-                             "digits: scikit-learn's bundled 8x8 digits; synthetic: "
+                             "digits: the bundled 8x8 digits; synthetic: "
                              "random data for benchmarks.")
 _EXAMPLES = flags.DEFINE_integer("synthetic_examples", 16384,
                                  "Examples in the synthetic data set.", lower_bound=1)
@@ -123,11 +124,9 @@ def load_data(name, *, examples=16384, seed=0):
     """
     rng = np.random.default_rng(seed)
     if name == "digits":
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        x = (digits.data / 16.0).astype("float32")
-        y = digits.target.astype("int32")
+        images, labels = load_digits()
+        x = images.astype("float32") / 16
+        y = labels.astype("int32")
     elif name == "synthetic":
         x = rng.standard_normal((examples, 784)).astype("float32")
         y = rng.integers(0, 10, size=examples).astype("int32")

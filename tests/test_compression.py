@@ -191,12 +191,3 @@ def test_two_workers_update_is_the_rounded_float32_update(problem, tmp_path, tra
     for trained in _train_two_workers(problem, tmp_path,
                                       {"compression": "float16", "transport": transport}):
         _check_rounded_update(trained, weights, grads, "float16")
-
-
-@pytest.mark.multiworker
-def test_two_workers_over_the_tcp_ring_make_the_float32_update(problem, tmp_path):
-    x, y, weights = problem
-    exact = _hand_update(weights, _replica_gradients(x, y, weights, 2), None)
-    for trained in _train_two_workers(problem, tmp_path, {"transport": "tcp"}):
-        for t, e in zip(trained, exact):
-            np.testing.assert_allclose(t, e, rtol=1e-5, atol=1e-6)

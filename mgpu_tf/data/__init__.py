@@ -4,6 +4,7 @@
 and counts what is sharded, `plan` computes the layout as plain Python,
 `pipeline` builds the input pipelines, `replica_weights` corrects the loss
 when replicas' batches differ in size, and `adaptive` moves the shares by measured speed.
+`digits` is the small bundled data set the main job and the guides train on.
 """
 
 import importlib.util
