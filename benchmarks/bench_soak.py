@@ -36,27 +36,33 @@ def main():
     parser.add_argument("--leak_bytes", type=int, default=0,
                         help="worker 1 keeps this many bytes per step (a leak to catch)")
     parser.add_argument("--without", default="",
-                        help="parts left out: tcp, sharded, adaptive, monitor, stream, timeout")
+                        help="parts left out: tcp, sharded, adaptive, monitor, stream, timeout;"
+                             " toolkit: one process of plain Keras on one device instead")
     parser.add_argument("--print_every", type=int, default=1)
     parser.add_argument("--steps_per_epoch", type=int, default=soak_worker.STEPS_PER_EPOCH)
     args = parser.parse_args()
     out = pathlib.Path(tempfile.mkdtemp(prefix="bench_soak-"))
     log = io.StringIO()
+    workers = 1 if "toolkit" in args.without.split(",") else 2
     code = launcher.launch([sys.executable, soak_worker.__file__, str(out), str(args.epochs),
                             str(args.leak_bytes), args.without, str(args.steps_per_epoch)],
-                           2, env=ENV, output=log,
+                           workers, env=ENV, output=log,
                            grace_seconds=1)
     if code:
         raise RuntimeError(f"training failed with exit code {code}:\n{log.getvalue()[-3000:]}")
-    records = [soak_worker.read(out, i) for i in range(2)]
-    print(f"{'epoch':>6}{'steps':>7}{'seconds':>8}{'rss 0 MB':>10}{'rss 1 MB':>10}"
-          f"{'threads 0':>10}{'threads 1':>10}{'step 0 ms':>11}{'step 1 ms':>11}")
-    for a, b in zip(*records):
+    records = [soak_worker.read(out, i) for i in range(workers)]
+    indices = range(workers)
+    print(f"{'epoch':>6}{'steps':>7}{'seconds':>8}"
+          + "".join(f"{f'rss {i} MB':>10}" for i in indices)
+          + "".join(f"{f'threads {i}':>10}" for i in indices)
+          + "".join(f"{f'step {i} ms':>11}" for i in indices))
+    for rows in zip(*records):
+        a = rows[0]
         if a["epoch"] % args.print_every == 0 or a["epoch"] == args.epochs - 1:
             print(f"{a['epoch']:>6}{a['steps']:>7}{a['seconds'] - records[0][0]['seconds']:>8.0f}"
-                  f"{a['rss'] * MB:>10.1f}{b['rss'] * MB:>10.1f}{a['threads']:>10}"
-                  f"{b['threads']:>10}{1000 * a['step_seconds']:>11.2f}"
-                  f"{1000 * b['step_seconds']:>11.2f}")
+                  + "".join(f"{r['rss'] * MB:>10.1f}" for r in rows)
+                  + "".join(f"{r['threads']:>10}" for r in rows)
+                  + "".join(f"{1000 * r['step_seconds']:>11.2f}" for r in rows))
     leaks = []
     for index, rows in enumerate(records):
         growth, noise = soak_worker.trend(rows, "rss", warmup=args.warmup, scale=MB)

@@ -15,7 +15,9 @@ catch, beside worker 0, which has none. DataOrder drives the data's position, so
 fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive`,
 `monitor`, `stream` and `timeout`, leaves those parts out (tensorflow's collectives instead of
 the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
-instead of `TIMEOUT_SECONDS`). STEPS: steps per epoch, `STEPS_PER_EPOCH` by default.
+instead of `TIMEOUT_SECONDS`); `toolkit` leaves mgpu_tf out altogether: one process trains
+the same model with plain Keras on one device, the reference for what Keras and TensorFlow
+keep by themselves. STEPS: steps per epoch, `STEPS_PER_EPOCH` by default.
 """
 
 import json
@@ -101,11 +103,15 @@ def _record(out, index, leak_bytes):
     return Record()
 
 
+def _model(keras):
+    keras.utils.set_random_seed(11)
+    return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(1)])
+
+
 def main():
     import keras
     import tensorflow as tf
-
-    import mgpu_tf
 
     out, epochs = pathlib.Path(sys.argv[1]), int(sys.argv[2])
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
@@ -113,19 +119,24 @@ def main():
     without = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else set()
     examples = GLOBAL_BATCH * (int(sys.argv[5]) if len(sys.argv) > 5 else STEPS_PER_EPOCH)
     out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((examples, FEATURES)).astype("float32")
+    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
+    if "toolkit" in without:
+        model = _model(keras)
+        model.compile(keras.optimizers.Adam(1e-3), "mse")
+        model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=epochs, verbose=0, shuffle=False,
+                  callbacks=[_record(out, index, leak_bytes)])
+        print(f"worker {index} finished without mgpu_tf", flush=True)
+        return
+    import mgpu_tf
+
     strategy = mgpu_tf.make_strategy(
         "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
         shard_optimizer_state="sharded" not in without,
         timeout_seconds=None if "timeout" in without else TIMEOUT_SECONDS)
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal((examples, FEATURES)).astype("float32")
-    y = (x @ rng.standard_normal((FEATURES, 1))).astype("float32")
     with strategy.scope():
-        keras.utils.set_random_seed(11)
-        model = keras.Sequential([keras.Input((FEATURES,)),
-                                  keras.layers.Dense(16, activation="tanh"),
-                                  keras.layers.Dense(1)])
-        model = mgpu_tf.prepare_model(model, strategy)
+        model = mgpu_tf.prepare_model(_model(keras), strategy)
         model.compile(keras.optimizers.Adam(1e-3), "mse")
     data = mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
                                  GLOBAL_BATCH,
