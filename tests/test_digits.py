@@ -1,6 +1,7 @@
 """The bundled digits: the UCI test set as published, and shipped in the wheel."""
 
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -32,7 +33,13 @@ def test_each_call_returns_arrays_of_its_own():
 
 
 def test_the_wheel_ships_the_digits_and_every_stub(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
+    # Built from a copy: setuptools leaves its build/ folder in the tree it builds.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "mgpu_tf", source / "mgpu_tf",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "setup.cfg", "README.md"):
+        shutil.copy(ROOT / name, source)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
                     "--no-build-isolation", "--quiet", "--wheel-dir", str(tmp_path)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("mgpu_tf-*.whl")
