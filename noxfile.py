@@ -194,10 +194,11 @@ def nightly(session):
     """The subset on tf-nightly + keras-nightly: what the next releases will break."""
     started = time.monotonic()
     # The nightlies install the packages `tensorflow` and `keras` under other names, so the
-    # package goes in without its dependencies, which follow without those two.
+    # package goes in without its dependencies, which follow without those two, and with
+    # the ml_dtypes tf-nightly asks for.
     session.install("--pre", "--upgrade", "tf-nightly", "keras-nightly")
     session.install("--no-deps", "-e", ".")
-    session.install(*_requirements(exclude=("tensorflow", "keras")))
+    session.install(*_requirements(exclude=("tensorflow", "keras", "ml_dtypes")))
     _run_subset(session, started)
 
 
