@@ -4,7 +4,8 @@ Python imports `sitecustomize` at start-up; tests/conftest.py puts this folder o
 PYTHONPATH of the processes tests start (the release matrix, noxfile.py, does too). Until
 `tensorflow` is imported the cyclic collector runs a hundredth as often: collecting among
 the ~400,000 objects that import makes took about 0.8 of its 5.5 s of CPU on a 2-core AMD
-EPYC. OpenBLAS gets one thread, which numpy's import otherwise keeps spinning. With
+EPYC. `matplotlib.pyplot`, which Keras imports (0.4 s of CPU), loads on first use. OpenBLAS
+gets one thread, which numpy's import otherwise keeps spinning. With
 `RECORD_PRIVATE_NAMES` naming a directory, the private names reached are recorded
 (support/private_names.py).
 """
@@ -39,7 +40,22 @@ class _CollectorBackAfterTensorFlow(importlib.abc.MetaPathFinder):
         return spec
 
 
+class _PyplotOnFirstUse(importlib.abc.MetaPathFinder):
+    """Makes `matplotlib.pyplot` a module that runs its code at its first attribute read."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+        return spec
+
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+if "matplotlib.pyplot" not in sys.modules:
+    sys.meta_path.insert(0, _PyplotOnFirstUse())
 _THRESHOLDS = gc.get_threshold()
 if "tensorflow" not in sys.modules:
     gc.set_threshold(100 * _THRESHOLDS[0], *_THRESHOLDS[1:])
