@@ -140,10 +140,16 @@ def _shown(stderr, markers):
     return [marker for marker in markers if marker in stderr]
 
 
-def test_a_job_with_the_flags_leaves_tensorflows_info_lines_out(tmp_path):
-    stderr = _fit_stderr(tmp_path)
-    assert _shown(stderr, NATIVE + PYTHON) == [], stderr[-3000:]
-    assert "a warning from TensorFlow" in stderr, stderr[-3000:]
+@pytest.fixture(scope="module")
+def switches_stderr(tmp_path_factory):
+    """FIT's standard error with Keras' speed switches on: one process for the checks below."""
+    return _fit_stderr(tmp_path_factory.mktemp("switches"), "--steps_per_execution=2",
+                       "--jit_compile=true")
+
+
+def test_a_job_with_the_flags_leaves_tensorflows_info_lines_out(switches_stderr):
+    assert _shown(switches_stderr, NATIVE + PYTHON) == [], switches_stderr[-3000:]
+    assert "a warning from TensorFlow" in switches_stderr, switches_stderr[-3000:]
 
 
 @pytest.mark.parametrize("args, variables, markers", [
@@ -223,8 +229,9 @@ def test_mgpu_tf_plan_leaves_tensorflows_own_lines_out(tmp_path):
     assert _shown(result.stderr, (*ON_IMPORT, *NATIVE)) == [], result.stderr[-3000:]
 
 
-def test_a_mirrored_job_with_keras_speed_switches_shows_no_patch_or_autograph_lines(tmp_path):
-    stderr = _fit_stderr(tmp_path, "--steps_per_execution=2", "--jit_compile=true")
+def test_a_mirrored_job_with_keras_speed_switches_shows_no_patch_or_autograph_lines(
+        switches_stderr):
+    stderr = switches_stderr
     shown = _shown(stderr, ("patched Keras", "AutoGraph", "Local rendezvous",
                             "GeneratorDatasetOp", *ON_IMPORT, *NATIVE))
     assert shown == [], stderr[-3000:]
