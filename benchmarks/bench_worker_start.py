@@ -1,58 +1,72 @@
-"""What scikit-learn, when installed, adds to each worker's start and to the main job.
+"""What a worker's imports cost, by the packages beside TensorFlow and by the suite's start-up hook.
 
     python benchmarks/bench_worker_start.py [ROUNDS]
 
-Keras imports scikit-learn (and through it SciPy's statistics) whenever it is installed,
-for its scikit-learn wrappers. Each round runs a worker's imports (`mgpu_tf`, TensorFlow,
-Keras) and the main job for one epoch in fresh interpreters, once as installed and once
-with `sklearn` made unimportable (what an environment without it sees), alternating, so a
-busy machine slows both alike. Prints each run's wall clock and CPU, then the medians.
+Each round runs a worker's imports (`import mgpu_tf, tensorflow, keras`) in fresh
+interpreters, one per setting, alternating, so a busy machine slows every setting alike:
+ml_dtypes 0.7.0 and 0.6.0 (each from a `pip install --target` folder put first on the
+path), 0.6.0 with `matplotlib.pyplot` unimportable (what loading it on first use saves:
+Keras imports it only to draw), and 0.6.0 with the test processes' start-up hook
+(tests/support/startup). Prints each run's wall clock and CPU, then the medians.
 """
 
+import os
+import pathlib
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-BLOCK = "import sys; sys.modules['sklearn'] = None; "
-COMMANDS = {
-    "imports": "import mgpu_tf, tensorflow, keras",
-    "main job, 1 epoch": "import runpy, sys; sys.argv = ['train', '--epochs=1']; "
-                         "runpy.run_module('mgpu_tf.train', run_name='__main__')",
-}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+IMPORTS = "import mgpu_tf, tensorflow, keras"
+NO_PYPLOT = "import sys; sys.modules['matplotlib.pyplot'] = None; "
 
 
-def _run(code):
+def _ml_dtypes(folder, version):
+    target = folder / version
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(target), f"ml_dtypes=={version}"], check=True)
+    return str(target)
+
+
+def _run(code, path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="2")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    runs = {}
-    for round_ in range(rounds):
-        for name, code in COMMANDS.items():
-            for sklearn in ("installed", "absent"):
-                wall, cpu = _run(code if sklearn == "installed" else BLOCK + code)
-                runs.setdefault((name, sklearn), []).append((wall, cpu))
-                print(f"round {round_ + 1}: {name:<18} scikit-learn {sklearn:<9} "
-                      f"{wall:6.2f} s wall {cpu:6.2f} s CPU", flush=True)
-    print(f"\nmedians of {rounds} rounds")
-    for name in COMMANDS:
-        walls, cpus = {}, {}
-        for sklearn in ("installed", "absent"):
-            walls[sklearn] = statistics.median(w for w, _ in runs[(name, sklearn)])
-            cpus[sklearn] = statistics.median(c for _, c in runs[(name, sklearn)])
-            print(f"{name:<18} scikit-learn {sklearn:<9} {walls[sklearn]:6.2f} s wall "
-                  f"{cpus[sklearn]:6.2f} s CPU")
-        print(f"{name:<18} absent / installed: wall {walls['absent'] / walls['installed']:.2f}, "
-              f"CPU {cpus['absent'] / cpus['installed']:.2f}")
+    with tempfile.TemporaryDirectory() as folder:
+        new, old = (_ml_dtypes(pathlib.Path(folder), v) for v in ("0.7.0", "0.6.0"))
+        hook = str(ROOT / "tests" / "support" / "startup")
+        settings = {
+            "ml_dtypes 0.7.0": (IMPORTS, [new]),
+            "ml_dtypes 0.6.0": (IMPORTS, [old]),
+            "0.6.0, no pyplot": (NO_PYPLOT + IMPORTS, [old]),
+            "0.6.0, start-up hook": (IMPORTS, [old, hook]),
+        }
+        runs = {name: [] for name in settings}
+        for round_ in range(rounds):
+            for name, (code, path) in settings.items():
+                wall, cpu = _run(code, path)
+                runs[name].append((wall, cpu))
+                print(f"round {round_ + 1}: {name:<22} {wall:6.2f} s wall {cpu:6.2f} s CPU",
+                      flush=True)
+    print(f"\nmedians of {rounds} rounds (ratio to ml_dtypes 0.7.0)")
+    first = None
+    for name, measured in runs.items():
+        wall = statistics.median(w for w, _ in measured)
+        cpu = statistics.median(c for _, c in measured)
+        first = first or (wall, cpu)
+        print(f"{name:<22} {wall:6.2f} s wall ({wall / first[0]:.2f}) "
+              f"{cpu:6.2f} s CPU ({cpu / first[1]:.2f})")
 
 
 if __name__ == "__main__":
