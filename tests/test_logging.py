@@ -78,16 +78,6 @@ def test_under_absl_each_line_shows_once(tmp_path):
     assert len(tensorflow) == 1, tensorflow
 
 
-def test_the_main_job_names_its_sharding_choice_once():
-    # Its training and test data sets make the same choice.
-    result = workers.run_python("-m", "mgpu_tf.train", "--dataset=synthetic", "--epochs=1",
-                                "--synthetic_examples=512", timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    chose = [line for line in result.stderr.splitlines()
-             if "sharding policy 'auto' chose" in line]
-    assert len(chose) == 1, chose
-
-
 def test_setting_tf_cpp_min_log_level_brings_tensorflows_start_up_lines_back():
     # The main job hides them by default (tests/test_train.py); a user who sets the
     # variable gets TensorFlow's own behaviour. At level 3 the lines written before

@@ -98,6 +98,9 @@ def test_main_job_learns_the_digits(argv, strategy, replicas):
     assert "`shuffle=True` was passed" not in err, err[-3000:]
     for noise in ("absl::InitializeLog", "oneDNN", "cuda", "cuInit"):
         assert noise not in err, err[-3000:]
+    # The training and test data sets make the same sharding choice, named once.
+    chose = [line for line in err.splitlines() if "sharding policy 'auto' chose" in line]
+    assert len(chose) == 1, chose
 
 
 def test_the_done_line_says_its_loss_and_accuracy_are_the_held_out_splits():
