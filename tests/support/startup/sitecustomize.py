@@ -4,7 +4,7 @@ Python imports `sitecustomize` at start-up; tests/conftest.py puts this folder o
 PYTHONPATH of the processes tests start (the release matrix, noxfile.py, does too). Until
 `tensorflow` is imported the cyclic collector runs a hundredth as often: collecting among
 the ~400,000 objects that import makes took about 0.8 of its 5.5 s of CPU on a 2-core AMD
-EPYC. `matplotlib.pyplot`, which Keras imports (0.4 s of CPU), loads on first use. OpenBLAS
+EPYC; afterwards no collection walks them. `matplotlib.pyplot`, which Keras imports (0.4 s of CPU), loads on first use. OpenBLAS
 gets one thread, which numpy's import otherwise keeps spinning. With
 `RECORD_PRIVATE_NAMES` naming a directory, the private names reached are recorded
 (support/private_names.py).
@@ -18,7 +18,8 @@ import sys
 
 
 class _CollectorBackAfterTensorFlow(importlib.abc.MetaPathFinder):
-    """Puts the collector's thresholds back when `tensorflow`'s import ends, however it ends."""
+    """Puts the collector's thresholds back when `tensorflow`'s import ends, however it ends,
+    and leaves what the import made out of every later collection (`gc.freeze`)."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "tensorflow":
@@ -35,6 +36,7 @@ class _CollectorBackAfterTensorFlow(importlib.abc.MetaPathFinder):
                 execute(module)
             finally:
                 gc.set_threshold(*_THRESHOLDS)
+                gc.freeze()
 
         spec.loader.exec_module = exec_module
         return spec
