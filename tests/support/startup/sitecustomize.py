@@ -4,10 +4,10 @@ Python imports `sitecustomize` at start-up; tests/conftest.py puts this folder o
 PYTHONPATH of the processes tests start (the release matrix, noxfile.py, does too). Until
 `tensorflow` is imported the cyclic collector runs a hundredth as often: collecting among
 the ~400,000 objects that import makes took about 0.8 of its 5.5 s of CPU on a 2-core AMD
-EPYC; afterwards no collection walks them. `matplotlib.pyplot`, which Keras imports (0.4 s of CPU), loads on first use. OpenBLAS
-gets one thread, which numpy's import otherwise keeps spinning. With
-`RECORD_PRIVATE_NAMES` naming a directory, the private names reached are recorded
-(support/private_names.py).
+EPYC; afterwards no collection walks them. `matplotlib.pyplot`, which Keras imports (0.5 s
+of CPU), loads on first use. OpenBLAS gets one thread, which numpy's import otherwise keeps
+spinning. With `RECORD_PRIVATE_NAMES` naming a directory, the private names reached are
+recorded (support/private_names.py).
 """
 
 import gc
