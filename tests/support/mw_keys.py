@@ -29,7 +29,7 @@ def main():
 
     taken = {}
     sums = []
-    # No control flow to convert: AutoGraph left out, and with it its warnings on stdout.
+    # No control flow to convert: AutoGraph left out, and with it its warnings on stderr.
     for name, function in (
             ("plain", tf.function(make(), autograph=False)),
             ("kept", tf.function(collective_keys.keeping_keys(make(), strategy),
