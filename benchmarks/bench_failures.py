@@ -1,8 +1,8 @@
 """Failure figures: time to detect a lost worker, and work redone after a restart.
 
 1. Two workers train (failure_worker.py); worker 1 SIGKILLs itself at a chosen
-   step. Measured: seconds from its death until the survivor has stopped with
-   WorkerLostError, for several `timeout_seconds`.
+   step. Measured: seconds from its death until the survivor names the lost worker
+   (WorkerLostError) and until it has stopped, for several `timeout_seconds`.
 2. The same kill under `mgpu-tf launch --max_restarts 1` with BackupAndRestore:
    steps done twice, steps never done, and the largest weight difference from an
    uninterrupted run.
@@ -29,10 +29,8 @@ STEPS_PER_EPOCH, EPOCHS = failure_worker.STEPS_PER_EPOCH, failure_worker.EPOCHS
 
 def _detection(timeout_seconds, out):
     env = dict(ENV, MGPU_TF_BENCH_TIMEOUT=str(timeout_seconds))
-    _, _, output, seconds = failure_worker.run_with_a_kill(
-        out, env, death_timeout=300, stop_timeout=300)
-    named = "WorkerLostError: worker 1 (" in output
-    return seconds, named
+    run = failure_worker.run_with_a_kill(out, env, death_timeout=300, stop_timeout=300)
+    return run.named, run.stopped
 
 
 def _restart(root):
@@ -61,14 +59,15 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         root = pathlib.Path(directory)
-        print(f"{'timeout_seconds':>16}{'trial':>7}{'detect+stop s':>15}{'named':>7}")
+        print(f"{'timeout_seconds':>16}{'trial':>7}{'named after s':>15}{'stopped after s':>17}")
         for timeout in [float(t) for t in args.timeouts.split(",")]:
             seconds = []
             for trial in range(args.trials):
-                s, named = _detection(timeout, root / f"d{timeout}-{trial}")
-                seconds.append(s)
-                print(f"{timeout:>16.0f}{trial:>7}{s:>15.1f}{str(named):>7}", flush=True)
-            print(f"{timeout:>16.0f}{'median':>7}{statistics.median(seconds):>15.1f}")
+                named, stopped = _detection(timeout, root / f"d{timeout}-{trial}")
+                seconds.append(stopped)
+                shown = "never" if named is None else f"{named:.1f}"
+                print(f"{timeout:>16.0f}{trial:>7}{shown:>15}{stopped:>17.1f}", flush=True)
+            print(f"{timeout:>16.0f}{'median':>7}{'':>15}{statistics.median(seconds):>17.1f}")
         repeated, lost, difference = _restart(root / "restart")
         print(f"restart after a kill at epoch 1, step 3 of {STEPS_PER_EPOCH}: "
               f"steps repeated={repeated} steps lost={lost} "

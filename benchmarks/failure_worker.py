@@ -22,11 +22,13 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
+import typing
 
 import numpy as np
 
-__all__ = ["EPOCHS", "STEPS_PER_EPOCH", "run_with_a_kill", "weights"]
+__all__ = ["EPOCHS", "KillRun", "STEPS_PER_EPOCH", "run_with_a_kill", "weights"]
 
 EXAMPLES, FEATURES, GLOBAL_BATCH, EPOCHS = 256, 8, 32, 3
 STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH
@@ -38,11 +40,22 @@ def weights(path):
         return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
+class KillRun(typing.NamedTuple):
+    """One `run_with_a_kill`: its TF_CONFIGs, processes and survivor's output, and the
+    seconds from the death until the survivor named the lost worker (`None` if it never
+    did) and until it stopped."""
+
+    configs: list
+    processes: list
+    output: str
+    named: float | None
+    stopped: float
+
+
 def run_with_a_kill(out, env, *, death_timeout, stop_timeout):
     """Trains on 2 workers, started by hand, where worker 1 SIGKILLs itself at epoch 0, batch 3.
 
-    Returns `(tf_configs, processes, survivor's output, seconds from the death
-    until the survivor stopped)`; both processes are gone on return.
+    Returns a `KillRun`; both processes are gone on return.
     """
     from mgpu_tf.cluster import launcher
 
@@ -53,16 +66,28 @@ def run_with_a_kill(out, env, *, death_timeout, stop_timeout):
                          env=dict(env, TF_CONFIG=json.dumps(c)), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
         for c in configs]
+    lines, named = [], []
+
+    def read():  # the survivor's lines, and when it named the lost worker
+        for line in processes[0].stdout:
+            lines.append(line)
+            if not named and "WorkerLostError: worker 1 (" in line:
+                named.append(time.monotonic())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         processes[1].wait(timeout=death_timeout)
         died = time.monotonic()
-        output, _ = processes[0].communicate(timeout=stop_timeout)
-        seconds = time.monotonic() - died
+        processes[0].wait(timeout=stop_timeout)
+        stopped = time.monotonic() - died
+        reader.join(timeout=stop_timeout)
     finally:
         for p in processes:
             p.kill()
             p.wait()
-    return configs, processes, output, seconds
+    return KillRun(configs, processes, "".join(lines),
+                   named[0] - died if named else None, stopped)
 
 
 def _data():

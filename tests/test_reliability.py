@@ -52,15 +52,19 @@ def test_resumes_at_an_epoch_boundary_and_mid_epoch_to_the_uninterrupted_weights
 def test_a_survivor_names_the_lost_worker_and_stops_within_the_timeout(tmp_path, transport):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
                MGPU_TF_TEST_TRANSPORT=transport)
-    configs, processes, output, detected = failure_worker.run_with_a_kill(
-        tmp_path, env, death_timeout=180, stop_timeout=60)
-    assert processes[1].returncode == -9
-    assert processes[0].returncode != 0
-    address = configs[0]["cluster"]["worker"][1]
-    assert f"WorkerLostError: worker 1 ({address}) was lost" in output, output[-3000:]
-    # timeout_seconds=5 in the script, plus the shutdown barrier and interpreter exit.
-    assert detected < 5 + 5 + 10, f"the survivor took {detected:.1f} s to stop"
-    print(f"lost worker detected and survivor stopped in {detected:.1f} s")
+    run = failure_worker.run_with_a_kill(tmp_path, env, death_timeout=180, stop_timeout=60)
+    assert run.processes[1].returncode == -9
+    assert run.processes[0].returncode != 0
+    address = run.configs[0]["cluster"]["worker"][1]
+    assert f"WorkerLostError: worker 1 ({address}) was lost" in run.output, run.output[-3000:]
+    timing = f"named the lost worker after {run.named:.1f} s, stopped after {run.stopped:.1f} s"
+    # timeout_seconds=5 in the script: TensorFlow's heartbeats (or the ring) notice the
+    # death within it; the rest is the test processes' share of 2 busy cores.
+    assert run.named < 5 + 7, timing
+    # Then the shutdown barrier (at most timeout_seconds) and the interpreter's exit,
+    # which on a loaded machine waits seconds for tf.data's threads.
+    assert run.stopped - run.named < 5 + 10, timing
+    print(timing)
 
 
 @pytest.mark.multiworker
