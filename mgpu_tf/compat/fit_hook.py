@@ -1,6 +1,6 @@
 """Keras' `fit`, patched once on its trainer: it asks the model's kind for the callbacks
 to run (`fit_callbacks`), to `prepare_fit` before the first step and to `finish_fit` after
-the last, however `fit` ends.
+the last, however `fit` ends. Data of `shard_dataset` adds its epoch stream's `follower()`.
 
 Design: docs/design.md#adaptive-shard-weights
 """
@@ -34,7 +34,7 @@ def install():
         arguments = bound.arguments
         kind = kind_lib.kind_of_model(model)
         data = arguments.get("x")
-        callbacks = kind.fit_callbacks(arguments.get("callbacks"))
+        callbacks = kind.fit_callbacks(_with_follower(data, arguments.get("callbacks")))
         if callbacks is not arguments.get("callbacks"):
             arguments["callbacks"] = callbacks
             args, kwargs = bound.args[1:], bound.kwargs
@@ -48,3 +48,12 @@ def install():
 
     setattr(fit, _MARK, True)
     private_trainer.set_trainer_function("TensorFlowTrainer.fit", fit)
+
+
+def _with_follower(data, callbacks):
+    """`callbacks` (a list, tuple or None; a `CallbackList` runs as given) and last the
+    follower of `data`'s epoch stream, when it comes from `shard_dataset`."""
+    stream = getattr(type(data), "epoch_stream", None)
+    if stream is None or not isinstance(callbacks, (list, tuple, type(None))):
+        return callbacks
+    return [*(callbacks or ()), stream.follower()]

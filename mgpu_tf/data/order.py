@@ -34,6 +34,7 @@ class Position:
         self._resume = None  # (epoch, steps done) a backup resumes at
         self._run = 0  # counts the fits, so a reader knows a new one began
         self._epochs = None  # epochs of the fit that drives the position, when known
+        self._set_in = None  # the fit in which a callback last called `set_epoch`
 
     def resume_at(self, epoch, steps_done):
         """Training resumes at `epoch`, with its first `steps_done` steps already done."""
@@ -47,11 +48,26 @@ class Position:
         another epoch follows (`mgpu_tf.data.stream` then streams the epochs).
         """
         with self._lock:
-            resume = self._resume
-            self._skip = resume[1] if resume and resume[0] == epoch else 0
-            self._driven, self._epoch = True, int(epoch)
-            if epochs is not None:
-                self._epochs = int(epochs)
+            self._set_in = self._run
+            self._set(epoch, epochs)
+
+    def follow_epoch(self, epoch, epochs):
+        """`set_epoch(epoch, epochs)` for a fit in which no callback called `set_epoch`.
+
+        Returns whether it set the position.
+        """
+        with self._lock:
+            if self._set_in == self._run:
+                return False
+            self._set(epoch, epochs)
+            return True
+
+    def _set(self, epoch, epochs):
+        resume = self._resume
+        self._skip = resume[1] if resume and resume[0] == epoch else 0
+        self._driven, self._epoch = True, int(epoch)
+        if epochs is not None:
+            self._epochs = int(epochs)
 
     def epochs_left(self):
         """Epochs of the fit after the current one, or `None` when not known."""
@@ -139,10 +155,10 @@ class Reader:
         if self._shuffled and epoch == 1:
             _tell_once(
                 "mgpu_tf: a data set from shard_dataset(shuffle_seed=...) is iterated again "
-                "with nothing telling it the epoch, so each new iterator takes the next "
-                "epoch's order, and Keras makes one more under a strategy. Pass "
+                "outside fit, with nothing telling it the epoch, so each new iterator takes "
+                "the next epoch's order. A fit tells it the epoch; pass "
                 "callbacks=[mgpu_tf.callbacks.DataOrder()] (or BackupAndRestore) to fit for "
-                "the same order under every strategy and after a restart.")
+                "the order of the fit's own epoch numbers, the same after a restart.")
         return epoch
 
 

@@ -1,15 +1,17 @@
 """One iterator for all the epochs of a `fit`: the next epoch's batches are ready as it starts.
 
 Keras makes a new iterator at every epoch's start (and a spare at its end), and a new iterator
-of a sharded data set is slow to give its first batch. While a callback drives the data's
-position and knows the fit's epochs, `EpochStream` hands the fit that trains from the data
-set one iterator of a stream of epochs, each read from the position as the one before ends,
-prefetched while it trains.
+of a sharded data set is slow to give its first batch. While the data's position is driven
+and knows the fit's epochs, `EpochStream` hands the fit that trains from the data set one
+iterator of a stream of epochs, each read from the position as the one before ends,
+prefetched while it trains. A fit that no callback tells the epoch runs `follower()`.
 
 Design: docs/design.md#epoch-boundaries
 """
 
 import threading
+
+import keras
 
 from mgpu_tf.data import order
 from mgpu_tf.data import release
@@ -36,6 +38,10 @@ class EpochStream:
         self._stream = None  # (the fit it serves, its data set, its iterator)
         self._iterate = None
         self._executions = None  # steps per execution of the fit that trains from it
+        # Epochs that fits trained from it with only its follower telling the position;
+        # and the follower of the fit in progress.
+        self.epochs_followed = 0
+        self._follower = None
         # Every iterator it hands out, freed off the training thread (data.release).
         self.release = release.IteratorRelease()
 
@@ -59,9 +65,23 @@ class EpochStream:
 
     def train(self, steps_per_execution):
         """A `fit` starts training from the data set, running `steps_per_execution` steps
-        per call; `None`: no fit trains from it any more."""
+        per call; `None`: the fit ended, however, and no longer drives the position."""
         with self._lock:
             self._executions = steps_per_execution
+            follower = self._follower if steps_per_execution is None else None
+            if follower is not None:
+                self.epochs_followed += follower.followed
+                self._follower = None
+        if steps_per_execution is None and self.position.driven() is not None:
+            self.position.release()
+
+    def follower(self):
+        """The callback of a `fit` that trains from the data set: when no other callback
+        tells the position the epoch, it does, counting on from the epochs earlier such fits
+        trained from this data set, so each epoch trained takes the next epoch's order."""
+        with self._lock:
+            self._follower = _FollowEpochs(self.position, self.epochs_followed)
+            return self._follower
 
     def current(self):
         """The iterator of the latest fit's stream, or `None`."""
@@ -94,3 +114,20 @@ class EpochStream:
         executions = self._executions
         return (executions is not None and self.steps % executions == 0
                 and skip % executions == 0)
+
+
+class _FollowEpochs(keras.callbacks.Callback):
+    """Drives a `Position` through one fit's epochs, numbered on from `first`, unless
+    another callback tells it the epoch."""
+
+    def __init__(self, position, first):
+        super().__init__()
+        self.position, self.first = position, first
+        self.followed = 0  # epochs begun that it told the position
+        self._epochs = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._epochs is None:  # Keras counts from initial_epoch up to `epochs`
+            self._epochs = (self.params or {}).get("epochs", epoch + 1) - epoch
+        if self.position.follow_epoch(self.first + self.followed, self.first + self._epochs):
+            self.followed += 1
