@@ -147,11 +147,14 @@ def test_the_stream_of_epochs_ends_with_the_fits_last_epoch():
 
     strategy = mgpu_tf.make_strategy("default")
     data = mgpu_tf.shard_dataset(_examples(), strategy, 8, shuffle_seed=3)
+    streams = []
+    keep = keras.callbacks.LambdaCallback(
+        on_train_end=lambda logs: streams.append(type(data).epoch_stream.current()))
     _model().fit(data, epochs=2, verbose=0, shuffle=False,
-                 callbacks=[mgpu_tf.callbacks.DataOrder()])
+                 callbacks=[mgpu_tf.callbacks.DataOrder(), keep])
+    assert streams[0] is not None and type(data).epoch_stream.current() is None
     left = []
-    reader = threading.Thread(target=lambda: left.extend(type(data).epoch_stream.current()),
-                              daemon=True)
+    reader = threading.Thread(target=lambda: left.extend(streams[0]), daemon=True)
     reader.start()
     reader.join(timeout=30)
     # Nothing past epoch 2, and no pipeline waits for an epoch that will not come.

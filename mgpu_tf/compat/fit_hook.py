@@ -33,12 +33,12 @@ def install():
         bound = signature.bind_partial(model, *args, **kwargs)
         arguments = bound.arguments
         kind = kind_lib.kind_of_model(model)
-        data = arguments.get("x")
-        callbacks = kind.fit_callbacks(_with_follower(data, arguments.get("callbacks")))
-        if callbacks is not arguments.get("callbacks"):
+        data, given = arguments.get("x"), arguments.get("callbacks")
+        callbacks = kind.fit_callbacks(_with_follower(data, given))
+        if callbacks is not given:
             arguments["callbacks"] = callbacks
             args, kwargs = bound.args[1:], bound.kwargs
-        kind.prepare_fit(data, callbacks,
+        kind.prepare_fit(data, given,
                          steps_per_execution=model.steps_per_execution,
                          model=model, class_weight=arguments.get("class_weight"))
         try:

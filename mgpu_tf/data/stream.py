@@ -68,10 +68,11 @@ class EpochStream:
         per call; `None`: the fit ended, however, and no longer drives the position."""
         with self._lock:
             self._executions = steps_per_execution
-            follower = self._follower if steps_per_execution is None else None
-            if follower is not None:
-                self.epochs_followed += follower.followed
-                self._follower = None
+            if steps_per_execution is None:  # the stream's iterator is freed once unused
+                self._stream = None
+                if self._follower is not None:
+                    self.epochs_followed += self._follower.followed
+                    self._follower = None
         if steps_per_execution is None and self.position.driven() is not None:
             self.position.release()
 
@@ -84,7 +85,7 @@ class EpochStream:
             return self._follower
 
     def current(self):
-        """The iterator of the latest fit's stream, or `None`."""
+        """The iterator of the stream of the fit in progress, or `None`."""
         with self._lock:
             return self._stream and self._stream[2]
 
