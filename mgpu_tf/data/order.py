@@ -1,7 +1,8 @@
 """Where training is in its data: the epoch and the step the next input pipeline starts at.
 
 An epoch's order is a function of the seed and the epoch number only; a callback (`DataOrder` or
-`BackupAndRestore`) sets the `Position` held by the model's strategy, which its pipelines read.
+`BackupAndRestore`, else the fit's follower) sets the `Position` held by the model's strategy,
+which its pipelines read.
 
 Design: docs/design.md#data-order-across-restarts
 """
