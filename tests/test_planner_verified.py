@@ -24,7 +24,7 @@ def test_predicted_data_parallel_step_is_near_the_measured_one_on_two_workers():
     assert code == 0, out
     figures = _figures(out[0])
     assert figures["option"] == "data"
-    # A shared 2-core machine: the other worker and other jobs take cores at random, while
-    # the compute is timed as while the steps are (0.446 in one suite run: compute timed
-    # at 256 ms, whole steps at 200 ms).
+    # A shared 2-core machine: the other worker and other jobs take cores at random, and
+    # the compute is timed apart from the steps (0.446 in one suite run: the compute alone
+    # timed at 256 ms under load, whole steps at 200 ms).
     assert 0.4 <= float(figures["ratio"]) <= 1.5, out[0]
