@@ -9,6 +9,9 @@ a worker's memory may grow over the run by at most `--sigmas` times the scatter 
 own memory around that line (the noise measured), else it leaks.
 
     python benchmarks/bench_soak.py --epochs 300
+    python benchmarks/bench_soak.py --epochs 100 --steps_per_epoch 160 --kind mirrored
+
+`--kind mirrored` trains in one process on 2 simulated devices instead.
 """
 
 import argparse
@@ -40,12 +43,13 @@ def main():
                              " toolkit: one process of plain Keras on one device instead")
     parser.add_argument("--print_every", type=int, default=1)
     parser.add_argument("--steps_per_epoch", type=int, default=soak_worker.STEPS_PER_EPOCH)
+    parser.add_argument("--kind", choices=["multi_worker", "mirrored"], default="multi_worker")
     args = parser.parse_args()
     out = pathlib.Path(tempfile.mkdtemp(prefix="bench_soak-"))
     log = io.StringIO()
-    workers = 1 if "toolkit" in args.without.split(",") else 2
+    workers = 1 if "toolkit" in args.without.split(",") or args.kind == "mirrored" else 2
     code = launcher.launch([sys.executable, soak_worker.__file__, str(out), str(args.epochs),
-                            str(args.leak_bytes), args.without, str(args.steps_per_epoch)],
+                            str(args.leak_bytes), args.without, str(args.steps_per_epoch), args.kind],
                            workers, env=ENV, output=log,
                            grace_seconds=1)
     if code:

@@ -2,7 +2,7 @@
 
 Run as 2 workers (`mgpu_tf.cluster.launcher`; bench_soak.py and tests/test_soak.py do):
 
-    python benchmarks/soak_worker.py OUT_DIR EPOCHS [LEAK_BYTES [WITHOUT [STEPS]]]
+    python benchmarks/soak_worker.py OUT_DIR EPOCHS [LEAK_BYTES [WITHOUT [STEPS [KIND]]]]
 
 trains a tiny model under `make_strategy("multi_worker", transport="tcp",
 shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
@@ -17,7 +17,9 @@ fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `shard
 the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
 instead of `TIMEOUT_SECONDS`); `toolkit` leaves mgpu_tf out altogether: one process trains
 the same model with plain Keras on one device, the reference for what Keras and TensorFlow
-keep by themselves. STEPS: steps per epoch, `STEPS_PER_EPOCH` by default.
+keep by themselves. STEPS: steps per epoch, `STEPS_PER_EPOCH` by default. KIND `mirrored`:
+one process trains on 2 simulated devices under `make_strategy("mirrored")` instead (tcp,
+adaptive shares and timeout do not apply there).
 """
 
 import json
@@ -131,10 +133,15 @@ def main():
         return
     import mgpu_tf
 
-    strategy = mgpu_tf.make_strategy(
-        "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
-        shard_optimizer_state="sharded" not in without,
-        timeout_seconds=None if "timeout" in without else TIMEOUT_SECONDS)
+    if len(sys.argv) > 6 and sys.argv[6] == "mirrored":
+        mgpu_tf.simulate_devices(2)
+        without |= {"adaptive"}
+        strategy = mgpu_tf.make_strategy("mirrored", shard_optimizer_state="sharded" not in without)
+    else:
+        strategy = mgpu_tf.make_strategy(
+            "multi_worker", transport="tensorflow" if "tcp" in without else "tcp",
+            shard_optimizer_state="sharded" not in without,
+            timeout_seconds=None if "timeout" in without else TIMEOUT_SECONDS)
     with strategy.scope():
         model = mgpu_tf.prepare_model(_model(keras), strategy)
         model.compile(keras.optimizers.Adam(1e-3), "mse")

@@ -8,6 +8,7 @@ import json
 import re
 import types
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -90,3 +91,52 @@ def test_a_function_called_in_keeping_keys_takes_its_instance_keys_once(tmp_path
         assert run["kept"] == 1  # taken when traced
         assert run["sums"] == [3.0] * mw_keys.CALLS  # replica 0 adds 1, replica 1 adds 2
         assert run["unique"] is True  # the block restored TensorFlow's default
+
+
+def _keys_taken(launcher, run):
+    before = private_collectives.next_instance_key(launcher)
+    run()
+    return private_collectives.next_instance_key(launcher) - before
+
+
+def test_a_mirrored_fit_takes_its_instance_keys_when_traced_and_trains_as_one_device():
+    """Under TensorFlow's default a mirrored step takes a new key per collective per call,
+    and the runtime keeps a record of each: 1.6 MB per 1,000 steps (docs/benchmarks.md,
+    "Soak"). One process' replicas trace together, so the toolkit's steps keep theirs."""
+    import keras
+
+    import mgpu_tf
+
+    x = np.linspace(-1.0, 1.0, 64 * 4, dtype="float32").reshape(64, 4)
+    y = np.sin(x.sum(axis=1, keepdims=True))
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    launcher = private_collectives.collective_launchers(strategy)[0]
+
+    def model():
+        keras.utils.set_random_seed(5)
+        built = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
+                                  keras.layers.Dense(1)])
+        built.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+        return built
+
+    @tf.function
+    def plain_all_reduce():  # TensorFlow's default: the counter moves at every call
+        return strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+            "sum", tf.constant(1.0)))
+
+    assert _keys_taken(launcher, lambda: [plain_all_reduce() for _ in range(5)]) >= 5
+    with strategy.scope():
+        mirrored = model()
+    first = _keys_taken(launcher, lambda: mirrored.fit(x, y, batch_size=16, epochs=1,
+                                                       verbose=0, shuffle=False))
+    assert first > 0  # traced: the gradients' all-reduce took its keys
+    assert _keys_taken(launcher, lambda: mirrored.fit(x, y, batch_size=16, epochs=3,
+                                                      verbose=0, shuffle=False)) == 0
+    evaluate = lambda: mirrored.evaluate(x, y, batch_size=16, verbose=0)  # noqa: E731
+    _keys_taken(launcher, evaluate)
+    assert _keys_taken(launcher, evaluate) == 0
+    alone = model()
+    alone.fit(x, y, batch_size=16, epochs=4, verbose=0, shuffle=False)
+    np.testing.assert_allclose(np.concatenate([w.ravel() for w in mirrored.get_weights()]),
+                               np.concatenate([w.ravel() for w in alone.get_weights()]),
+                               rtol=1e-5, atol=1e-6)

@@ -13,7 +13,8 @@ import logging
 
 from mgpu_tf.compat import private_collectives, private_runtime
 
-__all__ = ["distinct_collective_keys", "keeping_keys", "reused_instance_keys"]
+__all__ = ["distinct_collective_keys", "keeping_keys", "keeping_keys_in_one_process",
+           "reused_instance_keys"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -85,3 +86,18 @@ def keeping_keys(function, strategy):
             return function(*args, **kwargs)
 
     return call
+
+
+def keeping_keys_in_one_process(function, strategy):
+    """`keeping_keys(function, strategy)` where every replica is in this process (a
+    MirroredStrategy over collective ops): they trace together, so no retrace can shift
+    their keys. `function` itself under any other strategy or cross-device ops."""
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MirroredStrategy):
+        return function
+    try:
+        private_collectives.collective_launchers(strategy)
+    except private_runtime.PrivateNameError:
+        return function  # other cross-device ops: they take no instance keys
+    return keeping_keys(function, strategy)

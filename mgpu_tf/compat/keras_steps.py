@@ -335,10 +335,10 @@ def _make_function(model, step_function, kind):
 
     one_step = one_step_on_data
     mean_over_workers = None
-    if not model.run_eagerly:
-        multi_step_on_iterator = tf.function(multi_step_on_iterator, reduce_retracing=True)
-        # Only for train_on_batch and test_on_batch, outside any tf.cond.
-        one_step = tf.function(one_step_on_data, reduce_retracing=True)
+    if not model.run_eagerly:  # one process' replicas trace together: keys kept
+        keep = functools.partial(collective_keys.keeping_keys_in_one_process, strategy=strategy)
+        multi_step_on_iterator = tf.function(keep(multi_step_on_iterator), reduce_retracing=True)
+        one_step = tf.function(keep(one_step_on_data), reduce_retracing=True)  # *_on_batch
     if across_workers:
         mean_over_workers = no_autograph(lambda logs: _mean_over_workers(logs, strategy))
         if not model.run_eagerly:  # called every step: its collectives keep their keys
