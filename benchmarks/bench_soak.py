@@ -84,6 +84,10 @@ def main():
               f"{'ok' if ok else 'GROWS'}); step time median {np.median(times[:quarter]):.2f} ms "
               f"in the first quarter, {np.median(times[-quarter:]):.2f} ms in the last, trend "
               f"{step_trend:+.3f} ms per 1,000 steps")
+        anon, file = (soak_worker.trend(rows, key, warmup=args.warmup, scale=MB)[0]
+                      for key in ("rss_anon", "rss_file"))
+        print(f"worker {index}: of the growth, anonymous memory {anon:+.3f} and file-backed pages"
+              f" (libraries' code and data read in) {file:+.3f} MB per 1,000 steps")
     print(f"steps {records[0][-1]['steps']}; files: {out}")
     return 1 if leaks else 0
 

@@ -8,10 +8,10 @@ trains a tiny model under `make_strategy("multi_worker", transport="tcp",
 shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
 with the `TrainingMonitor` steering them, and appends one JSON line per epoch to
 OUT_DIR/soak-<worker>.jsonl: `epoch`, `steps` (done so far), `rss` (resident bytes,
-from /proc), `threads`, `seconds` (a monotonic clock) and `step_seconds` (the epoch's wall
-time over its steps). LEAK_BYTES > 0
-makes worker 1 keep a tensor of that many bytes per step: the leak a detector must
-catch, beside worker 0, which has none. DataOrder drives the data's position, so the
+from /proc; `rss_anon` and `rss_file` its anonymous and file-backed parts), `threads`,
+`seconds` (a monotonic clock) and `step_seconds` (the epoch's wall time over its steps).
+LEAK_BYTES > 0 makes worker 1 keep a tensor of that many bytes per step: the leak a
+detector must catch, beside worker 0, which has none. DataOrder drives the data's position, so the
 fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive`,
 `monitor`, `stream` and `timeout`, leaves those parts out (tensorflow's collectives instead of
 the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
@@ -97,6 +97,7 @@ def _record(out, index, leak_bytes):
         def on_epoch_end(self, epoch, logs=None):
             steps = self.steps - self.first
             line = {"epoch": epoch, "steps": self.steps, "rss": resident_bytes(),
+                    "rss_anon": _status("RssAnon") * 1024, "rss_file": _status("RssFile") * 1024,
                     "threads": thread_count(), "seconds": time.monotonic(),
                     "step_seconds": (time.perf_counter() - self.start) / max(1, steps)}
             with open(out / f"soak-{index}.jsonl", "a") as f:
