@@ -49,7 +49,8 @@ def main():
     log = io.StringIO()
     workers = 1 if "toolkit" in args.without.split(",") or args.kind == "mirrored" else 2
     code = launcher.launch([sys.executable, soak_worker.__file__, str(out), str(args.epochs),
-                            str(args.leak_bytes), args.without, str(args.steps_per_epoch), args.kind],
+                            str(args.leak_bytes), args.without, str(args.steps_per_epoch),
+                            args.kind],
                            workers, env=ENV, output=log,
                            grace_seconds=1)
     if code:

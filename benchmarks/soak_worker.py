@@ -11,15 +11,15 @@ OUT_DIR/soak-<worker>.jsonl: `epoch`, `steps` (done so far), `rss` (resident byt
 from /proc; `rss_anon` and `rss_file` its anonymous and file-backed parts), `threads`,
 `seconds` (a monotonic clock) and `step_seconds` (the epoch's wall time over its steps).
 LEAK_BYTES > 0 makes worker 1 keep a tensor of that many bytes per step: the leak a
-detector must catch, beside worker 0, which has none. DataOrder drives the data's position, so the
-fit reads one stream of epochs. WITHOUT, a comma-separated list of `tcp`, `sharded`, `adaptive`,
-`monitor`, `stream` and `timeout`, leaves those parts out (tensorflow's collectives instead of
-the ring; a new iterator each epoch instead of the stream; collectives that wait for ever
-instead of `TIMEOUT_SECONDS`); `toolkit` leaves mgpu_tf out altogether: one process trains
-the same model with plain Keras on one device, the reference for what Keras and TensorFlow
-keep by themselves. STEPS: steps per epoch, `STEPS_PER_EPOCH` by default. KIND `mirrored`:
-one process trains on 2 simulated devices under `make_strategy("mirrored")` instead (tcp,
-adaptive shares and timeout do not apply there).
+detector must catch, beside worker 0, which has none. DataOrder drives the data's
+position, so the fit reads one stream of epochs. WITHOUT, a comma-separated list of
+`tcp`, `sharded`, `adaptive`, `monitor`, `stream` and `timeout`, leaves those parts out
+(tensorflow's collectives instead of the ring; a new iterator each epoch instead of the
+stream; collectives that wait for ever instead of `TIMEOUT_SECONDS`); `toolkit` leaves
+mgpu_tf out altogether: one process trains the same model with plain Keras on one device,
+the reference for what Keras and TensorFlow keep by themselves. STEPS: steps per epoch,
+`STEPS_PER_EPOCH` by default. KIND `mirrored`: one process trains on 2 simulated devices
+under `make_strategy("mirrored")` instead (tcp, adaptive shares and timeout do not apply).
 """
 
 import json
