@@ -121,6 +121,7 @@ def main():
     leak_bytes = int(sys.argv[3]) if len(sys.argv) > 3 and index == 1 else 0
     without = set(sys.argv[4].split(",")) if len(sys.argv) > 4 and sys.argv[4] else set()
     examples = GLOBAL_BATCH * (int(sys.argv[5]) if len(sys.argv) > 5 else STEPS_PER_EPOCH)
+    mirrored = len(sys.argv) > 6 and sys.argv[6] == "mirrored"
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(3)
     x = rng.standard_normal((examples, FEATURES)).astype("float32")
@@ -134,7 +135,7 @@ def main():
         return
     import mgpu_tf
 
-    if len(sys.argv) > 6 and sys.argv[6] == "mirrored":
+    if mirrored:
         mgpu_tf.simulate_devices(2)
         without |= {"adaptive"}
         strategy = mgpu_tf.make_strategy("mirrored", shard_optimizer_state="sharded" not in without)
