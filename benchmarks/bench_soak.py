@@ -1,15 +1,17 @@
-"""Soak: long training on 2 workers, each worker's resident memory and step time per epoch.
+"""Soak: long training on 2 workers, each worker's memory and step time per epoch.
 
 Two workers (soak_worker.py, under `mgpu_tf.cluster.launcher`) train a tiny model for
-`--epochs` epochs of 16 steps with `transport="tcp"`, `shard_optimizer_state=True`,
-adaptive shares steered by the TrainingMonitor and one stream of epochs (DataOrder). It
-prints each epoch's resident memory and step time per worker, then, after the warm-up,
-a line fitted to each: memory growth per 1,000 steps and the step-time trend. The check:
-a worker's memory may grow over the run by at most `--sigmas` times the scatter of its
-own memory around that line (the noise measured), else it leaks.
+`--epochs` epochs with `transport="tcp"`, `shard_optimizer_state=True`, adaptive shares
+steered by the TrainingMonitor and one stream of epochs (DataOrder). It prints each epoch's
+memory and step time per worker, then, after the warm-up, the growth per 1,000 steps of
+the resident set and of what malloc holds (`held`): the median of the slopes fitted in 5
+equal windows, which a one-time rise moves in one window only; Python's blocks and the
+step-time trend beside them. The check is a bound stated per step and per epoch (records
+kept for the user): held memory within `--held_bytes` a step, the resident set (with the
+allocator's free space) within `--resident_bytes` a step, each plus `--epoch_bytes` an
+epoch.
 
-    python benchmarks/bench_soak.py --epochs 300
-    python benchmarks/bench_soak.py --epochs 100 --steps_per_epoch 160 --kind mirrored
+    python benchmarks/bench_soak.py --epochs 100 --steps_per_epoch 160 --print_every 99
 
 `--kind mirrored` trains in one process on 2 simulated devices instead.
 """
@@ -35,7 +37,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--warmup", type=float, default=0.2,
                         help="share of the epochs left out of the fitted lines")
-    parser.add_argument("--sigmas", type=float, default=4.0)
+    parser.add_argument("--held_bytes", type=float, default=20.0,
+                        help="bytes a step may add to what malloc holds")
+    parser.add_argument("--resident_bytes", type=float, default=100.0,
+                        help="bytes a step may add to the resident set")
+    parser.add_argument("--epoch_bytes", type=float, default=2048.0,
+                        help="bytes an epoch may add (Keras' History, the monitor's history)")
     parser.add_argument("--leak_bytes", type=int, default=0,
                         help="worker 1 keeps this many bytes per step (a leak to catch)")
     parser.add_argument("--without", default="",
@@ -70,25 +77,37 @@ def main():
                   + "".join(f"{1000 * r['step_seconds']:>11.2f}" for r in rows))
     leaks = []
     for index, rows in enumerate(records):
-        growth, noise = soak_worker.trend(rows, "rss", warmup=args.warmup, scale=MB)
-        span = (rows[-1]["steps"] - rows[int(len(rows) * args.warmup)]["steps"]) / 1000.0
-        bound = args.sigmas * noise / span
-        times = [r["step_seconds"] * 1000 for r in rows[int(len(rows) * args.warmup):]]
+        fitted = rows[int(len(rows) * args.warmup):]
+        per_epoch = args.epoch_bytes * 1000.0 / args.steps_per_epoch
+        figures = {}
+        for key, per_step in (("rss", args.resident_bytes), ("held", args.held_bytes)):
+            growth, windows = soak_worker.window_trend(rows, key, warmup=args.warmup, scale=MB)
+            line, noise = soak_worker.trend(rows, key, warmup=args.warmup, scale=MB)
+            bound = (1000.0 * per_step + per_epoch) * MB
+            figures[key] = (growth, windows, line, noise, bound, growth <= bound)
+            leaks += [] if growth <= bound else [(index, key)]
+        blocks, _ = soak_worker.trend(rows, "python_blocks", warmup=args.warmup)
+        times = [r["step_seconds"] * 1000 for r in fitted]
+        cpu = [r["step_cpu_seconds"] * 1000 for r in fitted]
         quarter = max(1, len(times) // 4)
         step_trend, _ = soak_worker.trend(rows, "step_seconds", warmup=args.warmup,
                                           scale=1000.0)
-        ok = growth <= bound
-        leaks += [] if ok else [index]
-        print(f"worker {index}: memory {rows[0]['rss'] * MB:.0f} -> {rows[-1]['rss'] * MB:.0f} MB;"
-              f" after the warm-up {growth:+.2f} MB per 1,000 steps (scatter {noise:.2f} MB, "
-              f"bound {bound:.2f} MB per 1,000 steps over {span * 1000:.0f} steps: "
-              f"{'ok' if ok else 'GROWS'}); step time median {np.median(times[:quarter]):.2f} ms "
-              f"in the first quarter, {np.median(times[-quarter:]):.2f} ms in the last, trend "
-              f"{step_trend:+.3f} ms per 1,000 steps")
+        for key, name in (("rss", "resident"), ("held", "held by malloc")):
+            growth, windows, line, noise, bound, ok = figures[key]
+            print(f"worker {index}: {name} {rows[0][key] * MB:.1f} -> {rows[-1][key] * MB:.1f} MB;"
+                  f" after the warm-up ({fitted[-1]['steps'] - fitted[0]['steps']} steps) "
+                  f"{growth:+.3f} MB per 1,000 steps, the median of "
+                  f"{' '.join(f'{w:+.3f}' for w in windows)} in {len(windows)} windows (one "
+                  f"line: {line:+.3f}, scatter {noise:.3f} MB); bound {bound:.3f}: "
+                  f"{'ok' if ok else 'GROWS'}")
         anon, file = (soak_worker.trend(rows, key, warmup=args.warmup, scale=MB)[0]
                       for key in ("rss_anon", "rss_file"))
-        print(f"worker {index}: of the growth, anonymous memory {anon:+.3f} and file-backed pages"
-              f" (libraries' code and data read in) {file:+.3f} MB per 1,000 steps")
+        print(f"worker {index}: of the resident growth, anonymous memory {anon:+.3f} and "
+              f"file-backed pages {file:+.3f} MB per 1,000 steps; Python's blocks "
+              f"{blocks:+.0f} per 1,000 steps; step time median {np.median(times[:quarter]):.2f} "
+              f"ms in the first quarter, {np.median(times[-quarter:]):.2f} ms in the last, trend "
+              f"{step_trend:+.3f} ms per 1,000 steps; CPU time a step "
+              f"{np.median(cpu[:quarter]):.2f} -> {np.median(cpu[-quarter:]):.2f} ms")
     print(f"steps {records[0][-1]['steps']}; files: {out}")
     return 1 if leaks else 0
 

@@ -8,8 +8,11 @@ trains a tiny model under `make_strategy("multi_worker", transport="tcp",
 shard_optimizer_state=True)` on adaptive shares (`shard_dataset(weights="adaptive")`)
 with the `TrainingMonitor` steering them, and appends one JSON line per epoch to
 OUT_DIR/soak-<worker>.jsonl: `epoch`, `steps` (done so far), `rss` (resident bytes,
-from /proc; `rss_anon` and `rss_file` its anonymous and file-backed parts), `threads`,
-`seconds` (a monotonic clock) and `step_seconds` (the epoch's wall time over its steps).
+from /proc; `rss_anon` and `rss_file` its anonymous and file-backed parts), `held` (bytes
+malloc has handed out and not had back, `held_bytes`), `python_blocks` (Python's small-object
+blocks in use), `threads`, `seconds` (a monotonic clock), `step_seconds` (the epoch's wall
+time over its steps) and `step_cpu_seconds` (the process' CPU time over its steps, which a
+busy machine moves less).
 LEAK_BYTES > 0 makes worker 1 keep a tensor of that many bytes per step: the leak a
 detector must catch, beside worker 0, which has none. DataOrder drives the data's
 position, so the fit reads one stream of epochs. WITHOUT, a comma-separated list of
@@ -22,6 +25,7 @@ the reference for what Keras and TensorFlow keep by themselves. STEPS: steps per
 under `make_strategy("mirrored")` instead (tcp, adaptive shares and timeout do not apply).
 """
 
+import ctypes
 import json
 import os
 import pathlib
@@ -30,8 +34,8 @@ import time
 
 import numpy as np
 
-__all__ = ["EXAMPLES", "GLOBAL_BATCH", "STEPS_PER_EPOCH", "read", "resident_bytes", "thread_count",
-           "trend"]
+__all__ = ["EXAMPLES", "GLOBAL_BATCH", "STEPS_PER_EPOCH", "held_bytes", "read", "resident_bytes",
+           "thread_count", "trend", "window_trend"]
 
 EXAMPLES, FEATURES, GLOBAL_BATCH = 256, 8, 16
 STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH
@@ -51,6 +55,25 @@ def _status(field):
 def resident_bytes():
     """This process' resident set size in bytes (VmRSS of /proc/self/status)."""
     return _status("VmRSS") * 1024
+
+
+class _MallocInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def held_bytes():
+    """The bytes this process holds through malloc: in use in its arenas plus mapped blocks.
+
+    glibc's `mallinfo2` (2.33 on); what the allocator keeps resident beyond it is free space
+    it has not returned. TensorFlow's buffers, numpy's arrays and Python's objects above 512
+    bytes are in it; Python's small objects are counted by `sys.getallocatedblocks()`.
+    """
+    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2.restype = _MallocInfo
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
 
 
 def thread_count():
@@ -77,6 +100,20 @@ def trend(records, key, *, warmup=0.2, scale=1.0):
     return 1000.0 * slope, float(np.std(values - (slope * steps + intercept)))
 
 
+def window_trend(records, key, *, warmup=0.2, scale=1.0, windows=5):
+    """`(median, slopes)`: the slopes per 1,000 steps of `key` fitted in `windows` equal
+    spans of the records after the warm-up, and their median.
+
+    A leak raises every window; a one-time rise (a retrace when adaptive shares move, a
+    library's pages read in) raises one, which the median leaves out.
+    """
+    records = records[int(len(records) * warmup):]
+    bounds = np.linspace(0, len(records), windows + 1).astype(int)
+    slopes = [trend(records[a:b], key, warmup=0.0, scale=scale)[0]
+              for a, b in zip(bounds[:-1], bounds[1:])]
+    return float(np.median(slopes)), slopes
+
+
 def _record(out, index, leak_bytes):
     import keras
     import tensorflow as tf
@@ -87,7 +124,7 @@ def _record(out, index, leak_bytes):
             self.steps, self.kept = 0, []
 
         def on_epoch_begin(self, epoch, logs=None):
-            self.start, self.first = time.perf_counter(), self.steps
+            self.start, self.cpu, self.first = time.perf_counter(), time.process_time(), self.steps
 
         def on_train_batch_end(self, batch, logs=None):
             self.steps += 1
@@ -98,8 +135,10 @@ def _record(out, index, leak_bytes):
             steps = self.steps - self.first
             line = {"epoch": epoch, "steps": self.steps, "rss": resident_bytes(),
                     "rss_anon": _status("RssAnon") * 1024, "rss_file": _status("RssFile") * 1024,
+                    "held": held_bytes(), "python_blocks": sys.getallocatedblocks(),
                     "threads": thread_count(), "seconds": time.monotonic(),
-                    "step_seconds": (time.perf_counter() - self.start) / max(1, steps)}
+                    "step_seconds": (time.perf_counter() - self.start) / max(1, steps),
+                    "step_cpu_seconds": (time.process_time() - self.cpu) / max(1, steps)}
             with open(out / f"soak-{index}.jsonl", "a") as f:
                 f.write(json.dumps(line) + "\n")
 
