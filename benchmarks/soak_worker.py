@@ -70,7 +70,10 @@ def held_bytes():
     it has not returned. TensorFlow's buffers, numpy's arrays and Python's objects above 512
     bytes are in it; Python's small objects are counted by `sys.getallocatedblocks()`.
     """
-    mallinfo2 = ctypes.CDLL(None).mallinfo2
+    mallinfo2 = getattr(ctypes.CDLL(None), "mallinfo2", None)
+    if mallinfo2 is None:
+        raise RuntimeError("held_bytes reads glibc's mallinfo2 (glibc 2.33 on), which this C "
+                           "library lacks. Run the soak on a glibc 2.33+ system (Debian 12).")
     mallinfo2.restype = _MallocInfo
     info = mallinfo2()
     return info.uordblks + info.hblkhd
@@ -108,6 +111,9 @@ def window_trend(records, key, *, warmup=0.2, scale=1.0, windows=5):
     library's pages read in) raises one, which the median leaves out.
     """
     records = records[int(len(records) * warmup):]
+    if len(records) < 2 * windows:
+        raise ValueError(f"`windows` needs 2 records each after the warm-up. Received: "
+                         f"windows={windows} for {len(records)} records; run more epochs.")
     bounds = np.linspace(0, len(records), windows + 1).astype(int)
     slopes = [trend(records[a:b], key, warmup=0.0, scale=scale)[0]
               for a, b in zip(bounds[:-1], bounds[1:])]
