@@ -76,9 +76,9 @@ def main():
                   + "".join(f"{r['threads']:>10}" for r in rows)
                   + "".join(f"{1000 * r['step_seconds']:>11.2f}" for r in rows))
     leaks = []
+    per_epoch = args.epoch_bytes * 1000.0 / args.steps_per_epoch
     for index, rows in enumerate(records):
         fitted = rows[int(len(rows) * args.warmup):]
-        per_epoch = args.epoch_bytes * 1000.0 / args.steps_per_epoch
         figures = {}
         for key, per_step in (("rss", args.resident_bytes), ("held", args.held_bytes)):
             growth, windows = soak_worker.window_trend(rows, key, warmup=args.warmup, scale=MB)

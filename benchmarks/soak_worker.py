@@ -44,12 +44,18 @@ STEPS_PER_EPOCH = EXAMPLES // GLOBAL_BATCH
 TIMEOUT_SECONDS = 60
 
 
-def _status(field):
+def _statuses(*fields):
+    """The values of `fields` in one read of /proc/self/status, in their order."""
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field} line")
+        found = dict(line.split(":", 1) for line in f if ":" in line)
+    missing = [field for field in fields if field not in found]
+    if missing:
+        raise RuntimeError(f"/proc/self/status has no {', '.join(missing)} line")
+    return [int(found[field].split()[0]) for field in fields]
+
+
+def _status(field):
+    return _statuses(field)[0]
 
 
 def resident_bytes():
@@ -139,10 +145,11 @@ def _record(out, index, leak_bytes):
 
         def on_epoch_end(self, epoch, logs=None):
             steps = self.steps - self.first
-            line = {"epoch": epoch, "steps": self.steps, "rss": resident_bytes(),
-                    "rss_anon": _status("RssAnon") * 1024, "rss_file": _status("RssFile") * 1024,
+            rss, anon, file, threads = _statuses("VmRSS", "RssAnon", "RssFile", "Threads")
+            line = {"epoch": epoch, "steps": self.steps, "rss": rss * 1024,
+                    "rss_anon": anon * 1024, "rss_file": file * 1024,
                     "held": held_bytes(), "python_blocks": sys.getallocatedblocks(),
-                    "threads": thread_count(), "seconds": time.monotonic(),
+                    "threads": threads, "seconds": time.monotonic(),
                     "step_seconds": (time.perf_counter() - self.start) / max(1, steps),
                     "step_cpu_seconds": (time.process_time() - self.cpu) / max(1, steps)}
             with open(out / f"soak-{index}.jsonl", "a") as f:
