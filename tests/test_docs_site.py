@@ -96,3 +96,29 @@ def test_troubleshooting_sections_link_their_issue():
         upstream = r"\*\*Upstream:\*\* \[[\w-]+/[\w-]+#\d+\]\(https://github\.com/"
         assert re.search(upstream, section), (
             section.splitlines()[0])
+
+
+# A page a reader takes in one sitting; what was measured before goes to the history.
+_MAX_LINES = 800
+
+
+@pytest.mark.parametrize("page", ["benchmarks.md", "design.md"])
+def test_page_stays_short(page):
+    lines = (DOCS / page).read_text().count("\n")
+    assert lines < _MAX_LINES, (
+        f"docs/{page} has {lines} lines, at most {_MAX_LINES - 1}: keep the latest run or the "
+        "current reasoning, move older runs to docs/benchmarks-history.md")
+
+
+def test_benchmarks_page_starts_with_the_headline_table():
+    page = (DOCS / "benchmarks.md").read_text()
+    before_first_section = page.split("\n## ", 1)[0]
+    header = re.search(r"^\| *goal *\| *latest figure *\| *command *\| *date *\| *machine *\|$",
+                       before_first_section, re.M)
+    assert header, "docs/benchmarks.md must open with the table goal | latest figure | command | date | machine"
+    rows = re.findall(r"^\|(?! *---)(.*)\|$", before_first_section[header.end():], re.M)
+    assert len(rows) >= 5, rows
+    for row in rows:
+        goal, figure, command, date, machine = (c.strip() for c in row.split(" | "))
+        assert figure and command and machine, row
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", date), f"a headline row without its date: {row}"
