@@ -80,7 +80,7 @@ def test_the_first_failure_is_returned_and_stops_the_others(tmp_path):
     code = launcher.launch([sys.executable, str(script)], 3, output=io.StringIO(),
                            grace_seconds=2)
     assert code == 7
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 150  # stopped, not slept to the end (300 s)
     for index in range(3):
         pid = int((tmp_path / f"pid{index}").read_text())
         assert not _alive(pid), f"worker {index}'s child {pid} was left running"
