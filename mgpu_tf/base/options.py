@@ -177,8 +177,9 @@ _declare("bucket_bytes", "gradient bytes per bucket, all-reduced last layers fir
          "backward pass runs (0: every gradient at once, after it; not with "
          "shard_optimizer_state)", check_bucket_bytes, type=int, minimum=0, default=0,
          strategies=("multi_worker",), flag="integer", settle=refuse_buckets_with_sharding)
-_declare("timeout_seconds", "seconds a fit's step waits for a live peer, and a silent "
-         "worker counts as lost, before failing (default: steps wait, workers lost after 10 s)",
+_declare("timeout_seconds", "seconds make_strategy waits for its peers to start, a fit's "
+         "step waits for a live peer, and a silent worker counts as lost, before failing "
+         "(default: an hour to start, steps wait, workers lost after 10 s)",
          _check_timeout, type=float, strategies=("multi_worker",))
 _declare("tpu", "TPU address or name", _check_tpu, type=str, strategies=("tpu",), flag="string")
 _declare("model", "auto only: a built Keras model; one too big for a device gets "
