@@ -21,9 +21,9 @@ from mgpu_tf.cluster.launch_command import (LaunchError, check_command, check_gr
                                             check_open_files)
 from mgpu_tf.compat import native_logs
 
-__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
-           "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
-           "worker_tf_configs"]
+__all__ = ["Interrupt", "LaunchError", "REGROUP", "TIMED_OUT", "base_environment",
+           "check_request", "free_ports", "launch", "run_alone", "run_group", "streams",
+           "warn_if_reachable", "worker_tf_configs"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
@@ -36,6 +36,24 @@ REGROUP = -1
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
 _STOPPED_CODES = (128 + signal.SIGTERM, 128 + signal.SIGKILL, 130)
+
+
+class Interrupt(threading.Event):
+    """Set when the launcher is told to stop: Ctrl-C (SIGINT) or SIGTERM.
+
+    `code` is the launcher's exit code for it, 128 + the signal as shells report it: 130
+    for Ctrl-C, 143 for SIGTERM.
+    """
+
+    signum = signal.SIGINT
+
+    def stop(self, signum):
+        self.signum = signal.Signals(signum)
+        self.set()
+
+    @property
+    def code(self):
+        return 128 + self.signum
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -201,7 +219,8 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
 
     Returns:
         0 when every worker succeeded, else the first non-zero exit code of the last
-        start (128 + signal for a killed worker; 130 on Ctrl-C, never restarted).
+        start (128 + signal for a killed worker; 130 on Ctrl-C and 143 on SIGTERM to the
+        launcher, never restarted).
 
     Raises:
         LaunchError: for an empty or missing command, a bad worker count or a bad port,
@@ -211,11 +230,12 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     output, errors = streams(output, errors)
     warn_if_reachable(host, output)
     base = base_environment(env)
+    interrupted = Interrupt()
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
         code = run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
-                          output, grace_seconds, errors=errors)
-        if code in (0, 130) or attempt == max_restarts:
+                          output, grace_seconds, errors=errors, interrupted=interrupted)
+        if code == 0 or interrupted.is_set() or attempt == max_restarts:
             return code
         output.write(f"mgpu-tf launch: restarting all {workers} workers "
                      f"({attempt + 1} of {max_restarts}).\n")
@@ -258,18 +278,18 @@ def streams(output, errors):
 
 
 @contextlib.contextmanager
-def _interrupts_as_flag():
-    """Ctrl-C and SIGTERM set the event yielded, in the main thread, instead of raising.
+def _interrupts_as_flag(interrupted):
+    """Ctrl-C and SIGTERM set `interrupted` (an `Interrupt`), in the main thread, instead of
+    raising.
 
     A `KeyboardInterrupt` may land anywhere: inside `Popen` after the fork, before the
     worker is recorded (the stop would not know it), or inside a pump's `Thread.start`.
     The group's loop reads the event at one point instead.
     """
-    interrupted = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield interrupted
         return
-    previous = {s: signal.signal(s, lambda *_: interrupted.set())
+    previous = {s: signal.signal(s, lambda signum, _: interrupted.stop(signum))
                 for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield interrupted
@@ -279,13 +299,14 @@ def _interrupts_as_flag():
 
 
 def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
-               errors=None, stop_when=None):
+               errors=None, stop_when=None, interrupted=None):
     """Runs one start of the workers of `configs`; returns its exit code.
 
     When `stop_when()`, called while the workers run, returns True, they are all stopped
-    and `REGROUP` returned.
+    and `REGROUP` returned. Ctrl-C or SIGTERM stops them and sets `interrupted` (an
+    `Interrupt`, a new one when None), whose `code` is returned.
     """
-    with _interrupts_as_flag() as interrupted:
+    with _interrupts_as_flag(interrupted or Interrupt()) as interrupted:
         return _run(command, configs, base, output, grace_seconds, interrupted,
                     timeout_seconds=timeout_seconds, errors=errors, stop_when=stop_when)
 
@@ -339,7 +360,11 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
             else:
                 code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
-        code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
+        if not interrupted.is_set():  # raised before the handlers were ours: Ctrl-C
+            interrupted.stop(signal.SIGINT)
+        said = ("interrupted" if interrupted.signum == signal.SIGINT else
+                f"stopped by {interrupted.signum.name}")
+        code, message, report = interrupted.code, f"{said}; stopped {_workers(processes)}.", False
     finally:
         signalled = _stop(list(processes.values()), grace_seconds)
         for pump in pumps:
