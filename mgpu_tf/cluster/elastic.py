@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 
+from mgpu_tf.cluster import interrupt
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cluster.launch_command import LaunchError
 
@@ -235,7 +236,7 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
             return 1
         say(f"starting {count} workers ({minimum}:{maximum}).")
         start = restarts = 0
-        interrupted = launcher.Interrupt()
+        interrupted = interrupt.Interrupt()
         while True:
             growth = _Growth(discovery_script, count, maximum, marker, poll_seconds, say)
             code = launcher.run_group(

@@ -6,7 +6,6 @@ the others, Ctrl-C stops all, and no process is left behind.
 Design: docs/design.md#local-launcher
 """
 
-import contextlib
 import json
 import os
 import signal
@@ -16,14 +15,15 @@ import sys
 import threading
 import time
 
+from mgpu_tf.cluster import interrupt
 from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import (LaunchError, check_command, check_grace,
                                             check_open_files)
 from mgpu_tf.compat import native_logs
 
-__all__ = ["Interrupt", "LaunchError", "REGROUP", "TIMED_OUT", "base_environment",
-           "check_request", "free_ports", "launch", "run_alone", "run_group", "streams",
-           "warn_if_reachable", "worker_tf_configs"]
+__all__ = ["LaunchError", "REGROUP", "TIMED_OUT", "base_environment", "check_request",
+           "free_ports", "launch", "run_alone", "run_group", "streams", "warn_if_reachable",
+           "worker_tf_configs"]
 
 # Set in each worker's environment: which start of the group this is (0 first).
 RESTART_VARIABLE = "MGPU_TF_RESTART"
@@ -36,24 +36,6 @@ REGROUP = -1
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
 _STOPPED_CODES = (128 + signal.SIGTERM, 128 + signal.SIGKILL, 130)
-
-
-class Interrupt(threading.Event):
-    """Set when the launcher is told to stop: Ctrl-C (SIGINT) or SIGTERM.
-
-    `code` is the launcher's exit code for it, 128 + the signal as shells report it: 130
-    for Ctrl-C, 143 for SIGTERM.
-    """
-
-    signum = signal.SIGINT
-
-    def stop(self, signum):
-        self.signum = signal.Signals(signum)
-        self.set()
-
-    @property
-    def code(self):
-        return 128 + self.signum
 
 
 def free_ports(count, host="127.0.0.1"):
@@ -230,7 +212,7 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     output, errors = streams(output, errors)
     warn_if_reachable(host, output)
     base = base_environment(env)
-    interrupted = Interrupt()
+    interrupted = interrupt.Interrupt()
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
         code = run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
@@ -277,36 +259,15 @@ def streams(output, errors):
     return output, output if errors is None else errors
 
 
-@contextlib.contextmanager
-def _interrupts_as_flag(interrupted):
-    """Ctrl-C and SIGTERM set `interrupted` (an `Interrupt`), in the main thread, instead of
-    raising.
-
-    A `KeyboardInterrupt` may land anywhere: inside `Popen` after the fork, before the
-    worker is recorded (the stop would not know it), or inside a pump's `Thread.start`.
-    The group's loop reads the event at one point instead.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupted
-        return
-    previous = {s: signal.signal(s, lambda signum, _: interrupted.stop(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield interrupted
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
                errors=None, stop_when=None, interrupted=None):
     """Runs one start of the workers of `configs`; returns its exit code.
 
     When `stop_when()`, called while the workers run, returns True, they are all stopped
     and `REGROUP` returned. Ctrl-C or SIGTERM stops them and sets `interrupted` (an
-    `Interrupt`, a new one when None), whose `code` is returned.
+    `mgpu_tf.cluster.interrupt.Interrupt`, a new one when None), whose `code` is returned.
     """
-    with _interrupts_as_flag(interrupted or Interrupt()) as interrupted:
+    with interrupt.as_flag(interrupted or interrupt.Interrupt()) as interrupted:
         return _run(command, configs, base, output, grace_seconds, interrupted,
                     timeout_seconds=timeout_seconds, errors=errors, stop_when=stop_when)
 

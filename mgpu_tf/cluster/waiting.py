@@ -80,8 +80,7 @@ def _listen(config):
 
 
 def line_delays(every_seconds=EVERY_SECONDS, most_seconds=MOST_EVERY_SECONDS):
-    """Yields the seconds before each waiting line: the first soon, then `every_seconds`,
-    doubling up to `most_seconds` (`1, 5, 10, 20, 40, 60, 60, ...` by default)."""
+    """Yields the seconds before each waiting line: `1, 5, 10, 20, 40, 60, 60, ...` by default."""
     yield min(every_seconds, 1.0)
     delay = every_seconds
     while True:
