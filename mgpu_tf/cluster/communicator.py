@@ -53,5 +53,6 @@ def build_multi_worker(settings):
             "tf.constant, tf.Variable or data set op."
         ) from None
     if several:
+        failures.install_report()
         stopping.install(task=f"{config.task_type} {config.task_index}")
     return strategy
