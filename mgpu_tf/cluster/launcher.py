@@ -8,6 +8,7 @@ Design: docs/design.md#local-launcher
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,14 @@ TIMED_OUT = 124
 REGROUP = -1
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# At the end of a good run TensorFlow's coordination service may take a worker that exited
+# before its runtime said goodbye for one that crashed (its heartbeats stopped): the chief,
+# still finishing, logs that every task "crashed". Held with native_logs' harmless errors:
+# shown only when the run fails, where a worker did crash.
+_CRASH_REPORT = re.compile(r"E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] (?:\S*StartAbort|Aborting "
+                           r"\w+ with) UNAVAILABLE: .*unhealthy \(stopped sending heartbeats\)")
+_CRASH_DETAIL = re.compile(r"/job:\w+/replica:\d+/task:\d+$|The tasks have crashed\. |The error "
+                           r"could be from a previous operation\. ")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
 _STOPPED_CODES = (128 + signal.SIGTERM, 128 + signal.SIGKILL, 130)
 
@@ -83,7 +92,8 @@ def _pump(index, stream, output, lock, held):
     prefix, holding = f"[{index}] ", False
     for raw in iter(stream.readline, b""):
         line = _last_redraw(raw.decode(errors="replace").rstrip("\n"))
-        holding = native_logs.is_harmless_error(line, after=holding)
+        holding = (native_logs.is_harmless_error(line, after=holding)
+                   or bool(_CRASH_REPORT.match(line) or holding and _CRASH_DETAIL.match(line)))
         with lock:
             if holding:
                 held.append((output, prefix + line + "\n"))
