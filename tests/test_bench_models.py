@@ -122,5 +122,6 @@ def test_the_default_options_row_shows_that_auto_chose_the_tcp_ring(tmp_path):
         assert f"{rows[key]['transport_bandwidth'] / 1e9:.2f} GB/s through {path}" in out
         # A 2 x 16 MLP's 2 KB of gradients would time the fixed cost per collective, not the
         # link (thousands of GB/s came out); timed with 8 MB, it is a loopback's rate, which
-        # copies through memory of a few to tens of GB/s.
-        assert 1e7 < rows[key]["transport_bandwidth"] < 50e9, rows[key]
+        # copies through memory at tens of GB/s at most. A busy machine only lowers it: no
+        # floor is asserted, the rate is the benchmark's to print.
+        assert 0 < rows[key]["transport_bandwidth"] < 50e9, rows[key]
