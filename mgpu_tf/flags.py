@@ -127,9 +127,9 @@ def _validate(values, flag_values):
         kind = registry.resolve_kind(values["strategy"])
     except (TypeError, ValueError, RuntimeError) as error:
         raise flags.ValidationError(str(error)) from None
-    if kind == "auto":
-        return True
     options = _options(values)
+    # Under "auto" each value is checked alone here (a device that is not there fails at
+    # parse time too); how they go together waits for the strategy it picks.
     for name, value in options.items():
         try:
             options_lib.check_option(kind, name, value)
@@ -137,6 +137,8 @@ def _validate(values, flag_values):
             # absl would name --strategy, whose validator this is, not the flag at fault.
             raise flags.IllegalFlagValueError(
                 f"flag {flag_values[name].serialize()}: {error}") from None
+    if kind == "auto":
+        return True
     try:  # how the options go together
         options_lib.parse_options(kind, options)
     except (TypeError, ValueError, RuntimeError) as error:

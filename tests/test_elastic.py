@@ -200,7 +200,7 @@ def test_below_the_minimum_the_launcher_waits_then_fails_clearly(tmp_path):
     started = time.monotonic()
     code = elastic.launch_elastic([sys.executable, "-c", "pass"], "2:3", str(script),
                                   output=log, poll_seconds=0.1, wait_seconds=0.5)
-    assert code == 1 and time.monotonic() - started < 10
+    assert code == 1 and time.monotonic() - started < 120  # gave up, did not hang
     assert log.getvalue().splitlines() == [
         "mgpu-tf launch: elastic: waiting up to 0.5 s for 2 workers (1 offered).",
         "mgpu-tf launch: elastic: failed: fewer workers than the minimum 2 for 0.5 s "

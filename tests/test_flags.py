@@ -45,11 +45,11 @@ def test_a_single_number_for_devices_is_a_count(flag_values):
 
 def test_a_digit_that_is_not_ascii_is_a_device_name(flag_values):
     # '²' is a digit to str.isdigit(), not to int(): it is read as a device name, which
-    # the strategy then refuses (`--strategy=mirrored --devices=²` fails at parse time).
-    flag_values(["prog", "--devices=²"])
-    assert mgpu_flags.strategy_options(flag_values)[1]["devices"] == ["²"]
-    with pytest.raises(flags.IllegalFlagValueError, match="A device must look like"):
-        flag_values(["prog", "--strategy=mirrored", "--devices=²"])
+    # is refused at parse time, under "auto" as under a named strategy.
+    for strategy in ("auto", "mirrored"):
+        with pytest.raises(flags.IllegalFlagValueError,
+                           match="^flag --devices=²: A device must look like"):
+            flag_values(["prog", f"--strategy={strategy}", "--devices=²"])
 
 
 def test_worker_hosts_and_task_index(flag_values):
@@ -67,6 +67,12 @@ def test_worker_hosts_and_task_index(flag_values):
     (["--strategy=mirrored", "--devices=9"], "`devices` asks for 9 devices"),
     (["--strategy=mirrored", "--devices=cpu:0,cpu:9"],
      "`devices` names 'cpu:9', which does not exist"),
+    # "auto" checks each value alone at parse time too: the strategy it picks comes later.
+    (["--devices=GPU:7"], r"^flag --devices=GPU:7: `devices` names 'GPU:7', which does not "
+     r"exist\. .* split the CPU first: mgpu_tf\.simulate_devices\(N\) in Python, "
+     r"--simulate_devices=N with mgpu_tf's flags\.$"),
+    (["--devices=9"], r"^flag --devices=9: `devices` asks for 9 devices .* "
+     r"--simulate_devices=9 with mgpu_tf's flags\.$"),
     (["--strategy=multi_worker", "--worker_hosts=127.0.0.1:1", "--task_index=4"],
      "`task_index` must be in 0..0"),
     (["--simulate_devices=2"], r"simulate_devices\(2\) must be called before TensorFlow starts"),

@@ -108,7 +108,7 @@ def test_a_hybrid_fit_refuses_keras_writers_and_fails_a_step_a_live_peer_never_j
                if key.startswith("aborted after")]
     assert len(aborted) == 1, lines[0]
     seconds, message = aborted[0]
-    assert 6.0 <= seconds < 10.0, seconds
+    assert seconds >= 6.0, seconds  # not before the timeout
     assert message.startswith("DeadlineExceededError"), message
     assert re.search(r"worker 0 waited \d+\.\d s in step \d+ of epoch 1 \(timeout_seconds=6\) "
                      r"for a peer that did not join its collectives\. Every peer answers", message)

@@ -86,3 +86,37 @@ def test_the_coordination_services_goodbye_shows_only_when_the_job_fails():
         "[0] done", *("[0] " + line for line in _GOODBYE.splitlines())], lines
     assert lines[-1].startswith("mgpu-tf launch: worker 0 failed with exit code 3"), lines
 
+
+
+# What the chief may log at the end of a good job when worker 1's interpreter ended before
+# its TensorFlow runtime said goodbye: the coordination service takes the silence for a crash
+# (copied from a 2-worker run; under the tensorflow transport its ring logs the second line).
+_CRASHED = (
+    "E0000 00:00:1796663145.095525    8245 base_collective_executor.cc:252] "
+    "BaseCollectiveExecutor::StartAbort UNAVAILABLE: Error reported from /job:worker/task:1: "
+    "The following tasks are unhealthy (stopped sending heartbeats):\n"
+    "/job:worker/replica:0/task:1\n"
+    "The tasks have crashed. Check the task logs for an earlier error, or scheduler events "
+    "(e.g. preemption, eviction) to debug further. [type.googleapis.com/tensorflow."
+    "CoordinationServiceError='\\\"\\n\\n\\x06worker\\x10\\x01']\n"
+    "E0000 00:00:1796663145.095593    8245 ring_alg.cc:291] Aborting RingReduce with "
+    "UNAVAILABLE: Collective ops is aborted by: Error reported from /job:worker/task:1: The "
+    "following tasks are unhealthy (stopped sending heartbeats):\n"
+    "/job:worker/replica:0/task:1\n"
+    "The tasks have crashed. Check the task logs for an earlier error, or scheduler events "
+    "(e.g. preemption, eviction) to debug further.\n"
+    "The error could be from a previous operation. Restart your program to reset. "
+    "[type.googleapis.com/tensorflow.DerivedStatus='']\n")
+
+
+def test_a_crash_report_after_a_good_job_shows_only_when_the_job_fails():
+    script = _LEAVE.format(goodbye=_CRASHED)
+    good, bad = io.StringIO(), io.StringIO()
+    assert launcher.launch([sys.executable, "-c", script], 1, output=good,
+                           env=workers.environment({"EXIT_CODE": "0"})) == 0
+    assert good.getvalue() == "[0] done\n"
+    assert launcher.launch([sys.executable, "-c", script], 1, output=bad,
+                           env=workers.environment({"EXIT_CODE": "3"})) == 3
+    lines = bad.getvalue().splitlines()
+    assert [line for line in lines if line.startswith("[0] ")] == [
+        "[0] done", *("[0] " + line for line in _CRASHED.splitlines())], lines

@@ -162,7 +162,7 @@ def test_a_worker_that_leaves_is_named_by_its_neighbour():
 
     start = time.monotonic()
     results, errors = _run_ring(3, work)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 120  # gave up, did not hang
     lost = [str(e) for e in errors if e is not None]
     assert lost and all(isinstance(e, ring.PeerLostError) for e in errors if e is not None)
     assert any("ring: lost worker 1 (127.0.0.1:" in message for message in lost), lost
@@ -178,7 +178,7 @@ def test_a_neighbour_that_never_connects_times_out_with_its_name():
             r"listener's challenge: not all sent in time")
     with pytest.raises(ring.PeerLostError, match=lost):
         ring.Ring(0, peers, listener, timeout_seconds=1.0)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 120  # gave up, did not hang
     silent.close()
 
 

@@ -59,6 +59,10 @@ def test_dir_lists_the_lazy_names_and_what_the_top_level_defines():
     import mgpu_tf
 
     assert {"Choice", "__version__", "make_strategy", "callbacks", "train"} <= set(dir(mgpu_tf))
+    # Nothing else public: not the modules the top level uses to load the rest.
+    exported, _, submodules = _stub("mgpu_tf")
+    public = {name for name in dir(mgpu_tf) if not name.startswith("_")}
+    assert public - set(exported) - submodules == {"Choice"}, public - set(exported)
     exported, _, submodules = _stub("mgpu_tf.cluster")
     assert set(exported) | submodules <= set(dir(importlib.import_module("mgpu_tf.cluster")))
 

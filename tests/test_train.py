@@ -2,6 +2,7 @@
 
 import concurrent.futures
 import functools
+import math
 import re
 import subprocess
 import sys
@@ -49,29 +50,6 @@ def _run_timed(*args, timeout=600):
         return process.returncode, "".join(text for _, text in lines), errors.read(), lines
 
 
-def _examples_per_epoch(lines):
-    steps = [re.findall(r"(\d+)/(\d+)", line) for _, line in lines
-             if not line.startswith("Epoch")]
-    return int(next(found[-1][1] for found in steps if found)) * GLOBAL_BATCH
-
-
-def _throughput_from_the_output(lines):
-    """Examples per second over epochs 2 to EPOCHS, timed here from Keras' progress lines.
-
-    Epoch 2 starts when its `Epoch 2/N` header arrives; the last epoch ends when its
-    final progress line (`steps/steps ...`, ended by a newline) does. Examples are
-    steps times the global batch.
-    """
-    starts = [t for t, line in lines if line.startswith("Epoch 2/")]
-    finals = [(t, re.findall(r"(\d+)/(\d+)", line)) for t, line in lines
-              if not line.startswith("Epoch")]
-    finals = [(t, found[-1]) for t, found in finals if found and found[-1][0] == found[-1][1]]
-    assert starts and finals, "no Keras progress lines to time epochs by"
-    end, (steps, _) = finals[-1]
-    seconds = end - starts[0]
-    return (EPOCHS - 1) * int(steps) * GLOBAL_BATCH / seconds
-
-
 @pytest.mark.parametrize("argv, strategy, replicas", [
     ([], "default", 1),
     (["--strategy=mirrored", "--simulate_devices=2"], "mirrored", 2),
@@ -84,15 +62,10 @@ def test_main_job_learns_the_digits(argv, strategy, replicas):
     done = main_job.parse_done(out)
     assert (done["strategy"], done["replicas"]) == (strategy, replicas)
     assert done["test_accuracy"] > 0.8, f"{done['test_accuracy']=} after {EPOCHS} epochs"
-    # The job's own figure against the same epochs timed from outside: they agree
-    # to well within a factor of 2 (a wrong count or epoch is off by far more).
-    reference = _throughput_from_the_output(lines)
-    assert 0.5 < done["examples_per_sec"] / reference < 2.0, (done, reference)
-    # The steps alone take part of that wall clock; the whole fit, its first epoch
-    # included, takes longer than the epochs from the second on, and less than the run.
-    assert done["examples_per_sec"] <= done["steps_examples_per_sec"], done
-    later_epochs = (EPOCHS - 1) * _examples_per_epoch(lines) / reference
-    assert 0.5 * later_epochs < done["fit_seconds"] < lines[-1][0], (done, later_epochs)
+    # Its speed is a benchmark's figure (benchmarks/bench_time_to_train.py); here, that
+    # each figure is there, in its kind: a positive, finite rate or number of seconds.
+    for name in ("examples_per_sec", "steps_examples_per_sec", "fit_seconds"):
+        assert math.isfinite(done[name]) and done[name] > 0, (name, done)
     # Nothing but the job's own lines: no Keras warning about shuffling a data set and
     # none of TensorFlow's C++ start-up lines (oneDNN, CUDA) on this CPU-only machine.
     assert "`shuffle=True` was passed" not in err, err[-3000:]
@@ -202,7 +175,6 @@ def parsed_flags():
     (["--strategy=mirrored", "--global_batch_size=3"],
      "`global_batch_size` must be at least the number of replicas (4)"),
     (["--strategy=tpu"], "No TPU is reachable"),
-    (["--devices=/gpu:0"], "`devices` names '/gpu:0', which does not exist"),
 ])
 def test_bad_input_found_after_parsing_ends_the_job_in_one_line(
         parsed_flags, capsys, argv, message):
@@ -212,6 +184,21 @@ def test_bad_input_found_after_parsing_ends_the_job_in_one_line(
     assert exit_.value.code == 1
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"FATAL mgpu_tf.train: {message}"), last
+
+
+def test_a_device_that_is_not_there_fails_at_parse_time_under_the_default_strategy():
+    # The default --strategy=auto, as under a named strategy: absl's FATAL line and its hint,
+    # naming the flag that splits the CPU, not the Python call.
+    result = subprocess.run([sys.executable, "-m", "mgpu_tf.train", "--devices=GPU:7"],
+                            env=_as_a_user_runs_it(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    fatal, hint = result.stderr.splitlines()
+    assert fatal.startswith("FATAL Flags parsing error: flag --devices=GPU:7: `devices` names "
+                            "'GPU:7', which does not exist."), fatal
+    assert "--simulate_devices=N" in fatal, fatal
+    assert hint == "Pass --helpshort or --helpfull to see help on flags.", hint
+    assert result.stdout == ""
 
 
 def test_a_bad_input_is_all_a_user_sees():

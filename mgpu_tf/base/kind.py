@@ -11,7 +11,7 @@ import weakref
 from mgpu_tf.base import registry
 
 __all__ = ["StrategyKind", "OnePipelineKind", "kind_of", "kind_of_model", "attach",
-           "attach_model"]
+           "attach_model", "with_companions"]
 
 # Set with object.__setattr__ on the tf.distribute object.
 _ATTRIBUTE = "_mgpu_tf_kind"
@@ -157,8 +157,8 @@ class StrategyKind:
         return list(self._adaptive)
 
     def fit_callbacks(self, callbacks):
-        """The callbacks `fit` runs for the `callbacks` it was given: these by default."""
-        return callbacks
+        """The callbacks `fit` runs for the `callbacks` it was given: `with_companions`."""
+        return with_companions(callbacks)
 
     def prepare_fit(self, data, callbacks, steps_per_execution=1, **fit):
         """Before `fit`'s first step: an adaptive `data` needs one of `callbacks` to steer it;
@@ -260,3 +260,13 @@ def _is_tf_strategy(strategy):
     import tensorflow as tf  # only for an unregistered strategy
 
     return isinstance(strategy, tf.distribute.Strategy)
+
+
+def with_companions(callbacks):
+    """`callbacks` (a list, tuple or None; a `CallbackList` runs as given) and after them
+    what each asks `fit` to run beside it (its `fit_companions(callbacks)`)."""
+    if not isinstance(callbacks, (list, tuple)):
+        return callbacks
+    extra = [c for callback in callbacks if hasattr(callback, "fit_companions")
+             for c in callback.fit_companions(callbacks)]
+    return [*callbacks, *extra] if extra else callbacks

@@ -57,8 +57,9 @@ def check_devices(kind, value):
             raise ValueError(
                 f"`devices` asks for {count} devices but this process has "
                 f"{len(present)} ({', '.join(present)}). Received: devices={count}. "
-                f"Use devices<={len(present)}, or call "
-                f"mgpu_tf.simulate_devices({count}) first to split the CPU."
+                f"Use devices<={len(present)}, or split the CPU first: "
+                f"mgpu_tf.simulate_devices({count}) in Python, --simulate_devices={count} "
+                "with mgpu_tf's flags."
             )
         return present[:count]
     if isinstance(value, str) or not isinstance(value, (list, tuple)) or not value:
@@ -81,7 +82,8 @@ def check_devices(kind, value):
             raise ValueError(
                 f"`devices` names {value[names.index(name)]!r}, which does not exist. "
                 f"Devices here: {listed}. Received: devices={list(value)!r}. "
-                "To have more CPU devices, call mgpu_tf.simulate_devices(N) first."
+                "To have more CPU devices, split the CPU first: mgpu_tf.simulate_devices(N) "
+                "in Python, --simulate_devices=N with mgpu_tf's flags."
             )
     return names
 
@@ -119,7 +121,8 @@ def _check_num_gpus(value):
         raise ValueError(
             f"`num_gpus` asks for {count} GPUs but this machine has {len(present)}. "
             f"Received: num_gpus={count}. Use num_gpus<={len(present)}, or "
-            "devices=N with mgpu_tf.simulate_devices(N) on a CPU."
+            "devices=N on a CPU split first (mgpu_tf.simulate_devices(N) in Python, "
+            "--simulate_devices=N with mgpu_tf's flags)."
         )
     return count
 
@@ -174,8 +177,9 @@ _declare("bucket_bytes", "gradient bytes per bucket, all-reduced last layers fir
          "backward pass runs (0: every gradient at once, after it; not with "
          "shard_optimizer_state)", check_bucket_bytes, type=int, minimum=0, default=0,
          strategies=("multi_worker",), flag="integer", settle=refuse_buckets_with_sharding)
-_declare("timeout_seconds", "seconds a fit's step waits for a live peer, and a silent "
-         "worker counts as lost, before failing (default: steps wait, workers lost after 10 s)",
+_declare("timeout_seconds", "seconds make_strategy waits for its peers to start, a fit's "
+         "step waits for a live peer, and a silent worker counts as lost, before failing "
+         "(default: an hour to start, steps wait, workers lost after 10 s)",
          _check_timeout, type=float, strategies=("multi_worker",))
 _declare("tpu", "TPU address or name", _check_tpu, type=str, strategies=("tpu",), flag="string")
 _declare("model", "auto only: a built Keras model; one too big for a device gets "

@@ -8,8 +8,10 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 
+import keras
 import numpy as np
 
 from mgpu_tf.callbacks import chief as chief_lib
@@ -193,6 +195,13 @@ class BackupAndRestore(DataOrder):
         if self._owed:
             self._backup(epoch + 1, 0)
 
+    def fit_companions(self, callbacks):
+        """What `fit` runs beside this backup: a progress bar that counts a resumed epoch's
+        steps, unless `callbacks` has a `ProgbarLogger` of its own."""
+        if any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+            return []
+        return [_ResumedEpochBar(self)]
+
     def backup_now(self):
         """Writes the backup of the last finished step now (for a stop on SIGTERM); False
         between the sync points of `steps_per_sync`, where the last backup stays."""
@@ -318,3 +327,25 @@ def _tell_launcher(epoch, steps_done, epochs):
 def _rng_variables(model):
     """The state variables of the model's random generators, which weights files leave out."""
     return [v for v in model.variables if v.path.endswith(_RNG_SUFFIX)]
+
+
+class _ResumedEpochBar(keras.callbacks.ProgbarLogger):
+    """Keras' progress bar, over the steps a resumed epoch runs: 58/58 for a resume 36 steps
+    into 94, where Keras' own bar ends at 94/94."""
+
+    def __init__(self, backup):
+        super().__init__()
+        self._backup, self._steps = backup, None
+
+    def set_params(self, params):
+        super().set_params(params)
+        self._steps = self.target
+
+    def on_epoch_begin(self, epoch, logs=None):
+        done = self._backup._offset  # set by the backup, which runs first
+        self.target = self._steps - done if self._steps and done else self._steps
+        super().on_epoch_begin(epoch, logs)
+        if done and self.verbose:
+            sys.stdout.write(f"resumed after step {done} of {self._steps}: "
+                             f"{self.target} steps left\n")
+            sys.stdout.flush()

@@ -42,13 +42,14 @@ def add_parser(subparsers):
     return parser
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+def _exit_on_sigterm(signum, frame):
+    # Outside a running group (checks, waiting for workers): stop as SIGTERM reports, 143.
+    raise SystemExit(128 + signum)
 
 
 def launch_command(args):
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     except ValueError:  # not the main thread
         previous = None
     try:

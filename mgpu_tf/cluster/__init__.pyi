@@ -4,9 +4,9 @@
 __all__ = ["ClusterConfig", "ClusterConfigError", "RayReporter", "WorkerLostError",
            "detect_cluster", "launch", "parse_tf_config", "worker_failures"]
 
-from . import (calibrate, communicator, detect, elastic, failures, hostlist, job_secret, jobset,
-               kubernetes, launch_command, launcher, manifest_parts, network_policy, pod_metrics,
-               ray_train, scrape, stopping, tf_config, waiting)
+from . import (calibrate, communicator, detect, elastic, failures, hostlist, interrupt,
+               job_secret, jobset, kubernetes, launch_command, launcher, manifest_parts,
+               network_policy, pod_metrics, ray_train, scrape, stopping, tf_config, waiting)
 from .detect import detect_cluster
 from .failures import WorkerLostError, worker_failures
 from .launcher import launch

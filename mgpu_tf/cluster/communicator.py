@@ -35,7 +35,7 @@ def build_multi_worker(settings):
         failures.configure_failure_detection(
             config, settings.timeout_seconds or failures.DEFAULT_HEARTBEAT_SECONDS)
         if not private_runtime.runtime_started():  # else the strategy fails at once, below
-            waiting.wait_for_peers(config)
+            waiting.wait_for_peers(config, timeout_seconds=settings.timeout_seconds)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=communication
@@ -53,5 +53,6 @@ def build_multi_worker(settings):
             "tf.constant, tf.Variable or data set op."
         ) from None
     if several:
+        failures.install_report()
         stopping.install(task=f"{config.task_type} {config.task_index}")
     return strategy

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 
+from mgpu_tf.cluster import interrupt
 from mgpu_tf.cluster import launcher
 from mgpu_tf.cluster.launch_command import LaunchError
 
@@ -204,7 +205,7 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
 
     Returns:
         0 when training ended, else the exit code of the last failure (1 when fewer than
-        MIN workers were offered for `wait_seconds`; 130 on Ctrl-C).
+        MIN workers were offered for `wait_seconds`; 130 on Ctrl-C, 143 on SIGTERM).
 
     Raises:
         LaunchError: for a bad command, range, script (`DiscoveryError` when it cannot
@@ -235,12 +236,13 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
             return 1
         say(f"starting {count} workers ({minimum}:{maximum}).")
         start = restarts = 0
+        interrupted = interrupt.Interrupt()
         while True:
             growth = _Growth(discovery_script, count, maximum, marker, poll_seconds, say)
             code = launcher.run_group(
                 command, launcher.worker_tf_configs(count, port=port, host=host),
                 dict(base, **{launcher.RESTART_VARIABLE: str(start)}), output, grace_seconds,
-                errors=errors, stop_when=growth)
+                errors=errors, stop_when=growth, interrupted=interrupted)
             start += 1
             _remove(marker + REGROUP_SUFFIX)
             if code == launcher.REGROUP:
@@ -248,7 +250,7 @@ def launch_elastic(command, workers, discovery_script, *, port=None, host="127.0
                     f"{growth.at[0]} step {growth.at[1]} ({growth.offered} offered).")
                 count = growth.target
                 continue
-            if code in (0, 130) or restarts == max_restarts:
+            if code == 0 or interrupted.is_set() or restarts == max_restarts:
                 return code
             restarts += 1
             offered = _offered(discovery_script, minimum, maximum, wait_seconds,

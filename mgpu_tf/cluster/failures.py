@@ -1,14 +1,17 @@
 """Lost workers: detected within a bounded time, and reported by name.
 
 Sets how long TensorFlow takes to notice a dead peer and turns its gRPC error into a
-`WorkerLostError` naming the worker.
+`WorkerLostError` naming the worker; uncaught, that ends the process in a few lines.
 
 Design: docs/design.md#lost-workers
 """
 
 import contextlib
 import logging
+import os
 import re
+import sys
+import traceback
 
 import tensorflow as tf
 
@@ -18,7 +21,9 @@ from mgpu_tf.compat import private_runtime
 __all__ = [
     "DEFAULT_HEARTBEAT_SECONDS",
     "WorkerLostError",
+    "as_worker_lost",
     "configure_failure_detection",
+    "install_report",
     "lost_task",
     "unreachable_tasks",
     "worker_failures",
@@ -97,6 +102,39 @@ def unreachable_tasks(config, *, timeout=1.0):
             in waiting.probe_tasks(config, timeout=timeout) if not listening]
 
 
+def as_worker_lost(error, config=None):
+    """The `WorkerLostError` naming the worker `error` says was lost (caused by `error`, or
+    `error` itself), or None; `config`, as `worker_failures` takes it, names its address."""
+    if isinstance(error, WorkerLostError):
+        return error
+    found = lost_task(error)
+    if found is None or step_watchdog.ALIVE in str(error):
+        return None
+    task_type, task_index = found
+    if config is None:
+        from mgpu_tf.cluster import detect as cluster
+
+        config = cluster.detect_cluster()
+    if task_type is None and config is not None:
+        lost = unreachable_tasks(config)
+        if len(lost) == 1:
+            task_type, task_index = lost[0]
+    who = "a worker"
+    if task_type is not None:
+        who = f"{task_type} {task_index}"
+        if config is not None and task_index < len(config.cluster.get(task_type, ())):
+            who += f" ({config.cluster[task_type][task_index]})"
+    lost = WorkerLostError(
+        f"{who} was lost: it stopped answering, so this worker's collectives were "
+        "aborted. Restart the group, on as many workers as remain if need be (mgpu-tf "
+        "launch --max_restarts N, or --workers MIN:MAX --discovery_script S), and resume "
+        "from a backup (mgpu_tf.callbacks.BackupAndRestore).",
+        task_type, task_index,
+    )
+    lost.__cause__ = error
+    return lost
+
+
 @contextlib.contextmanager
 def worker_failures(config=None):
     """Turns TensorFlow's lost-peer errors inside the block into `WorkerLostError`.
@@ -114,27 +152,45 @@ def worker_failures(config=None):
     try:
         yield
     except Exception as error:  # noqa: BLE001 - re-raised unchanged unless it is ours
-        found = lost_task(error)
-        if found is None or step_watchdog.ALIVE in str(error):
-            raise  # a step given up on a live peer (step_watchdog): no worker was lost
-        task_type, task_index = found
-        if config is None:
-            from mgpu_tf.cluster import detect as cluster
+        lost = as_worker_lost(error, config)
+        if lost is None or lost is error:
+            raise
+        raise lost from error
 
-            config = cluster.detect_cluster()
-        if task_type is None and config is not None:
-            lost = unreachable_tasks(config)
-            if len(lost) == 1:
-                task_type, task_index = lost[0]
-        who = "a worker"
-        if task_type is not None:
-            who = f"{task_type} {task_index}"
-            if config is not None and task_index < len(config.cluster.get(task_type, ())):
-                who += f" ({config.cluster[task_type][task_index]})"
-        raise WorkerLostError(
-            f"{who} was lost: it stopped answering, so this worker's collectives were "
-            "aborted. Restart the group, on as many workers as remain if need be (mgpu-tf "
-            "launch --max_restarts N, or --workers MIN:MAX --discovery_script S), and resume "
-            "from a backup (mgpu_tf.callbacks.BackupAndRestore).",
-            task_type, task_index,
-        ) from error
+
+_REPORTS = "_mgpu_tf_reports_lost_workers"
+
+
+def install_report():
+    """Makes a lost worker, uncaught, end this process with the script's own frames and the
+    `WorkerLostError` line (who, what to do), not TensorFlow's ~70 lines of graph trace
+    (`sys.excepthook`; other errors print as before). Installing it again changes nothing."""
+    if not getattr(sys.excepthook, _REPORTS, False):
+        sys.excepthook = _reporting(sys.excepthook)
+
+
+def _reporting(previous):
+    def hook(kind, error, tb):
+        lost = as_worker_lost(error) if isinstance(error, Exception) else None
+        if lost is None:
+            return previous(kind, error, tb)
+        frames = _script_frames(tb)
+        lines = ["Traceback (most recent call last; TensorFlow's, Keras' and mgpu_tf's "
+                 "frames left out):\n", *traceback.format_list(frames)] if frames else []
+        sys.stderr.write("".join(lines) + f"mgpu_tf.cluster.failures.WorkerLostError: {lost}\n")
+        sys.stderr.flush()
+        return None
+
+    setattr(hook, _REPORTS, True)
+    return hook
+
+
+def _script_frames(tb):
+    """The frames of `tb` outside TensorFlow, Keras and mgpu_tf: the script's own."""
+    libraries = tuple(os.path.dirname(module.__file__) + os.sep
+                      for name in ("tensorflow", "keras", "mgpu_tf")
+                      for module in [sys.modules.get(name)]
+                      if getattr(module, "__file__", None))
+    return [frame for frame in traceback.extract_tb(tb)
+            if not frame.filename.startswith("<frozen ")  # runpy, for `python -m`
+            and not os.path.abspath(frame.filename).startswith(libraries)]

@@ -11,6 +11,7 @@ Design: docs/reliability.md#chief-only-writes-never-half-a-file
 
 import keras
 
+from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.cluster import step_watchdog
 from mgpu_tf.cluster import stopping
 
@@ -47,7 +48,7 @@ def fit_callbacks(callbacks, watchdog=None, vote=None):
         return callbacks
     given = list(callbacks or ())
     check_writers(given)
-    run = list(given)
+    run = list(kind_lib.with_companions(given))
     if watchdog is not None:
         run = [step_watchdog.WatchSteps(watchdog, "end"), *run,
                step_watchdog.WatchSteps(watchdog, "begin")]

@@ -6,9 +6,9 @@ the others, Ctrl-C stops all, and no process is left behind.
 Design: docs/design.md#local-launcher
 """
 
-import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+from mgpu_tf.cluster import interrupt
 from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster.launch_command import (LaunchError, check_command, check_grace,
                                             check_open_files)
@@ -34,6 +35,14 @@ TIMED_OUT = 124
 REGROUP = -1
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# At the end of a good run TensorFlow's coordination service may take a worker that exited
+# before its runtime said goodbye for one that crashed (its heartbeats stopped): the chief,
+# still finishing, logs that every task "crashed". Held with native_logs' harmless errors:
+# shown only when the run fails, where a worker did crash.
+_CRASH_REPORT = re.compile(r"E\d{4} [\d:.]+\s+\d+ \S+\.cc:\d+\] (?:\S*StartAbort|Aborting "
+                           r"\w+ with) UNAVAILABLE: .*unhealthy \(stopped sending heartbeats\)")
+_CRASH_DETAIL = re.compile(r"/job:\w+/replica:\d+/task:\d+$|The tasks have crashed\. |The error "
+                           r"could be from a previous operation\. ")
 # Exit codes of a worker that our SIGTERM or SIGKILL ended (130: it raised KeyboardInterrupt).
 _STOPPED_CODES = (128 + signal.SIGTERM, 128 + signal.SIGKILL, 130)
 
@@ -83,7 +92,8 @@ def _pump(index, stream, output, lock, held):
     prefix, holding = f"[{index}] ", False
     for raw in iter(stream.readline, b""):
         line = _last_redraw(raw.decode(errors="replace").rstrip("\n"))
-        holding = native_logs.is_harmless_error(line, after=holding)
+        holding = (native_logs.is_harmless_error(line, after=holding)
+                   or bool(_CRASH_REPORT.match(line) or holding and _CRASH_DETAIL.match(line)))
         with lock:
             if holding:
                 held.append((output, prefix + line + "\n"))
@@ -201,7 +211,8 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
 
     Returns:
         0 when every worker succeeded, else the first non-zero exit code of the last
-        start (128 + signal for a killed worker; 130 on Ctrl-C, never restarted).
+        start (128 + signal for a killed worker; 130 on Ctrl-C and 143 on SIGTERM to the
+        launcher, never restarted).
 
     Raises:
         LaunchError: for an empty or missing command, a bad worker count or a bad port,
@@ -211,11 +222,12 @@ def launch(command, workers, *, port=None, host="127.0.0.1", env=None, output=No
     output, errors = streams(output, errors)
     warn_if_reachable(host, output)
     base = base_environment(env)
+    interrupted = interrupt.Interrupt()
     for attempt in range(max_restarts + 1):
         configs = worker_tf_configs(workers, port=port, host=host)
         code = run_group(command, configs, dict(base, **{RESTART_VARIABLE: str(attempt)}),
-                          output, grace_seconds, errors=errors)
-        if code in (0, 130) or attempt == max_restarts:
+                          output, grace_seconds, errors=errors, interrupted=interrupted)
+        if code == 0 or interrupted.is_set() or attempt == max_restarts:
             return code
         output.write(f"mgpu-tf launch: restarting all {workers} workers "
                      f"({attempt + 1} of {max_restarts}).\n")
@@ -257,35 +269,15 @@ def streams(output, errors):
     return output, output if errors is None else errors
 
 
-@contextlib.contextmanager
-def _interrupts_as_flag():
-    """Ctrl-C and SIGTERM set the event yielded, in the main thread, instead of raising.
-
-    A `KeyboardInterrupt` may land anywhere: inside `Popen` after the fork, before the
-    worker is recorded (the stop would not know it), or inside a pump's `Thread.start`.
-    The group's loop reads the event at one point instead.
-    """
-    interrupted = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield interrupted
-        return
-    previous = {s: signal.signal(s, lambda *_: interrupted.set())
-                for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield interrupted
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def run_group(command, configs, base, output, grace_seconds, *, timeout_seconds=None,
-               errors=None, stop_when=None):
+               errors=None, stop_when=None, interrupted=None):
     """Runs one start of the workers of `configs`; returns its exit code.
 
     When `stop_when()`, called while the workers run, returns True, they are all stopped
-    and `REGROUP` returned.
+    and `REGROUP` returned. Ctrl-C or SIGTERM stops them and sets `interrupted` (an
+    `mgpu_tf.cluster.interrupt.Interrupt`, a new one when None), whose `code` is returned.
     """
-    with _interrupts_as_flag() as interrupted:
+    with interrupt.as_flag(interrupted or interrupt.Interrupt()) as interrupted:
         return _run(command, configs, base, output, grace_seconds, interrupted,
                     timeout_seconds=timeout_seconds, errors=errors, stop_when=stop_when)
 
@@ -339,7 +331,11 @@ def _run(command, configs, base, output, grace_seconds, interrupted, *, timeout_
             else:
                 code, report = _exit_code(failed[1]), True
     except KeyboardInterrupt:
-        code, message, report = 130, f"interrupted; stopped {_workers(processes)}.", False
+        if not interrupted.is_set():  # raised before the handlers were ours: Ctrl-C
+            interrupted.stop(signal.SIGINT)
+        said = ("interrupted" if interrupted.signum == signal.SIGINT else
+                f"stopped by {interrupted.signum.name}")
+        code, message, report = interrupted.code, f"{said}; stopped {_workers(processes)}.", False
     finally:
         signalled = _stop(list(processes.values()), grace_seconds)
         for pump in pumps:

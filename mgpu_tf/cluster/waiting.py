@@ -15,13 +15,15 @@ import time
 
 from mgpu_tf.cluster import tf_config
 
-__all__ = ["EVERY_SECONDS", "REGISTER_TIMEOUT_SECONDS", "PeersMissingError", "peer_states",
-           "probe_tasks", "wait_for_peers"]
+__all__ = ["EVERY_SECONDS", "MOST_EVERY_SECONDS", "REGISTER_TIMEOUT_SECONDS",
+           "PeersMissingError", "line_delays", "peer_states", "probe_tasks", "wait_for_peers"]
 
-# How often the waiting line repeats.
+# The waiting line repeats after this, then twice as long each time, up to once a minute:
+# an hour's wait says so about 60 times, not 720.
 EVERY_SECONDS = 5.0
-# How long a worker waits for its peers, as TensorFlow's coordination service does (its
-# default `cluster_register_timeout`).
+MOST_EVERY_SECONDS = 60.0
+# How long a worker waits for its peers without `timeout_seconds`, as TensorFlow's
+# coordination service does (its default `cluster_register_timeout`).
 REGISTER_TIMEOUT_SECONDS = 3600.0
 
 _POLL_SECONDS = 0.2
@@ -77,24 +79,36 @@ def _listen(config):
         return None
 
 
-def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
-                   every_seconds=EVERY_SECONDS, output=None):
+def line_delays(every_seconds=EVERY_SECONDS, most_seconds=MOST_EVERY_SECONDS):
+    """Yields the seconds before each waiting line: `1, 5, 10, 20, 40, 60, 60, ...` by default."""
+    yield min(every_seconds, 1.0)
+    delay = every_seconds
+    while True:
+        yield min(delay, most_seconds)
+        delay *= 2
+
+
+def wait_for_peers(config, *, timeout_seconds=None, every_seconds=EVERY_SECONDS, output=None):
     """Returns once every other task of `config` accepts connections at its address.
 
     Meanwhile this task listens at its own address (as its TensorFlow server soon will),
-    says every `every_seconds` on `output` which tasks it waits for and until when, and
-    ends the process on SIGTERM or SIGINT with one line (exit code 128 + the signal).
+    says on `output` which tasks it waits for and until when (after 1 s, then
+    `every_seconds`, doubling up to once a minute), and ends the process on SIGTERM or
+    SIGINT with one line (exit code 128 + the signal).
 
     Args:
         config: this process' `ClusterConfig`.
-        timeout_seconds: how long to wait. Defaults to an hour, TensorFlow's own wait.
-        every_seconds: how often to say whom it waits for. Defaults to `5`.
+        timeout_seconds: how long to wait: `make_strategy`'s `timeout_seconds`. Defaults
+            to `REGISTER_TIMEOUT_SECONDS`, an hour, TensorFlow's own wait.
+        every_seconds: the time between the first two lines. Defaults to `5`.
         output: stream for the lines. Defaults to `sys.stderr`.
 
     Raises:
         PeersMissingError: when a task has not started within `timeout_seconds`.
     """
     output = output or sys.stderr
+    if timeout_seconds is None:
+        timeout_seconds = REGISTER_TIMEOUT_SECONDS
     me = f"{config.task_type} {config.task_index}"
     states = peer_states(config)
     if all(listening for *_, listening in states):
@@ -114,7 +128,8 @@ def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
     previous = ({s: signal.signal(s, stop) for s in _SIGNALS}
                 if _in_main_thread() else {})
     try:
-        next_line = started + min(every_seconds, 1.0)  # the first line soon
+        delays = line_delays(every_seconds)
+        next_line = started + next(delays)
         while not all(listening for *_, listening in states):
             now = time.monotonic()
             if now - started > timeout_seconds:
@@ -129,7 +144,7 @@ def wait_for_peers(config, *, timeout_seconds=REGISTER_TIMEOUT_SECONDS,
                              f"{until} (in {deadline - time.time():.0f} s). Ctrl-C or "
                              "SIGTERM ends the wait.\n")
                 output.flush()
-                next_line = now + every_seconds
+                next_line = now + next(delays)
             time.sleep(_POLL_SECONDS)
             states = peer_states(config)
     finally:

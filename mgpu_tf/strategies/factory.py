@@ -105,9 +105,11 @@ def make_strategy(kind="auto", **options):
 
     Args:
         kind: a name from `available_strategies()`. Defaults to `"auto"`.
-        **options: see the table in `mgpu_tf.base.options`; each strategy accepts a
-            subset. `precision` sets Keras' global dtype policy, which stays in force
-            for the rest of the process (see `mgpu_tf.base.precision`).
+        **options: keyword options, each strategy accepting a subset: the table in
+            docs/api/strategies.md#options, rendered from their declarations
+            (`register_option` in `mgpu_tf.base.options` and in each feature's module).
+            `precision` sets Keras' global dtype policy, which stays in force for the
+            rest of the process (see `mgpu_tf.base.precision`).
 
     Returns:
         The strategy object (`tf.distribute.MirroredStrategy` and so on).
