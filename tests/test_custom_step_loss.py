@@ -83,6 +83,13 @@ def test_mirrored_guide_step_logs_the_one_device_loss(guide_one_device, kind):
             name, values, expected_logs[name])
 
 
+def test_a_tracker_given_a_changed_loss_warns_once_with_the_fix():
+    with pytest.warns(UserWarning, match="The metric 'loss' is updated with a value computed "
+                      "from a loss Keras divided by the 2 replicas") as caught:
+        _fit_guide("changed", mgpu_tf.make_strategy("mirrored", devices=2))
+    assert "num_replicas_in_sync" in str(caught[0].message)
+
+
 # ------------------------------------------------------------------ real workers
 
 

@@ -10,6 +10,7 @@ Design: docs/design.md#a-custom-steps-loss
 """
 
 import functools
+import warnings
 
 from mgpu_tf.compat import private_trainer
 
@@ -70,6 +71,8 @@ def _unscaling(original):
     def update_state(self, values, *args, **kwargs):
         if _divided(values):
             values = private_trainer.unscale_loss(values)
+        elif _made_from_divided(values):
+            _warn_divided(self)
         return original(self, values, *args, **kwargs)
 
     setattr(update_state, _MARK, True)
@@ -86,6 +89,32 @@ def _divided_losses():
 def _divided(value):
     """True when `value` is a loss Keras divided by the replicas in this replica's step."""
     return any(value is loss for loss in _divided_losses() or ())
+
+
+def _made_from_divided(value, depth=8):
+    """True when the traced `value` is computed from a loss Keras divided (a few ops up)."""
+    losses = _divided_losses()
+    if not losses or not hasattr(value, "op"):
+        return False
+    frontier, seen = [value], set()
+    for _ in range(depth):
+        frontier = [t for v in frontier for t in v.op.inputs if id(t) not in seen]
+        if any(t is loss for t in frontier for loss in losses):
+            return True
+        seen.update(id(t) for t in frontier)
+    return False
+
+
+def _warn_divided(metric):
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    warnings.warn(
+        f"The metric {metric.name!r} is updated with a value computed from a loss Keras divided "
+        f"by the {replicas} replicas, so it logs 1/{replicas} of the one-device value unless "
+        "the step multiplies it back. Update it with the loss compute_loss or a keras.losses "
+        "loss returned (mgpu_tf logs that one as on one device), or multiply the value by "
+        "self.distribute_strategy.num_replicas_in_sync.", stacklevel=3)
 
 
 def logged_as_one_device(model, step_function):
