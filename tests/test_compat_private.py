@@ -388,6 +388,16 @@ def test_keras_clips_each_replicas_gradient_before_the_sum():
     np.testing.assert_allclose(variable.numpy(), [-2.5])  # 1 + min(2, 1.5); the sum's: -1.5
 
 
+def test_layer_build_method_is_what_a_first_call_runs(monkeypatch):
+    calls = []
+    original = private.layer_build_method()
+    monkeypatch.setattr(keras.layers.Layer, "_maybe_build", original)
+    private.set_layer_build_method(lambda layer, call_spec: calls.append(layer.name)
+                                   or original(layer, call_spec))
+    keras.layers.Dense(2, name="first_call")(np.ones((1, 3), "float32"))
+    assert calls == ["first_call"]
+
+
 def test_optimizer_type_method_is_keras_own_unless_the_class_has_one():
     class OwnClip(keras.optimizers.SGD):
         def _clip_gradients(self, grads):

@@ -2,9 +2,10 @@
 
 The loop applies gradients with an Adam nobody built; Keras makes its slots in the first
 traced step, which under MirroredStrategy fails (keras-team/keras#23085) unless
-`compat.custom_loop` is in place. Under mirrored and multi_worker the loop must give the
-weights the same loop gives on one device without a strategy, and its `tf.train.Checkpoint`
-must resume to them.
+`compat.custom_loop` is in place; the tutorial's model, a Sequential without an Input, fails
+the same way at its first call unless `compat.lazy_build` is. Under mirrored and multi_worker
+the loop must give the weights the same loop gives on one device without a strategy, and its
+`tf.train.Checkpoint` must resume to them.
 """
 
 import inspect
@@ -17,10 +18,11 @@ import tensorflow as tf
 from keras.src.optimizers.base_optimizer import BaseOptimizer
 
 import mgpu_tf
-from mgpu_tf.compat import custom_loop, patches, versions
+from mgpu_tf.compat import custom_loop, lazy_build, patches, versions
 from support import compare
 from support import mw_custom_loop as loop
 from support import tolerance
+from support import tutorial_loop
 from support import workers
 
 TOLERANCE = tolerance.training(loop.STEPS, loop.TERMS + loop.GLOBAL_BATCH, optimizer="adam")
@@ -48,6 +50,14 @@ def reference(problem):
     trained = single.model.get_weights()
     assert compare.relative_difference(trained, weights) > 1e-3, "the reference did not train"
     return trained, losses, float(single.accuracy.result())
+
+
+@pytest.fixture
+def keras_own_build(monkeypatch):
+    """Puts Keras' own `Layer._maybe_build` back for one test."""
+    monkeypatch.setattr(keras.layers.Layer, "_maybe_build",
+                        inspect.unwrap(keras.layers.Layer._maybe_build))
+    monkeypatch.setattr(versions, "_logged", set())
 
 
 @pytest.fixture
@@ -108,7 +118,56 @@ def test_multi_worker_loop_matches_one_device(problem, reference, tmp_path):
         np.testing.assert_allclose(losses, expected_losses, rtol=TOLERANCE)
 
 
+def test_the_tutorial_verbatim_trains_to_the_one_device_reference():
+    # Its model is built at its first call inside strategy.run, its Adam at its first step.
+    expected_losses, expected, expected_accuracy = tutorial_loop.train(tf.distribute.get_strategy())
+    losses, weights, accuracy = tutorial_loop.train(mgpu_tf.make_strategy("mirrored", devices=2))
+    bound = tolerance.training(tutorial_loop.STEPS,
+                               tutorial_loop.TERMS + tutorial_loop.GLOBAL_BATCH_SIZE,
+                               optimizer="adam")
+    assert compare.relative_difference(weights, expected) < bound
+    np.testing.assert_allclose(losses, expected_losses, rtol=bound)
+    assert accuracy == expected_accuracy
+
+
 # ------------------------------------------------------------------ the upstream bug
+
+
+def _first_call_inside_run(strategy):
+    """One SGD step of a Sequential without an Input, first called inside `strategy.run`."""
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Dense(2)])
+        optimizer = keras.optimizers.SGD(0.1)
+
+    def replica_step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+        return loss
+
+    @tf.function
+    def step(x):
+        return strategy.run(replica_step, args=(x,))
+
+    return step(tf.ones((2, 3)))
+
+
+def test_keras_own_lazy_build_fails_exactly_in_the_fixed_releases(keras_own_build):
+    custom_loop.apply_custom_loop_fix()  # the optimizer half fixed: only the model's build fails
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    try:
+        _first_call_inside_run(strategy)
+    except tf.errors.InvalidArgumentError as error:
+        assert "You must feed a value for placeholder tensor" in str(error)
+        assert lazy_build.lazy_build_fix_applies(keras.__version__), (
+            f"Keras {keras.__version__} still builds a layer inside the replica's trace but is "
+            "outside lazy_build.KERAS_LAZY_BUILD_VERSIONS: widen the range in "
+            "mgpu_tf/compat/lazy_build.py.")
+    else:
+        assert not lazy_build.lazy_build_fix_applies(keras.__version__), (
+            f"Keras {keras.__version__} builds a layer inside strategy.run on its own: end "
+            "lazy_build.KERAS_LAZY_BUILD_VERSIONS before it in mgpu_tf/compat/lazy_build.py.")
 
 
 def test_keras_own_code_fails_exactly_in_the_fixed_releases(problem, keras_own_apply):
@@ -165,3 +224,25 @@ def test_making_a_mirrored_strategy_installs_it_once(keras_own_apply):
     assert BaseOptimizer.apply is patched is not original
     assert inspect.unwrap(patched) is original
     assert "custom_loop" in patches.installed()
+
+
+@pytest.mark.parametrize("version", ["2.15.0", "3.16.0"])
+def test_lazy_build_outside_range_changes_nothing(keras_own_build, caplog, version):
+    before = keras.layers.Layer._maybe_build
+    with caplog.at_level(logging.INFO, logger="mgpu_tf"):
+        assert lazy_build.apply_lazy_build_fix(keras_version=version) is False
+    assert keras.layers.Layer._maybe_build is before
+    assert not lazy_build.installed()
+    assert [r.getMessage() for r in caplog.records] == [
+        "mgpu_tf: not patching Keras for layers built inside strategy.run: "
+        f"Keras {version} is outside 3.0-3.15, the versions it is for."]
+
+
+def test_making_a_mirrored_strategy_installs_the_lazy_build_fix(keras_own_build):
+    original = keras.layers.Layer._maybe_build
+    assert not lazy_build.installed()
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    _first_call_inside_run(strategy)  # as in Keras' own failure above, now built and run
+    assert inspect.unwrap(keras.layers.Layer._maybe_build) is original
+    assert lazy_build.installed() is lazy_build.lazy_build_fix_applies(keras.__version__)
+    assert ("lazy_build" in patches.installed()) is lazy_build.installed()

@@ -23,7 +23,8 @@ def test_installing_twice_changes_nothing():
     # The metric fix is for Keras 3.8-3.9 only.
     fixes_metrics = metric_sums.metric_sum_fix_applies(keras.__version__)
     assert set(patches.installed()) == {"multi_worker", "steps", "optimizer", "compile",
-                                         "shuffle", "fit", "custom_loop", "step_loss",
+                                         "shuffle", "fit", "custom_loop", "lazy_build",
+                                         "step_loss",
                                          "replica_seeds", "metric_reads"} | (
         {"metric_sums"} if fixes_metrics else set())
 

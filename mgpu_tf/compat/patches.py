@@ -3,9 +3,9 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, metric_reads,
-                            metric_sums, multi_worker, optimizer_hooks, replica_seeds,
-                            shuffle_hook, step_loss)
+from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, lazy_build,
+                            metric_reads, metric_sums, multi_worker, optimizer_hooks,
+                            replica_seeds, shuffle_hook, step_loss)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -47,9 +47,14 @@ PATCHES = (
         "optimizers make their variables outside the traced step of a custom training loop "
         "(keras-team/keras#23085)",
         custom_loop.apply_custom_loop_fix, custom_loop.installed),
+    ("lazy_build",
+        "a model built at its first call inside strategy.run (a Sequential without an Input) "
+        "is built in the strategy's cross-replica scope, not in one replica's trace",
+        lazy_build.apply_lazy_build_fix, lazy_build.installed),
     ("step_loss",
-        "a model's own train_step or test_step logs the loss compute_loss gave it as on one "
-        "device, not divided by the replicas",
+        "a model's own train_step or test_step logs the loss compute_loss or a keras.losses "
+        "loss gave it as on one device, returned or through a Mean or Sum tracker, not "
+        "divided by the replicas",
         step_loss.install, step_loss.installed),
     ("replica_seeds",
         "each replica draws its own random numbers (Dropout masks): Keras' seeds are folded "
@@ -58,8 +63,8 @@ PATCHES = (
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
-REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "metric_sums", "metric_reads",
-                 "step_loss", "replica_seeds")
+REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "lazy_build", "metric_sums",
+                 "metric_reads", "step_loss", "replica_seeds")
 
 
 def install(*names):

@@ -19,6 +19,7 @@ __all__ = [
     "functional_nodes",
     "global_shuffle",
     "is_functional",
+    "layer_build_method",
     "nested_layers",
     "optimizer_class_method",
     "optimizer_type_method",
@@ -27,6 +28,7 @@ __all__ = [
     "random_seed_cast",
     "require",
     "sequential_graph",
+    "set_layer_build_method",
     "set_optimizer_class_method",
     "set_optional_spec",
     "set_random_seed_cast",
@@ -260,6 +262,22 @@ def set_optimizer_class_method(name, function):
     owner, _ = _optimizer_owner(name)
     optimizer_class_method(name)
     setattr(owner, name, function)
+
+
+def layer_build_method():
+    """Returns `Layer._maybe_build(self, call_spec)` (Keras 3.8-3.15), as it is now (patched or
+    not): what a layer's first call runs to make its variables."""
+    import keras
+
+    return method(keras.layers.Layer, "Layer._maybe_build", "the Keras installation")
+
+
+def set_layer_build_method(function):
+    """Puts `function` in place of `layer_build_method()` for every layer."""
+    import keras
+
+    layer_build_method()
+    keras.layers.Layer._maybe_build = function
 
 
 # ------------------------------------------------------------------ TensorFlow

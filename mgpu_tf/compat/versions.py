@@ -138,6 +138,8 @@ KNOWN = {
     "Trainer._loss_tracker": _keras(_TRAIN_STEP),
     "Trainer._compute_loss": _keras(_TRAIN_STEP),
     "Layer._call_has_training_arg": _keras(_TRAIN_STEP),
+    "Layer._maybe_build": _keras("A model built at its first call inside strategy.run is built "
+                                 "in the cross-replica scope"),
     "keras.src.losses.loss.unscale_loss_for_distribution": _keras(_TRAIN_STEP),
     # Keras' fit reads where to start after `on_train_begin`, where a backup is read.
     "Trainer._initial_epoch": _keras(_BACKUP),

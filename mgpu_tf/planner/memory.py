@@ -17,6 +17,7 @@ from mgpu_tf.planner import liveness
 from mgpu_tf.planner.inputs import OPTIMIZER_SLOTS, parse_size, slots_by_name
 
 __all__ = [
+    "RUNTIME_SHARE",
     "Footprint",
     "ModelMemory",
     "parse_size",
@@ -26,6 +27,12 @@ __all__ = [
     "sharded_footprint",
     "measure_model",
 ]
+
+# What a device holds beyond the tensors a step keeps alive (its allocator's rounding and
+# fragmentation, the kernels' workspaces), as a share of those tensors: calibrated on published
+# GPU figures for ResNet-50 and BERT (docs/planner.md#calibration-against-published-figures).
+RUNTIME_SHARE = 0.3
+
 
 def format_size(nbytes):
     """Formats bytes with a binary unit: `format_size(3 * 2**30)` is `"3.00 GiB"`."""
@@ -87,6 +94,7 @@ class Footprint:
         activations: what the forward pass keeps for the backward pass, and the input batch.
         workspace: the temporaries of updating the largest weight.
         temporaries: the most that tensors alive at once add to the activations.
+        runtime: what the device's runtime adds to those (`RUNTIME_SHARE` of them).
     """
 
     params: int
@@ -95,18 +103,19 @@ class Footprint:
     activations: int
     workspace: int = 0
     temporaries: int = 0
+    runtime: int = 0
 
     @property
     def total(self):
         return (self.params + self.gradients + self.optimizer
-                + max(self.activations + self.temporaries, self.workspace))
+                + max(self.activations + self.temporaries + self.runtime, self.workspace))
 
     def __str__(self):
         return (f"{format_size(self.total)} (params {format_size(self.params)}, gradients "
                 f"{format_size(self.gradients)}, optimizer {format_size(self.optimizer)}, "
                 f"activations {format_size(self.activations)}, temporaries "
-                f"{format_size(self.temporaries)}, update workspace "
-                f"{format_size(self.workspace)})")
+                f"{format_size(self.temporaries)}, runtime {format_size(self.runtime)}, update "
+                f"workspace {format_size(self.workspace)})")
 
 
 class ModelMemory:
@@ -174,7 +183,8 @@ class ModelMemory:
             temporaries = max(0, peak - activations)
             largest = max([self.largest_weight_bytes[u] for u in units] + [0])
             out.append(Footprint(params, trainable, slots * trainable, int(activations),
-                                 (slots + 1) * largest, int(temporaries)))
+                                 (slots + 1) * largest, int(temporaries),
+                                 int(RUNTIME_SHARE * (activations + temporaries))))
             start += count
         return out
 

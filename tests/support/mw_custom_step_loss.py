@@ -1,16 +1,16 @@
 """Worker script: a model's own train and test steps under make_strategy("multi_worker").
 
 Usage: `python -m support.mw_custom_step_loss`. Trains `support.own_steps.build()` and
-prints `fit <log>:` (the epochs' logs), `evaluate <log>:`, and `weights:`.
+prints `fit <log>:` (the epochs' logs), `evaluate <log>:`, and `weights:`; then fits each
+of `support.guide_steps.KINDS` and prints `guide <kind> fit <log>:`.
 """
 
 import sys
 
 import numpy as np
 
-from support import own_steps
+from support import guide_steps, own_steps
 from support.mw_equivalence import global_batches
-
 
 
 def main():
@@ -28,6 +28,14 @@ def main():
         print(f"evaluate {name}: {value:.9e}")
     weights = np.concatenate([w.ravel() for w in model.get_weights()])
     print("weights:", " ".join(f"{v:.9e}" for v in weights))
+    x, y = guide_steps.data()
+    batches = global_batches(x, y, guide_steps.GLOBAL_BATCH)
+    for kind in guide_steps.KINDS:
+        with strategy.scope():
+            model = guide_steps.build(kind)
+        history = model.fit(batches, epochs=guide_steps.EPOCHS, shuffle=False, verbose=0)
+        for name, values in history.history.items():
+            print(f"guide {kind} fit {name}:", " ".join(f"{v:.9e}" for v in values))
     print("done")
 
 
