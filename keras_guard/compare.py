@@ -32,6 +32,8 @@ class Report:
     declared_but_passed: list
     # Tests that the runs did not all run (one run stopped early, or collected others).
     missing: list
+    # Tests declared `Kind.OWN_STRATEGY`: run under their own strategy, with the patches.
+    own_strategy: list = dataclasses.field(default_factory=list)
 
     @property
     def holds(self):
@@ -40,7 +42,7 @@ class Report:
 
 def compare(alone, patched, mirrored, declared=differences.declared):
     """The `Report` of three runs' outcomes; `declared(node id)` gives a test's `Difference`."""
-    changed, undeclared, failed, passed, missing = [], [], [], [], []
+    changed, undeclared, failed, passed, missing, own = [], [], [], [], [], []
     every = sorted(set(alone) | set(patched) | set(mirrored))
     for node in every:
         if node not in alone or node not in patched or node not in mirrored:
@@ -53,10 +55,12 @@ def compare(alone, patched, mirrored, declared=differences.declared):
             changed.append((node, f"{one} alone, {fixed} patched: {patched[node][1]}"))
         difference = declared(node)
         fails = difference is not None and difference.kind == differences.Kind.FAILS
+        if difference is not None and difference.kind == differences.Kind.OWN_STRATEGY:
+            own.append((node, strategy))
         if fails and strategy == "fail":
             failed.append((node, difference.reason))
         elif fails and strategy == "pass":
             passed.append((node, difference.reason))
         elif one == "pass" and strategy != "pass":
             undeclared.append((node, f"{strategy} under mirrored: {mirrored[node][1]}"))
-    return Report(changed, undeclared, failed, passed, missing)
+    return Report(changed, undeclared, failed, passed, missing, own)

@@ -61,10 +61,14 @@ def pytest_configure(config):
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * DEVICES)
     mode = config.getoption("--guard-mode")
+    config.stash[_NOT_INSTALLED] = None
     if mode == "patched":
         from mgpu_tf.compat import patches
 
-        patches.install()
+        try:
+            patches.install()
+        except Exception as error:  # each test fails with it, so the report names it
+            config.stash[_NOT_INSTALLED] = error
     config.pluginmanager.register(_Recorder(config.getoption("--guard-outcomes")),
                                   "keras_guard_recorder")
 
@@ -77,11 +81,15 @@ def pytest_unconfigure(config):
 
 
 _COVERAGE = pytest.StashKey()
+_NOT_INSTALLED = pytest.StashKey()
 
 
 @pytest.fixture(autouse=True)
 def guard_strategy(request):
     """Under `--guard-mode=mirrored`, the test's own mirrored strategy as the default one."""
+    error = request.config.stash[_NOT_INSTALLED]
+    if error is not None:
+        raise RuntimeError(f"the patches could not be installed: {error}") from error
     if request.config.getoption("--guard-mode") != "mirrored":
         yield None
         return

@@ -78,7 +78,8 @@ def test_tree(cache=CACHE):
                 tree = pathlib.Path(cache) / archive.name.removesuffix(".tar.gz")
                 tree.mkdir(parents=True, exist_ok=True)
                 _extract_tests(archive, tree)
-            (tree / _DONE).write_text(requirement + "\n")
+            with open(tree / _DONE, "a", encoding="utf-8") as done:
+                done.write(requirement + "\n")  # each requirement that found this release
         if any(tree.rglob("*_test.py")):
             return tree, tree.name
     raise ValueError(f"Keras' own tests need an sdist with test files. Received: none in "
@@ -88,6 +89,6 @@ def test_tree(cache=CACHE):
 def _cached(cache, requirement):
     """The folder extracted for `requirement` before, or None."""
     for done in pathlib.Path(cache).glob("*/" + _DONE):
-        if done.read_text().strip() == requirement:
+        if requirement in done.read_text().split():
             return done.parent
     return None
