@@ -23,6 +23,8 @@ __all__ = ["main", "summary"]
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
+# Tests shown per list on the terminal; report.txt has every one.
+_SHOWN = 20
 # The folder of the test tree the harness' own test files are copied to.
 ADDED_FOLDER = "mgpu_tf_paths"
 
@@ -78,14 +80,23 @@ def run(area, out, jobs=3):
     return release, outcomes, seconds, (out / "mirrored.coverage") if coverage else None
 
 
+def _last(out):
+    """What `run` returned, read back from the files the last run wrote into `out`."""
+    last = json.loads((out / "summary.json").read_text())
+    outcomes = {mode: json.loads((out / f"{mode}.json").read_text()) for mode in plugin.MODES}
+    coverage = out / "mirrored.coverage"
+    return last["release"], outcomes, last["seconds"], coverage if coverage.exists() else None
+
+
 def _importable(name):
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
 
 
-def summary(release, outcomes, seconds, reached=None):
-    """`(holds, lines)`: the checks of three runs' outcomes, as lines to print."""
+def summary(release, outcomes, seconds, reached=None, shown=None):
+    """`(holds, lines)`: the checks of three runs' outcomes, as lines to print, with at most
+    `shown` tests of each list (all by default)."""
     import keras
     import tensorflow as tf
 
@@ -115,7 +126,9 @@ def summary(release, outcomes, seconds, reached=None):
     for title, found in sections:
         if found:
             lines.append(f"{title} ({len(found)}):")
-            lines += [f"  {node}: {what}" for node, what in found]
+            lines += [f"  {node}: {what}" for node, what in found[:shown]]
+            if shown is not None and len(found) > shown:
+                lines.append(f"  ... and {len(found) - shown} more (report.txt has them)")
     if reached:
         lines.append("patches reached under mirrored (the statement where each acts; lines "
                      "of its module run):")
@@ -136,12 +149,17 @@ def main(argv=None):
                         help="where the logs and outcomes go. Defaults to .nox/keras_guard.")
     parser.add_argument("--jobs", type=int, default=3,
                         help="runs at once, each a process. Defaults to 3.")
+    parser.add_argument("--check-only", action="store_true",
+                        help="check the outcomes the last runs wrote, without running them")
     args = parser.parse_args(argv)
     import mgpu_tf
 
     distribution, version = sdist.installed_keras()
     out = args.out / f"{distribution}-{version}-{args.area}"
-    release, outcomes, seconds, coverage = run(args.area, out, args.jobs)
+    if args.check_only:
+        release, outcomes, seconds, coverage = _last(out)
+    else:
+        release, outcomes, seconds, coverage = run(args.area, out, args.jobs)
     reached = None
     if coverage is not None and coverage.exists():
         from keras_guard import reach
@@ -149,7 +167,9 @@ def main(argv=None):
         sys.path.append(str(needs.ensure()))  # coverage, when it came from there
         reached = reach.per_patch(coverage, pathlib.Path(mgpu_tf.__file__).parent / "compat")
     holds, lines = summary(release, outcomes, seconds, reached)
-    print("\n".join(lines))
+    (out / "report.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(summary(release, outcomes, seconds, reached, shown=_SHOWN)[1]))
+    print(f"every test's outcome: {out}")
     (out / "summary.json").write_text(json.dumps(
         {"release": release, "holds": holds, "seconds": seconds, "reached": reached,
          "counts": {m: compare.counts(o) for m, o in outcomes.items()}}, indent=1))
