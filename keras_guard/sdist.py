@@ -14,8 +14,8 @@ import tempfile
 
 __all__ = ["CACHE", "installed_keras", "test_tree"]
 
-# Where the test trees are kept, one folder per release: `$KERAS_GUARD_CACHE` or pip's cache's
-# neighbour.
+# Where the test trees are kept, one folder per release: `$KERAS_GUARD_CACHE`, else
+# ~/.cache/keras_guard.
 CACHE = pathlib.Path(os.environ.get("KERAS_GUARD_CACHE")
                      or pathlib.Path.home() / ".cache" / "keras_guard")
 _DISTRIBUTIONS = ("keras", "keras-nightly")
