@@ -149,12 +149,12 @@ def outcome_of(report):
 
 
 def _message(report):
-    """The last `E   ` line of a failure: what was raised or asserted."""
+    """The first `E   ` lines of a failure, joined: what was raised or asserted."""
     if not report.failed:
         return ""
     lines = [line[4:].strip() for line in str(report.longrepr).splitlines()
-             if line.startswith("E   ")]
-    return (lines[0] if lines else str(report.longrepr).splitlines()[-1])[:300]
+             if line.startswith("E   ") and line[4:].strip()]
+    return (" | ".join(lines[:4]) if lines else str(report.longrepr).splitlines()[-1])[:300]
 
 
 class _Recorder:
