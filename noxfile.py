@@ -265,5 +265,29 @@ def matrix_table(session):
     session.log(f"wrote the table of {page}")
 
 
+# ------------------------------------------------------------------ Keras' own tests
+
+
+def _keras_guard_args(posargs):
+    """`(python, arguments)`: `--python PATH` taken out of the session's arguments."""
+    args = list(posargs)
+    if "--python" not in args:
+        return "python", args
+    at = args.index("--python")
+    if at + 1 == len(args):
+        raise ValueError("`--python` must be followed by an interpreter's path. Received: "
+                         "nothing after it. Use --python .nox/<session>/bin/python")
+    return args[at + 1], args[:at] + args[at + 2:]
+
+
+@nox.session(python=False)
+def keras_guard(session):
+    """Keras' own tests, of the release the interpreter imports, alone, with every patch and
+    under make_strategy("mirrored") (keras_guard/): `nox -s keras_guard -- [--area full]
+    [--python PATH]`, the interpreter on PATH by default."""
+    python, args = _keras_guard_args(session.posargs)
+    session.run(python, "-m", "keras_guard.run", *args, env={"PYTHONPATH": str(ROOT)})
+
+
 if __name__ == "__main__":
     sys.exit("run it with nox: pip install nox && nox -l")

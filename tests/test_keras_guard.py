@@ -1,0 +1,110 @@
+"""keras_guard/'s own logic: the checks between runs, the declarations, the areas, the session's
+arguments. No TensorFlow: the runs themselves are `nox -s keras_guard`."""
+
+import pathlib
+import runpy
+import tomllib
+import types
+
+import pytest
+
+from keras_guard import areas, compare, differences, plugin, sdist
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _declared(node):
+    return {"t.py::fails": differences.Difference(("t.py::fails",), differences.Kind.FAILS,
+                                                  "why"),
+            "t.py::flaky": differences.Difference(("t.py::flaky",), differences.Kind.FAILS,
+                                                  "why not")}.get(node)
+
+
+def test_compare_finds_each_kind_of_departure():
+    alone = {"t.py::same": ["pass", "", 0], "t.py::patched": ["pass", "", 0],
+             "t.py::strategy": ["pass", "", 0], "t.py::fails": ["pass", "", 0],
+             "t.py::flaky": ["pass", "", 0], "t.py::broken": ["fail", "x", 0],
+             "t.py::gone": ["pass", "", 0]}
+    patched = dict(alone, **{"t.py::patched": ["fail", "boom", 0]})
+    del patched["t.py::gone"]
+    mirrored = dict(alone, **{"t.py::strategy": ["fail", "off by 2", 0],
+                              "t.py::fails": ["fail", "", 0], "t.py::broken": ["pass", "", 0]})
+    report = compare.compare(alone, patched, mirrored, declared=_declared)
+    assert report.changed_by_patches == [("t.py::patched", "pass alone, fail patched: boom")]
+    assert report.undeclared == [("t.py::strategy", "fail under mirrored: off by 2")]
+    assert report.declared == [("t.py::fails", "why")]
+    assert report.declared_but_passed == [("t.py::flaky", "why not")]
+    assert report.missing == [("t.py::gone", "only in alone, mirrored")]
+    assert not report.holds
+
+
+def test_compare_holds_for_equal_runs_and_a_test_failing_everywhere():
+    runs = {"t.py::a": ["pass", "", 0], "t.py::b": ["fail", "x", 0], "t.py::c": ["skip", "", 0]}
+    report = compare.compare(runs, dict(runs), dict(runs), declared=_declared)
+    assert report.holds
+    assert compare.counts(runs) == {"pass": 1, "fail": 1, "skip": 1}
+
+
+def test_a_difference_covers_its_node_ids_and_starred_prefixes_only():
+    exact = differences.Difference(("f.py::C::test_a",), differences.Kind.FAILS, "r")
+    assert exact.covers("f.py::C::test_a")
+    assert not exact.covers("f.py::C::test_a_eager")
+    starred = differences.Difference(("f.py::C::test_a*",), differences.Kind.FAILS, "r")
+    assert starred.covers("f.py::C::test_a_eager") and not starred.covers("f.py::C::test_b")
+
+
+def test_every_declared_difference_gives_a_reason_and_a_node_id():
+    for difference in differences.DIFFERENCES:
+        assert difference.reason and difference.tests, difference
+        assert all("::" in t or t.endswith(".py") or t.endswith("*") for t in difference.tests)
+
+
+def _report(when, outcome, **extra):
+    return types.SimpleNamespace(when=when, outcome=outcome, failed=outcome == "failed",
+                                 skipped=outcome == "skipped", **extra)
+
+
+@pytest.mark.parametrize("report, expected", [
+    (_report("call", "passed"), "pass"),
+    (_report("call", "failed"), "fail"),
+    (_report("call", "skipped"), "skip"),
+    (_report("call", "skipped", wasxfail=""), "skip"),
+    (_report("setup", "failed"), "fail"),
+    (_report("setup", "skipped"), "skip"),
+    (_report("setup", "passed"), None),
+    (_report("teardown", "failed"), "fail"),
+    (_report("teardown", "passed"), None),
+])
+def test_each_report_gives_one_outcome(report, expected):
+    assert plugin.outcome_of(report) == expected
+
+
+def test_the_areas_take_the_files_the_release_has(tmp_path):
+    (tmp_path / "keras/src/trainers").mkdir(parents=True)
+    assert areas.paths("ci", tmp_path) == ["keras/src/trainers"]
+    with pytest.raises(ValueError, match="`area` must be one of ci, full"):
+        areas.paths("all", tmp_path)
+    assert set(areas.AREAS["ci"]) <= set(areas.AREAS["full"]) | {
+        p for p in areas.AREAS["ci"] if p.endswith(".py")}
+
+
+def test_a_nightly_without_test_files_takes_the_release_before_it():
+    assert sdist._requirements("keras-nightly", "3.16.0.dev2026102704") == [
+        "keras-nightly==3.16.0.dev2026102704", "keras<3.16.0.dev2026102704"]
+
+
+def test_the_session_takes_its_interpreter_from_its_arguments():
+    take = runpy.run_path(str(ROOT / "noxfile.py"))["_keras_guard_args"]
+    assert take(["--area", "full"]) == ("python", ["--area", "full"])
+    assert take(["--python", "/v/bin/python", "--area", "full"]) == (
+        "/v/bin/python", ["--area", "full"])
+    with pytest.raises(ValueError, match="`--python` must be followed"):
+        take(["--python"])
+
+
+def test_the_readmes_suite_does_not_collect_the_harness():
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert settings["ini_options"]["testpaths"] == ["tests"]
+    harness = ROOT / "keras_guard"
+    assert all(ROOT / path not in [harness, *harness.parents] for path in
+               settings["ini_options"]["testpaths"])
