@@ -17,20 +17,18 @@ from mgpu_tf.comm import clipping
 from mgpu_tf.comm import combinations
 from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm import sharded_files
+from mgpu_tf.comm import sparse
 from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.base import kind as kind_lib
 from mgpu_tf.comm import optimizer_step
 from mgpu_tf.compat import private
 
-__all__ = ["ELEMENTWISE", "SPARSE_AS_DENSE", "check_optimizer", "shard", "is_sharded",
+__all__ = ["ELEMENTWISE", "check_optimizer", "shard", "is_sharded",
            "slot_variables", "weights_slice"]
 
 # Keras optimizers whose update of each number reads only that number's gradient and slots.
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Lion")
-# Those whose update of a sparse gradient is that of its dense sum: linear in the gradient
-# until the rows are summed (Lion's sign comes after its momentum's sum).
-SPARSE_AS_DENSE = ("SGD", "Lion")
 
 
 def check_optimizer(optimizer, strategy="mirrored"):
@@ -223,7 +221,7 @@ class _State:
                 "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
                 f"replica context of {type(context).__name__} without one.")
         replica, layout = int(replica), self.layout
-        _refuse_sparse(optimizer, grads, trainable_variables)
+        sparse.refuse_summed(optimizer, grads, trainable_variables)
         path = self.gradient_path()
         if path != "all_reduce":
             grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])
@@ -364,19 +362,6 @@ class _State:
             parts = self.strategy.experimental_local_results(self.slots[name].value)
             for part, replica in zip(parts, self.replica_ids):
                 part.assign(flat[replica * size: (replica + 1) * size])
-
-
-def _refuse_sparse(optimizer, grads, variables):
-    """Raises for a sparse gradient an optimizer of its own rows would update otherwise."""
-    name = type(optimizer).__name__
-    sparse = [v.name for g, v in zip(grads, variables) if isinstance(g, tf.IndexedSlices)]
-    if sparse and name not in SPARSE_AS_DENSE:
-        raise ValueError(
-            "shard_optimizer_state sums a sparse gradient (tf.IndexedSlices, an Embedding's) "
-            f"into each replica's slice, and {name} updates a sparse gradient row by row, a "
-            "row met twice counted twice: the update would differ from one device's. "
-            f"Received: sparse gradients for {sparse} with optimizer={name}. Use "
-            f"{' or '.join(SPARSE_AS_DENSE)}, or drop shard_optimizer_state.")
 
 
 def _in_order(order, items):

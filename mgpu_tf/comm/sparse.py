@@ -14,10 +14,13 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["all_gather_bytes", "is_sparse", "ring_all_gather_slices", "split_sparse",
-           "collective_all_gather_slices"]
+__all__ = ["SPARSE_AS_DENSE", "all_gather_bytes", "collective_all_gather_slices", "is_sparse",
+           "refuse_summed", "ring_all_gather_slices", "split_sparse"]
 
 _COUNT = np.dtype("<i8")
+# Optimizers whose update of a sparse gradient is that of its dense sum: linear in the
+# gradient until the rows are summed (Lion's sign comes after its momentum's sum).
+SPARSE_AS_DENSE = ("SGD", "Lion")
 
 
 def is_sparse(gradient):
@@ -121,3 +124,17 @@ def collective_all_gather_slices(slices, wire_dtype=None):
     sent = [tf.IndexedSlices(tf.cast(s.values, wire_dtype), s.indices, s.dense_shape)
             if wire_dtype is not None else s for s in slices]
     return list(context.all_reduce(tf.distribute.ReduceOp.SUM, sent))
+
+
+def refuse_summed(optimizer, grads, variables):
+    """Raises `ValueError` for a sparse gradient that `shard_optimizer_state` would sum into
+    slices, where `optimizer` updates its rows otherwise than their sum."""
+    name = type(optimizer).__name__
+    sparse = [v.name for g, v in zip(grads, variables) if isinstance(g, tf.IndexedSlices)]
+    if sparse and name not in SPARSE_AS_DENSE:
+        raise ValueError(
+            "shard_optimizer_state sums a sparse gradient (tf.IndexedSlices, an Embedding's) "
+            f"into each replica's slice, and {name} updates a sparse gradient row by row, a "
+            "row met twice counted twice: the update would differ from one device's. "
+            f"Received: sparse gradients for {sparse} with optimizer={name}. Use "
+            f"{' or '.join(SPARSE_AS_DENSE)}, or drop shard_optimizer_state.")
