@@ -8,6 +8,7 @@ changes the update. The reference is plain Keras on one device on the same globa
 """
 
 import pickle
+import re
 
 import keras
 import numpy as np
@@ -160,3 +161,31 @@ def test_a_sparse_gradient_goes_to_the_gather_and_stays_sparse():
     np.testing.assert_array_equal(values.numpy(), np.ones([6, 2]))
     np.testing.assert_array_equal(summed.numpy(), [2.0, 2.0])
     assert len(seen["gather"]) == 1 and len(seen["total"]) == 1
+
+
+def _mirrored(optimizer, **options):
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2, **options)
+    with strategy.scope():
+        model = mw_sparse.build()
+        initial = [np.asarray(w) for w in model.get_weights()]
+        model.compile(optimizer=mw_sparse.make_optimizer(optimizer),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = mw_sparse.problem()
+    model.fit(mgpu_tf.shard_dataset(tf.data.Dataset.from_tensor_slices((x, y)), strategy,
+                                    mw_sparse.GLOBAL_BATCH), epochs=1, verbose=0)
+    return initial, [np.asarray(w) for w in model.get_weights()]
+
+
+def test_accumulated_rows_give_one_update_of_the_same_examples_under_mirrored():
+    initial, weights = _mirrored("adam", steps_per_sync=2)
+    expected = _embedding_reference(initial, "adam", 2 * mw_sparse.GLOBAL_BATCH)
+    difference = compare.relative_difference(weights, expected)
+    bound = _bound("adam", "steps_per_sync")
+    assert difference < bound, f"weights differ by {difference:.2e} (bound {bound:.2e})"
+
+
+def test_sharded_state_refuses_a_summed_sparse_gradient_under_mirrored():
+    with pytest.raises(ValueError, match=re.escape(
+            "shard_optimizer_state sums a sparse gradient (tf.IndexedSlices, an Embedding's) "
+            "into each replica's slice, and Adam updates")):
+        _mirrored("adam", shard_optimizer_state=True)
