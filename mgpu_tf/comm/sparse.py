@@ -31,7 +31,7 @@ def is_sparse(gradient):
 def split_sparse(grads):
     """`(dense positions, sparse positions)` of the gradients in `grads`."""
     sparse = [i for i, g in enumerate(grads) if is_sparse(g)]
-    return [i for i in range(len(grads)) if i not in sparse], sparse
+    return [i for i, g in enumerate(grads) if not is_sparse(g)], sparse
 
 
 def all_gather_bytes(ring, payload, op):
