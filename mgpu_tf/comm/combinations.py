@@ -15,7 +15,8 @@ from mgpu_tf.base.choice import Choice
 from mgpu_tf.comm import options as _communication  # noqa: F401 - declares the toolkit options
 
 __all__ = ["Outcome", "Rule", "FACTORS", "PLAIN", "RULES", "TOOLKIT_OPTIONS", "check_fit",
-           "PER_REPLICA_BATCH_NORM", "deciding_rule", "level_of", "optimizer_levels", "outcome", "reason", "refuse",
+           "PER_REPLICA_BATCH_NORM", "PIPELINE_BATCH_NORM", "OPTIMIZERS", "DEFAULT_PATH",
+           "deciding_rule", "level_of", "optimizer_levels", "outcome", "reason", "refuse",
            "table", "write_table"]
 
 
@@ -66,13 +67,15 @@ class Rule:
     reason: str
 
     def holds(self, cell):
-        return all(level_of(name, cell.get(name, PLAIN[name])) in levels
+        return all(level_of(name, cell.get(name, PLAIN.get(name))) in levels
                    for name, levels in self.when.items())
 
 
 def level_of(factor, value):
     """The level of `factor` a value a user set stands for (`gradient_accumulation_steps=4`
     is the level `2`: accumulating)."""
+    if factor not in FACTORS:  # the optimizer's class name: its own level
+        return value
     levels = FACTORS[factor]
     if value in levels and type(value) is type(levels[-1]) or isinstance(value, str):
         return value
@@ -87,7 +90,8 @@ def optimizer_levels(optimizer):
     """The levels of the Keras optimizer factors a (compiled) Keras optimizer is at."""
     while hasattr(optimizer, "inner_optimizer"):  # LossScaleOptimizer
         optimizer = optimizer.inner_optimizer
-    return {"gradient_accumulation_steps":
+    return {"optimizer": type(optimizer).__name__,
+            "gradient_accumulation_steps":
             level_of("gradient_accumulation_steps", optimizer.gradient_accumulation_steps or 1),
             "use_ema": bool(optimizer.use_ema),
             "loss_scale_factor": level_of("loss_scale_factor", optimizer.loss_scale_factor)}
@@ -146,6 +150,11 @@ RULES = (
          Outcome.REFUSED,
          "Keras' gradient accumulators are whole-size state, which sharding would keep whole "
          "on every replica; `steps_per_sync` accumulates without them"),
+    Rule({"optimizer": ("ScheduleFreeAdamW",), "strategy": _DATA_PARALLEL}, Outcome.REFUSED,
+         "Keras' ScheduleFreeAdamW trains far from one device under tf.distribute's data "
+         "parallelism (weights 1 to 50 times their size apart after 4 steps, mirrored and "
+         "multi_worker alike), a difference not yet traced to its cause; use AdamW, or "
+         "model_parallel, whose optimizer runs once per step on the whole gradient"),
     Rule({"precision": ("mixed_float16",)}, Outcome.ROUNDING,
          "float16 computation: the one-device run rounds the same products in another order"),
     Rule({"compression": ("float16",)}, Outcome.ROUNDING,
@@ -166,6 +175,25 @@ PER_REPLICA_BATCH_NORM = Rule(
     "their own mean and variance, as under `tf.distribute` without the toolkit; the moving "
     "statistics are averaged over replicas after each step. `make_strategy(..., "
     "sync_batch_norm=True)` normalises with the global batch's, as one device")
+
+
+# Keras' BatchNormalization under a pipeline: refused by ModelParallel, as for the matrix's
+# synchronized layer.
+PIPELINE_BATCH_NORM = Rule(
+    {"layer": ("batch_norm_per_replica",), "strategy": _PIPELINES}, Outcome.REFUSED,
+    "BatchNormalization normalises over the whole batch, micro-batches over their own rows: "
+    "`ModelParallel` asks for `deferred_batch_norm=True` (GPipe's semantics)")
+
+# The default path, in full: each strategy with its default options (multi_worker's transport
+# "auto" takes the tcp ring between CPU workers), every Keras optimizer, and each layer kind
+# as Keras makes it; every cell is trained (tests/test_combinations.py).
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "Adamax", "Adadelta", "Adagrad", "Adafactor", "Ftrl",
+              "Lamb", "Lion", "Nadam", "RMSprop", "Muon", "ScheduleFreeAdamW")
+DEFAULT_PATH = {
+    "strategy": ("mirrored", "multi_worker_tcp", "model_parallel", "hybrid"),
+    "optimizer": OPTIMIZERS,
+    "layer": ("dense", "embedding", "batch_norm_per_replica", "dropout"),
+}
 
 
 def _applies(option, strategy):
@@ -189,8 +217,9 @@ def deciding_rule(cell):
     refusal = _option_refusal(cell)
     if refusal is not None:
         return refusal
-    held = [rule for rule in RULES if rule.holds(cell)]
-    for wanted in (Outcome.REFUSED, Outcome.RANDOM, Outcome.ROUNDING):
+    held = [rule for rule in (*RULES, PER_REPLICA_BATCH_NORM, PIPELINE_BATCH_NORM)
+            if rule.holds(cell)]
+    for wanted in (Outcome.REFUSED, Outcome.PER_REPLICA, Outcome.RANDOM, Outcome.ROUNDING):
         for rule in held:
             if rule.outcome == wanted:
                 return rule
@@ -257,7 +286,7 @@ def table():
     rows = ["| combination | what training gives | why |", "| --- | --- | --- |",
             "| any other, in float32 | matches one device | the same sums in another order: "
             "float32 rounding |"]
-    for rule in (*RULES, PER_REPLICA_BATCH_NORM):
+    for rule in (*RULES, PER_REPLICA_BATCH_NORM, PIPELINE_BATCH_NORM):
         rows.append(f"| {_combination(rule.when)} | {rule.outcome.value} | {rule.reason} |")
     for option in TOOLKIT_OPTIONS:
         others = tuple(s for s in FACTORS["strategy"] if not _applies(option, s))

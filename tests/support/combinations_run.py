@@ -131,7 +131,7 @@ def train(cell, strategy, data, *, install=None):
     """Trains `cell` under `strategy` with `fit` on `shard_dataset`'s batches.
 
     Args:
-        install: options for `mgpu_tf.comm.prepare.install` after `compile` (multi_worker
+        install: options for `mgpu_tf.comm.prepare.install` before `compile` (multi_worker
             cells, whose process makes one strategy); `None` when `strategy` carries them.
     """
     import mgpu_tf
@@ -141,11 +141,12 @@ def train(cell, strategy, data, *, install=None):
     try:
         with strategy.scope():
             model = mgpu_tf.prepare_model(build(cell), strategy)
-            model.compile(optimizer=optimizer(cell), loss=_loss(),
-                          jit_compile=cell["jit_compile"],
+            chosen = optimizer(cell)
+            if install:
+                # Before compile, whose own install (the strategy's options) then keeps these.
+                prepare.install(chosen, strategy, **install)
+            model.compile(optimizer=chosen, loss=_loss(), jit_compile=cell["jit_compile"],
                           steps_per_execution=cell["steps_per_execution"])
-        if install:
-            prepare.install(model.optimizer, strategy, **install)
         fit = {}
         if cell["data"] == "validation":
             fit["validation_data"] = mgpu_tf.shard_dataset(

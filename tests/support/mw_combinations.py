@@ -1,10 +1,11 @@
 """Worker script: the multi-worker cells of the combination matrix, in sequence, in one process.
 
 Usage: `python -m support.mw_combinations CELLS.json OUT_DIR PAIR`. A process makes one
-strategy (TensorFlow allows one multi-worker communicator per process). With PAIR `tensorflow`
-or `tcp` (the transport), it is `make_strategy("multi_worker")`, and each cell's model gets the
-cell's toolkit options with `mgpu_tf.comm.prepare.install`, as `make_strategy`'s options do at
-`compile`. With PAIR `hybrid`, each worker splits its CPU into 2 devices and makes
+strategy (TensorFlow allows one multi-worker communicator per process). With PAIR `tcp` it is
+`make_strategy("multi_worker")` (its default transport "auto" takes the tcp ring here), with
+`tensorflow` `make_strategy("multi_worker", transport="tensorflow")`; each cell's optimizer
+gets the cell's toolkit options and transport with `mgpu_tf.comm.prepare.install` before
+`compile` (whose own install, of the strategy's options, then keeps them). With PAIR `hybrid`, each worker splits its CPU into 2 devices and makes
 `make_strategy("hybrid", devices_per_worker=2, microbatches=2)`; a cell's toolkit options go
 to `make_strategy`, whose option table refuses them before building anything. Each
 worker writes OUT_DIR/worker<index>.pkl: one result per cell, `{"weights", "loss",
@@ -24,9 +25,26 @@ from support import combinations_run
 HYBRID = {"devices_per_worker": 2, "microbatches": 2}
 
 
+def _default_path(cell, strategy, data, pair):
+    """A cell of the default path: optimizer `cell["default_path"]`, a branch of each layer
+    kind the strategy takes, and what `prepare_model` says of a BatchNormalization."""
+    from support import combinations_default
+
+    layers = combinations_default.LAYERS if pair != "hybrid" else tuple(
+        layer for layer in combinations_default.LAYERS if layer != "batch_norm")
+    result = {"error": None, "refusal": combinations_default.refusal(strategy, ("batch_norm",))}
+    try:
+        result.update(combinations_default.train(cell["default_path"], strategy, data, layers))
+    except Exception as error:  # noqa: BLE001 - reported by the test of the cell
+        result["error"] = f"{type(error).__name__}: {error}"
+    return result
+
+
 def _cell(cell, strategy, data, pair):
     import mgpu_tf
 
+    if "default_path" in cell:
+        return _default_path(cell, strategy, data, pair)
     result = {"masks": None, "error": None}
     options = combinations_run.toolkit_options(cell)
     if pair in ("tcp", "tensorflow"):
@@ -53,18 +71,23 @@ def _strategy(pair):
     if pair == "hybrid":
         mgpu_tf.simulate_devices(HYBRID["devices_per_worker"])
         return mgpu_tf.make_strategy("hybrid", **HYBRID)
-    return mgpu_tf.make_strategy("multi_worker")
+    # tcp: the default options, whose transport "auto" takes the ring between CPU workers.
+    return mgpu_tf.make_strategy("multi_worker", **({} if pair == "tcp" else {"transport": pair}))
 
 
 def main(cells_path, out_dir, pair):
     from mgpu_tf.cluster import detect as cluster
 
     strategy = _strategy(pair)
+    from support import combinations_default
+
     data = combinations_run.problem()
+    default_data = combinations_default.problem()
     results = []
     for cell in json.loads(pathlib.Path(cells_path).read_text()):
         started = time.monotonic()
-        results.append(_cell(cell, strategy, data, pair))
+        results.append(_cell(cell, strategy, default_data if "default_path" in cell else data,
+                             pair))
         # The cell's TensorFlow objects freed now: found by a later collection, inside
         # another cell's step, they took over a minute (tests/conftest.py says why).
         gc.collect()
