@@ -1,12 +1,10 @@
 """KerasHub's task models take data sets from `shard_dataset`, preprocessing inside them.
 
-KerasHub's `PipelineModel` (every task model) maps its preprocessing over a
-`tf.data.Dataset` and takes anything else for arrays, so a distributed data set fails
-(`'DistributedDatasetsFromFunctionSpec' object has no attribute '_to_batched_tensor_list'`).
-The hook wraps the one function its `fit`, `evaluate` and `predict` build their data with:
-a data set of `shard_dataset` is made again with the preprocessing last in each replica's
-pipeline; another distributed data set is taken as it is by a task without preprocessing
-and refused, with the fix, by one with it.
+KerasHub's `PipelineModel` maps its preprocessing over a `tf.data.Dataset` and takes
+anything else for arrays, so a distributed data set fails in `from_tensor_slices`. The hook
+wraps the function its `fit`, `evaluate` and `predict` build their data with: a data set of
+`shard_dataset` is made again with the preprocessing last in each replica's pipeline;
+another distributed data set is refused, with the fix, by a task that preprocesses.
 
 Design: docs/design.md#data-sharding
 """

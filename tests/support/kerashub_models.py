@@ -4,7 +4,7 @@ Each model comes with its preprocessor (a tokenizer made from a small vocabulary
 image converter) and raw examples: strings with labels, strings alone for a causal LM,
 images with labels. `build(name)` makes one, compiled; `examples(name)` its data set of
 single raw examples; `initial_weights(name)` fixed starting weights, the same in every
-process. `TERMS` is the length of the sums behind one gradient (`support.tolerance`).
+process; `terms(name, batch)` the length of the sums behind one gradient.
 """
 
 import io
@@ -13,18 +13,26 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["MODELS", "TERMS", "EXAMPLES", "LEARNING_RATE", "build", "examples", "raw_arrays",
-           "initial_weights"]
+__all__ = ["MODELS", "EXAMPLES", "LEARNING_RATE", "build", "examples", "raw_arrays",
+           "initial_weights", "terms"]
 
 MODELS = ("bert", "gpt2", "llama", "vit", "resnet")
 EXAMPLES = 32  # four steps of eight
 SEQUENCE = 16
 LEARNING_RATE = 1e-2
-# Widths a gradient's sums run over, forward and back, per model (one block: hidden,
-# intermediate, sequence, vocabulary or classes; ResNet's convolutions): `support.tolerance`'s.
-TERMS = {"bert": 2 * (16 + 32 + SEQUENCE + 2), "gpt2": 2 * (16 + 32 + SEQUENCE + 54),
-         "llama": 2 * (16 + 32 + SEQUENCE + 24), "vit": 2 * (16 + 32 + 17 + 2),
-         "resnet": 2 * (9 * 3 + 3 * 9 * 64 + 2)}
+# The sums behind one gradient (`support.tolerance`), per model: the widths its activations
+# pass through forward and back (one block: the input's patch or kernel, hidden, attention
+# over the positions, intermediate, classes or vocabulary), and the rows a weight's gradient
+# sums over, a batch's examples times their positions (`terms(name, batch)`).
+_WIDTHS = {"bert": 16 + 16 + SEQUENCE + 16 + 32 + 2, "gpt2": 16 + 16 + SEQUENCE + 16 + 32 + 54,
+           "llama": 16 + 16 + SEQUENCE + 16 + 32 + 24, "vit": 48 + 16 + 17 + 16 + 32 + 2,
+           "resnet": 27 + 3 * 9 * 64 + 64 + 2}
+_POSITIONS = {"bert": SEQUENCE, "gpt2": SEQUENCE, "llama": SEQUENCE, "vit": 17, "resnet": 64}
+
+
+def terms(name, batch):
+    """The length of the sums behind one gradient of `name` on batches of `batch`."""
+    return 2 * _WIDTHS[name] + batch * _POSITIONS[name]
 
 _WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "a", "cat",
           "sat", "on", "mat", "and", "ran", "far", "away", "from", "home", "today"]
