@@ -49,6 +49,8 @@ def reset(optimizer):
     for variable in state.sums:
         for local in state.strategy.experimental_local_results(variable):
             local.assign(tf.zeros(local.shape, local.dtype))
+    for rows in state.rows:
+        rows.empty(state.strategy)
     state.count.assign(0)
 
 
@@ -106,6 +108,9 @@ class _State:
         self.strategy = strategy
         self.steps = steps
         self.built = False
+        # The variables (by the optimizer's index) whose gradients are sparse, seen as the
+        # step is traced.
+        self.sparse = set()
         # True while a model checkpoint saves the last sync point (`of_last_sync`).
         self.of_last_sync = False
 
@@ -124,6 +129,8 @@ class _State:
             self.count = tf.Variable(0, dtype=tf.int64, trainable=False,
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                                      name="steps_since_sync")
+            # A sparse gradient's rows, kept as rows until the sync (comm.sparse says why).
+            self.rows = [_Rows(v) for v in variables]
         # An attribute of the optimizer, so that TensorFlow checkpoints of it hold them
         # (each sum as its total over the replicas, shared out again on restore).
         self.optimizer.gradient_accumulation = _Tracked(self.sums, self.count)
@@ -180,17 +187,29 @@ class _State:
 
     def add(self, grads, variables):
         for g, v in zip(grads, variables):
-            if g is not None:
+            if isinstance(g, tf.IndexedSlices):
+                index = private.variable_index(self.optimizer, v)
+                self.sparse.add(index)
+                self.rows[index].append(g)
+            elif g is not None:
                 self._sum(v).assign_add(tf.convert_to_tensor(g))
 
     def take(self, variables):
-        """The replica's mean gradient since the last update; the sums restart at zero."""
-        sums = [self._sum(v) for v in variables]
-        grads = [tf.identity(s.read_value()) / self.steps for s in sums]
-        with tf.control_dependencies(grads):
-            resets = [s.assign(tf.zeros(s.shape, s.dtype)) for s in sums]
+        """The replica's mean gradient since the last update; the sums restart at zero.
+
+        A variable whose gradients were sparse gets every step's rows, each divided by the
+        steps, as one device gets the rows of these steps' examples in one batch.
+        """
+        indices = [private.variable_index(self.optimizer, v) for v in variables]
+        grads = [self.rows[i].read(self.steps) if i in self.sparse
+                 else tf.identity(self.sums[i].read_value()) / self.steps for i in indices]
+        with tf.control_dependencies(tf.nest.flatten(grads, expand_composites=True)):
+            resets = [self.rows[i].clear() if i in self.sparse
+                      else self.sums[i].assign(tf.zeros(self.sums[i].shape, self.sums[i].dtype))
+                      for i in indices]
         with tf.control_dependencies(resets):
-            return [tf.identity(g) for g in grads]
+            return [tf.identity(g) if not isinstance(g, tf.IndexedSlices) else tf.IndexedSlices(
+                tf.identity(g.values), tf.identity(g.indices), g.dense_shape) for g in grads]
 
 
 class _Tracked(tf.Module):
@@ -200,6 +219,49 @@ class _Tracked(tf.Module):
         super().__init__(name="gradient_accumulation")
         self.sums = list(sums)
         self.count = count
+
+
+class _Rows:
+    """One variable's sparse gradient rows and their indices since the last sync, per replica.
+
+    Not in TensorFlow checkpoints (their sums over the replicas would mix the rows);
+    `mgpu_tf.callbacks.BackupAndRestore` saves at sync points, where they are empty.
+    """
+
+    def __init__(self, variable):
+        shape = tf.TensorShape(variable.shape)
+        local = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self.dense_shape = shape
+        self.indices = tf.Variable(tf.zeros([0], tf.int64), shape=[None],
+                                   name="sparse_gradient_indices", **local)
+        self.values = tf.Variable(tf.zeros([0] + shape[1:].as_list(), _dtype(variable)),
+                                  shape=[None] + shape[1:].as_list(),
+                                  name="sparse_gradient_values", **local)
+
+    def append(self, gradient):
+        values = tf.cast(gradient.values, self.values.dtype)
+        self.indices.assign(tf.concat([self.indices.read_value(),
+                                       tf.cast(gradient.indices, tf.int64)], 0))
+        self.values.assign(tf.concat([self.values.read_value(),
+                                      tf.reshape(values, [-1] + self.dense_shape[1:].as_list())],
+                                     0))
+
+    def read(self, steps):
+        return tf.IndexedSlices(tf.identity(self.values.read_value()) / steps,
+                                tf.identity(self.indices.read_value()),
+                                tf.constant(self.dense_shape.as_list(), tf.int64))
+
+    def clear(self):
+        return tf.group(self.indices.assign(tf.zeros([0], tf.int64)),
+                        self.values.assign(tf.zeros([0] + self.dense_shape[1:].as_list(),
+                                                    self.values.dtype)))
+
+    def empty(self, strategy):
+        """Empties every replica's rows (outside a step)."""
+        for variable in (self.indices, self.values):
+            for local in strategy.experimental_local_results(variable):
+                local.assign(tf.zeros([0] + local.shape[1:].as_list(), local.dtype))
 
 
 def _maybe_apply(distribution, state, apply, variables):

@@ -8,6 +8,7 @@ Design: docs/design.md#gradient-buckets
 """
 
 import collections
+import functools
 import queue
 import threading
 import time
@@ -17,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.comm import compression
+from mgpu_tf.comm import sparse
 
 __all__ = ["BucketExchanger", "backward_buckets", "exchanger_of", "collective_all_reduce",
            "ring_all_reduce"]
@@ -149,7 +151,8 @@ def _sizes(grads, wire):
 
 
 def ring_all_reduce(grads_and_vars, *, connection, bucket_bytes, wire_dtype=None):
-    """Sums `(gradient, variable)` pairs over the workers of `connection`, bucket by bucket.
+    """Sums `(gradient, variable)` pairs over the workers of `connection`, bucket by bucket;
+    sparse gradients are gathered outside the buckets (`comm.sparse`).
 
     Each bucket gets an "enqueue" op, which needs only that bucket's gradients and hands
     it to the communication thread; the "collect" ops that wait for the sums come after
@@ -180,7 +183,8 @@ def ring_all_reduce(grads_and_vars, *, connection, bucket_bytes, wire_dtype=None
         with tf.control_dependencies([increment]):
             return [tf.identity(g) for g in out]
 
-    return compression.sum_gradients(grads_and_vars, total, dense=True)
+    return compression.sum_gradients(grads_and_vars, total, dense=True, gather=functools.partial(
+        sparse.ring_all_gather_slices, connection, wire_dtype=wire_dtype))
 
 
 def collective_all_reduce(grads_and_vars, *, bucket_bytes, wire_dtype=None):
@@ -197,4 +201,5 @@ def collective_all_reduce(grads_and_vars, *, bucket_bytes, wire_dtype=None):
                 out[i] = summed
         return out
 
-    return compression.sum_gradients(grads_and_vars, total, dense=True)
+    return compression.sum_gradients(grads_and_vars, total, dense=True, gather=functools.partial(
+        sparse.collective_all_gather_slices, wire_dtype=wire_dtype))

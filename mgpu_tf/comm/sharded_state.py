@@ -17,6 +17,7 @@ from mgpu_tf.comm import clipping
 from mgpu_tf.comm import combinations
 from mgpu_tf.comm import reduce_scatter
 from mgpu_tf.comm import sharded_files
+from mgpu_tf.comm import sparse
 from mgpu_tf.comm import transport
 from mgpu_tf.comm.shard_layout import Layout
 from mgpu_tf.base import kind as kind_lib
@@ -220,6 +221,7 @@ class _State:
                 "as MirroredStrategy and MultiWorkerMirroredStrategy give it. Received: a "
                 f"replica context of {type(context).__name__} without one.")
         replica, layout = int(replica), self.layout
+        sparse.refuse_summed(optimizer, grads, trainable_variables)
         path = self.gradient_path()
         if path != "all_reduce":
             grads = _in_order(order, [tf.convert_to_tensor(g) for g in grads])

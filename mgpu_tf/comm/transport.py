@@ -18,6 +18,7 @@ from mgpu_tf.cluster import job_secret
 from mgpu_tf.cluster import tf_config
 from mgpu_tf.comm import compression
 from mgpu_tf.comm import optimizer_step
+from mgpu_tf.comm import sparse
 from mgpu_tf.comm.options import TRANSPORTS, check_transport
 from mgpu_tf.comm import ring as ring_lib
 
@@ -250,7 +251,8 @@ def ring_all_gather(connection, chunk, name="all_gather"):
 
 
 def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
-    """Sums `(gradient, variable)` pairs over the workers through `connection`."""
+    """Sums `(gradient, variable)` pairs over the workers through `connection`; sparse
+    gradients are gathered (`comm.sparse`)."""
     def total(grads):
         grads = [tf.convert_to_tensor(g) for g in grads]
         wire = tf.as_dtype(wire_dtype or grads[0].dtype)
@@ -259,4 +261,5 @@ def all_reduce_gradients(grads_and_vars, *, connection, wire_dtype=None):
         sizes = [int(np.prod(g.shape)) for g in grads]
         return [tf.reshape(piece, g.shape) for g, piece in zip(grads, tf.split(summed, sizes))]
 
-    return compression.sum_gradients(grads_and_vars, total, dense=True)
+    return compression.sum_gradients(grads_and_vars, total, dense=True, gather=functools.partial(
+        sparse.ring_all_gather_slices, connection, wire_dtype=wire_dtype))
