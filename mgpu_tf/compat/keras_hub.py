@@ -31,8 +31,7 @@ _MARK = "_mgpu_tf_keras_hub_hook"
 
 
 def _pipeline_module():
-    """KerasHub's `pipeline_model` module once KerasHub is imported, else `None`: making a
-    strategy never imports KerasHub (seconds) for a program that does not use it."""
+    """KerasHub's `pipeline_model` once KerasHub is imported, else `None` (never imported here)."""
     if "keras_hub" not in sys.modules:
         return None
     import importlib
@@ -47,10 +46,7 @@ def installed():
 
 
 def install():
-    """Wraps KerasHub's `_build_dataset` once KerasHub is imported; again changes nothing.
-
-    Without KerasHub imported nothing is patched: import it before making the strategy.
-    """
+    """Wraps KerasHub's `_build_dataset` once KerasHub is imported; again changes nothing."""
     module = _pipeline_module()
     if module is None:
         logger.debug("mgpu_tf: KerasHub is not imported; its task models are left as they are.")
@@ -82,8 +78,7 @@ def install():
 
 
 def _preprocesses(preprocess_samples):
-    """False for a task model with no preprocessor (its `preprocess_samples` returns what
-    it is given)."""
+    """False for a task model with no preprocessor."""
     owner = getattr(preprocess_samples, "__self__", None)
     return not (hasattr(owner, "preprocessor") and owner.preprocessor is None)
 

@@ -17,17 +17,9 @@ __all__ = ["Preprocessable", "preprocess_batch"]
 
 
 def preprocess_batch(preprocess, element):
-    """`preprocess(x, y)` of one replica's batch, with the batch's sample weights kept.
-
-    The weights of the examples (and the correction of replicas' unequal batches,
-    `mgpu_tf.data.replica_weights`) multiply those the preprocessing makes, such as a
-    causal language model's padding mask, broadcast over its extra axes.
-
-    Args:
-        preprocess: a function of `(x, y=None, sample_weight=None)` returning a Keras
-            `(x, y, sample_weight)` structure, such as a KerasHub task's `preprocess_samples`.
-        element: one batch, `x`, `(x, y)` or `(x, y, sample_weight)`.
-    """
+    """`preprocess(x, y)` of one replica's batch `element`; the batch's sample weights (the
+    examples' and `replica_weights`' correction) multiply those the preprocessing makes, such
+    as a causal LM's padding mask."""
     x, y, weights = keras.utils.unpack_x_y_sample_weight(element)
     made = preprocess(x, y, None) if y is not None else preprocess(x)
     x, y, own = keras.utils.unpack_x_y_sample_weight(made)
@@ -42,15 +34,8 @@ def preprocess_batch(preprocess, element):
 
 
 class Preprocessable:
-    """Makes a sharded data set again with a preprocessing step in each replica's pipeline.
-
-    One data set per preprocessing function, kept: a second `fit` (or `evaluate`) of the
-    same model reads the same one, whose epochs go on where the first left them.
-
-    Args:
-        remake: a function of a batch function (or `None`) returning the data set made again
-            with it mapped over each replica's batches.
-    """
+    """Makes a sharded data set again (`remake(batch_function)`) with a preprocessing step in
+    each replica's pipeline; one per function, kept, so a second `fit` reads the same one."""
 
     def __init__(self, remake):
         self._remake = remake
@@ -58,7 +43,7 @@ class Preprocessable:
         self._lock = threading.Lock()
 
     def with_preprocessing(self, preprocess):
-        """The data set with `preprocess` (see `preprocess_batch`) in each replica's pipeline."""
+        """The data set with `preprocess` in each replica's pipeline."""
         with self._lock:
             if preprocess not in self._made:
                 self._made[preprocess] = self._remake(
