@@ -3,9 +3,9 @@
 Design: docs/design.md#state-on-objects
 """
 
-from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_steps, lazy_build,
-                            metric_reads, metric_sums, multi_worker, optimizer_hooks,
-                            replica_seeds, shuffle_hook, step_loss)
+from mgpu_tf.compat import (compile_hook, custom_loop, fit_hook, keras_hub, keras_steps,
+                            lazy_build, metric_reads, metric_sums, multi_worker,
+                            optimizer_hooks, replica_seeds, shuffle_hook, step_loss)
 
 __all__ = ["PATCHES", "REPLICA_FIXES", "install", "installed"]
 
@@ -60,11 +60,15 @@ PATCHES = (
         "each replica draws its own random numbers (Dropout masks): Keras' seeds are folded "
         "with the replica's id, where every replica drew the same",
         replica_seeds.apply_replica_seed_fix, replica_seeds.installed),
+    ("keras_hub",
+        "KerasHub's task models take data sets of shard_dataset, their preprocessing in each "
+        "replica's input pipeline (once KerasHub is imported)",
+        keras_hub.install, keras_hub.installed),
 )
 
 # The upstream fixes a strategy of several replicas needs, on one machine too.
 REPLICA_FIXES = ("multi_worker", "steps", "custom_loop", "lazy_build", "metric_sums",
-                 "metric_reads", "step_loss", "replica_seeds")
+                 "metric_reads", "step_loss", "replica_seeds", "keras_hub")
 
 
 def install(*names):

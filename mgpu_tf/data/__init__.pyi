@@ -4,7 +4,7 @@
 __all__ = ["describe_sharding", "load_digits", "shard_dataset"]
 
 # The modules load on first use too, so the guides' `mgpu_tf.data.plan` and the like resolve.
-from . import (adaptive, digits, in_memory, marks, order, pipeline, plan, replica_weights,
-               sharding, source, split, stream)
+from . import (adaptive, digits, in_memory, marks, order, pipeline, plan, preprocessing,
+               replica_weights, sharding, source, split, stream)
 from .digits import load_digits
 from .sharding import describe_sharding, shard_dataset

@@ -196,7 +196,10 @@ def _padded(request, plan, batches, filled):
     return batches
 
 
-def _finish(batches):
+def _finish(request, batches):
+    if request.batch_map is not None:  # a model's preprocessing (data.preprocessing)
+        batches = batches.map(request.batch_map, num_parallel_calls=tf.data.AUTOTUNE,
+                              deterministic=True)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
@@ -289,7 +292,7 @@ def _replica_epoch(request, plan, worker, replica, epoch):
 def _replica_dataset(request, plan, worker, replica, epochs, endless=False):
     """One replica's batches of the epoch at its strategy's position (`mgpu_tf.data.order`),
     or, `endless`, of each epoch after it in turn."""
-    return _finish(order.follow(
+    return _finish(request, order.follow(
         lambda epoch: _replica_epoch(request, plan, worker, replica, epoch),
         epochs.reader(request.seed is not None, endless), plan.steps, endless=endless))
 
@@ -318,7 +321,7 @@ def _worker_dataset(request, plan, worker, epochs, endless=False):
         return _replica_dataset(request, plan, worker, 0, epochs, endless)
     # The cardinality stays unknown: TensorFlow would count batches, not steps. A
     # resumed epoch skips whole steps: each step is `replicas_per_worker` batches.
-    return _finish(order.follow(
+    return _finish(request, order.follow(
         lambda epoch: _worker_epoch(request, plan, worker, epoch),
         epochs.reader(request.seed is not None, endless), skip_unit=plan.replicas_per_worker,
         endless=endless))

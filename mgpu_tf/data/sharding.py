@@ -6,6 +6,8 @@ strategy, each example seen once per epoch; `describe_sharding` prints the layou
 Design: docs/design.md#data-sharding
 """
 
+import copy
+import functools
 import logging
 import numbers
 import os
@@ -17,6 +19,7 @@ from mgpu_tf.data import marks
 from mgpu_tf.data import order
 from mgpu_tf.data import pipeline as shard_pipeline
 from mgpu_tf.data import plan as plan_lib
+from mgpu_tf.data import preprocessing
 from mgpu_tf.data import replica_weights
 from mgpu_tf.data import source as shard_source
 from mgpu_tf.data import split
@@ -68,6 +71,7 @@ class _Request:
         self.drop_remainder = drop_remainder
         self.seed = None if shuffle_seed is None else int(shuffle_seed)
         self.parse = parse
+        self.batch_map = None  # a model's preprocessing of each replica's batches
         self.source, self.files = source, None
         self._function_calls = {}
         self.source_kind = _source_kind(source)
@@ -360,9 +364,22 @@ def shard_dataset(source, strategy, global_batch_size, *, policy="auto", weights
     if training:
         kinds.kind_of(order.keras_strategy(strategy)).check_epoch(plan.steps,
                                                                   plan.global_batch_size)
-    distributed = shard_pipeline.distribute(request, plan)
     if request.adaptive is not None:
         # Where a TrainingMonitor finds the shares to steer (kind_of(...).adaptive_shares()).
         kinds.kind_of(order.keras_strategy(strategy)).hold_adaptive_shares(request.adaptive)
+    return _distributed(request, plan)
+
+
+def _distributed(request, plan, batch_map=None):
+    """The request's data set for `plan`, with `batch_map` last in each replica's pipeline;
+    marked, to be made again with another."""
+    if batch_map is not None:
+        request = copy.copy(request)
+        request.batch_map = batch_map
+    distributed = shard_pipeline.distribute(request, plan)
+    if request.adaptive is not None:
         marks.mark_adaptive(distributed, request.adaptive)
+    if batch_map is None:
+        marks.mark_preprocessable(distributed, preprocessing.Preprocessable(
+            functools.partial(_distributed, request, plan)))
     return marks.mark_sharded(distributed)

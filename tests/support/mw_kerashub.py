@@ -1,0 +1,48 @@
+"""Worker script: every tiny KerasHub task model trained by `fit` under 2 workers.
+
+Usage: `python -m support.mw_kerashub WEIGHTS.npz OUT_DIR TRANSPORT`. WEIGHTS.npz holds each
+model's initial weights as `<model>_<i>`; each model trains one epoch of its raw examples
+from `shard_dataset` (global batch `GLOBAL_BATCH`, preprocessed in each worker's pipeline),
+and each worker writes `OUT_DIR/<model>_worker<index>.npz`: the trained weights, and as
+`evaluate` what evaluate gives on the same data.
+"""
+
+import pathlib
+import sys
+
+import numpy as np
+
+GLOBAL_BATCH = 8
+
+
+def load_initial(path, name):
+    """The initial weights of model `name` in WEIGHTS.npz, in order."""
+    with np.load(path) as data:
+        count = sum(key.startswith(f"{name}_") for key in data.files)
+        return [data[f"{name}_{i}"] for i in range(count)]
+
+
+def main(weights_path, out_dir, transport):
+    import keras_hub  # noqa: F401  (imported before the strategy, as a user's program does)
+
+    import mgpu_tf
+    from mgpu_tf.cluster import detect as cluster
+    from support import kerashub_models
+
+    strategy = mgpu_tf.make_strategy("multi_worker", transport=transport)
+    index = cluster.detect_cluster().task_index
+    for name in kerashub_models.MODELS:
+        with strategy.scope():
+            model = kerashub_models.build(name)
+        model.set_weights(load_initial(weights_path, name))
+        model.fit(mgpu_tf.shard_dataset(kerashub_models.examples(name), strategy, GLOBAL_BATCH),
+                  epochs=1, verbose=0)
+        evaluated = model.evaluate(mgpu_tf.shard_dataset(
+            kerashub_models.examples(name), strategy, GLOBAL_BATCH, training=False), verbose=0)
+        np.savez(pathlib.Path(out_dir) / f"{name}_worker{index}.npz", *model.get_weights(),
+                 evaluate=np.ravel(evaluated))
+        print(f"worker {index}: {name} done")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
