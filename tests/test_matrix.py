@@ -19,14 +19,25 @@ def noxfile():
 
 def test_every_node_id_the_matrix_names_is_a_test(noxfile):
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
-                             *noxfile["SUBSET"]], cwd=ROOT, capture_output=True, text=True,
+                             *noxfile["FULL"]], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     collected = set(result.stdout.splitlines())
     named = [n for nodes in noxfile["CAPABILITIES"].values() for n in nodes]
     assert [n for n in named if n not in collected] == []
-    for file in noxfile["COMPAT_FILES"]:
+    for file in noxfile["COMPAT_FILES"] + noxfile["FIX_FILES"]:
         assert any(line.startswith(file + "::") for line in collected), file
+
+
+def test_ci_runs_the_compat_files_and_one_test_of_each_capability(noxfile):
+    subset = noxfile["SUBSET"]
+    assert subset[:len(noxfile["COMPAT_FILES"])] == noxfile["COMPAT_FILES"]
+    runs = subset[len(noxfile["COMPAT_FILES"]):]
+    for capability, nodes in noxfile["CAPABILITIES"].items():
+        ran = [n for n in nodes if n in runs or n.partition("::")[0] in noxfile["COMPAT_FILES"]]
+        assert len(ran) == 1, (capability, ran)
+    assert set(subset) <= set(noxfile["FULL"]) | {n for nodes in noxfile[
+        "CAPABILITIES"].values() for n in nodes}
 
 
 def test_the_ci_pairs_span_the_supported_range(noxfile):
