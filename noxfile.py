@@ -139,16 +139,19 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = [pair.session for pair in PAIRS if pair.ci] + ["nightly"]
 
 
-def _requirements(exclude):
-    """The package's and its `test` extra's requirements, without those of `exclude`."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _requirements(exclude, project=None):
+    """The package's and its `test` extra's requirements (of pyproject.toml's `project`
+    table), without those whose names start with one of `exclude`."""
+    if project is None:
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] + project["optional-dependencies"]["test"]
     return [r for r in wanted if not r.lower().startswith(exclude)]
 
 
 # Left out of a session's install: TensorFlow and Keras come pinned; `keras-*` (keras-hub,
-# keras-nightly) would bring a second Keras, and keras-hub's tensorflow-text another
-# TensorFlow; tests that need keras-hub skip without it.
+# keras-nightly) would bring a second Keras, and keras-hub's tensorflow-text pins a
+# TensorFlow (pip then backtracks to keras-hub 0.19 and keras 3.15.1 beside keras-nightly);
+# tests that need keras-hub skip without it.
 _PINNED = ("tensorflow", "keras")
 
 _ONE_KERAS = ("from mgpu_tf.compat import releases; owners = releases.owners(\"keras\"); "

@@ -122,3 +122,18 @@ def test_the_table_reads_each_sessions_junit_results(noxfile, tmp_path):
     assert rows["patch `steps`"] == ["skipped |"]
     assert rows["release"] == ["2.23.0.dev1 + 3.16.0.dev1 |"]
     assert rows["install / tests (min)"] == ["1.5 / 10.0 |"]
+
+
+def test_a_pair_session_installs_no_second_keras_or_tensorflow(noxfile):
+    # keras-hub requires `keras` and tensorflow-text, which pins a TensorFlow release: in the
+    # test extra it would give a pair two Keras distributions, or no install at all.
+    project = {"dependencies": ["tensorflow>=2.18", "numpy"],
+               "optional-dependencies": {"test": ["pytest>=8", "keras-hub>=0.32",
+                                                  "tensorflow-text>=2.20", "keras_nlp"]}}
+    kept = noxfile["_requirements"](exclude=noxfile["_PINNED"], project=project)
+    assert kept == ["numpy", "pytest>=8"]
+    installed = noxfile["_requirements"](exclude=noxfile["_PINNED"])
+    assert not [r for r in installed if r.lower().startswith(("keras", "tensorflow"))]
+    for pair in releases.PAIRS:
+        assert pair.pins[0].startswith("tensorflow==")
+        assert pair.pins[1].partition("==")[0] in ("keras", "keras-nightly")
