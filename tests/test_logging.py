@@ -242,6 +242,24 @@ def test_the_absl_recipe_leaves_tensorflows_own_lines_out(tmp_path):
     assert shown == [], stderr[-3000:]
 
 
+def _first_cells():
+    """The distinct first code cells of the notebooks."""
+    import json
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+    cells = {}
+    for notebook in sorted(folder.glob("*.ipynb")):
+        code = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+        cells.setdefault("".join(code[0]["source"]), notebook.stem)
+    return [pytest.param(source, id=name) for source, name in cells.items()]
+
+
+@pytest.mark.parametrize("source", _first_cells())
+def test_a_notebooks_first_cell_leaves_tensorflows_own_lines_out(tmp_path, source):
+    stderr = _run_as_a_user(tmp_path, source)
+    assert _shown(stderr, (*ON_IMPORT, *NATIVE, "Source Location Trace")) == [], stderr[-3000:]
+
+
 def test_start_up_details_below_a_dropped_error_are_dropped_too():
     from mgpu_tf.compat import native_logs
 
