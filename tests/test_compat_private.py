@@ -499,12 +499,34 @@ def test_trainer_function_refuses_other_names():
 
 @pytest.mark.parametrize("name", ["TensorFlowTrainer.train_step", "Trainer.compile"])
 def test_a_trainer_module_without_its_class_gets_the_clear_error(monkeypatch, name):
-    # keras-nightly 3.16.dev names the class `Trainer`: the error names what the toolkit needs.
+    # A Keras whose trainer class has another name than its release's: the error names what
+    # the toolkit needs.
     trainer = private_trainer.keras_trainer()
-    monkeypatch.delattr(trainer, "TensorFlowTrainer")
+    class_name = versions.trainer_class_name(keras.__version__)
+    monkeypatch.delattr(trainer, class_name)
     with pytest.raises(PrivateNameError, match=_missing(
-            name, f"{trainer.__name__} without a class TensorFlowTrainer")):
+            name, f"{trainer.__name__} without a class {class_name}")):
         private_trainer.trainer_function(name)
+
+
+@pytest.mark.parametrize("version, name", [
+    ("3.8.0", "TensorFlowTrainer"), ("3.15.1", "TensorFlowTrainer"),
+    ("3.16.0.dev2026102704", "Trainer"), ("3.16.0", "Trainer"), ("3.17.0", "Trainer"),
+    ("3.7.0", "TensorFlowTrainer")])
+def test_the_trainer_class_is_chosen_by_release(version, name):
+    assert versions.trainer_class_name(version) == name
+
+
+def test_the_trainer_class_is_the_one_keras_models_run():
+    tensorflow_trainer, base = private_trainer.trainer_classes()
+    ancestors = type(_sequential()).__mro__
+    assert ancestors.index(tensorflow_trainer) + 1 == ancestors.index(base)
+    assert tensorflow_trainer.__module__ == "keras.src.backend.tensorflow.trainer"
+    assert base.__module__ == "keras.src.trainers.trainer"
+    # Keras' own names for its classes, by release.
+    expected = ("Trainer", "BaseTrainer") if versions.release_in(
+        keras.__version__, (3, 16), (99, 0)) else ("TensorFlowTrainer", "Trainer")
+    assert (tensorflow_trainer.__name__, base.__name__) == expected
 
 
 def test_a_trainer_without_the_function_gets_the_clear_error(monkeypatch):
