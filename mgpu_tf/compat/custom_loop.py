@@ -1,11 +1,10 @@
 """TensorFlow's distributed custom training loop with an optimizer nobody built beforehand.
 
 Keras 3 builds an optimizer (Adam's moments, SGD's momentum) in its first `apply`; inside
-`strategy.run` in a `tf.function` that is the traced graph of one replica, where
-MirroredStrategy cannot initialise the variables (keras-team/keras#23085). Keras 3.16 makes
-them there under `tf.init_scope` (keras-team/keras#23087), and a checkpoint restored before
-the first step then reaches only the first device's copy. This builds it as `fit` does:
-once, eagerly, under the strategy's cross-replica scope.
+`strategy.run` in a `tf.function`, the traced graph of one replica, MirroredStrategy cannot
+initialise the variables (keras-team/keras#23085); Keras 3.16 makes them there under
+`tf.init_scope`, where a checkpoint restored before the first step reaches one device's copy.
+This builds it as `fit` does: once, eagerly, under the strategy's cross-replica scope.
 
 Design: docs/design.md#optimizers-built-in-a-custom-loop
 """
