@@ -49,13 +49,8 @@ def keras_trainer():
 
 
 def trainer_classes(name="TensorFlowTrainer.fit"):
-    """Returns Keras' TensorFlow trainer class and its backend-independent base class.
-
-    `TensorFlowTrainer` and `Trainer` up to Keras 3.15, `Trainer` and `BaseTrainer` from Keras
-    3.16 on, chosen by release in one place (`versions.TRAINER_CLASS_NAMES`): `KNOWN` calls
-    them `TensorFlowTrainer` and `Trainer` on every release. Raises `PrivateNameError` for the
-    private `name` when the trainer module lacks the class.
-    """
+    """Returns Keras' TensorFlow trainer class and its base, chosen by release
+    (`versions.TRAINER_CLASS_NAMES`); `PrivateNameError` for `name` when the class is gone."""
     import keras
 
     trainer = keras_trainer()

@@ -145,11 +145,7 @@ def installed_version(library):
 
 def owners(package):
     """`[(distribution, version), ...]` of the installed distributions that install the import
-    package `package` (such as "keras"), from their metadata; the first found first.
-
-    More than one (keras beside keras-nightly) share its files, so which one runs depends on
-    the order they were installed in.
-    """
+    package `package` (such as "keras"), from their metadata, the first found first."""
     found = {}
     for distribution in importlib.metadata.distributions():
         name = distribution.metadata["Name"]

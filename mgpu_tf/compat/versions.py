@@ -266,11 +266,8 @@ def tested_range(library):
 
 
 def trainer_class_name(keras_version):
-    """The name of Keras' TensorFlow trainer class in `keras_version` (`TRAINER_CLASS_NAMES`).
-
-    A release after the newest known is taken to keep the newest name, one before the oldest
-    the oldest.
-    """
+    """Keras' TensorFlow trainer class' name in `keras_version`; outside `TRAINER_CLASS_NAMES`
+    the nearest release's."""
     for (first, last), name in TRAINER_CLASS_NAMES.items():
         if release_in(keras_version, first, last, argument="keras_version"):
             return name
