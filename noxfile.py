@@ -4,11 +4,13 @@ One session per TensorFlow + Keras pair of `mgpu_tf/compat/releases.py` (`nox -l
 one on the nightly builds, and `matrix_table`, which writes docs/compatibility.md's table
 from the sessions' results. `.ci/run` runs the pairs marked `ci` and the nightly.
 
-    pip install nox && nox -s tf2.18-keras3.8
+    pip install nox && nox -s tf2.18-keras3.8          # SUBSET, as CI runs it
+    nox -s tf2.21-keras3.15 -- full                     # FULL, before a release
 
 Each session installs its pair once into a virtual environment that later runs reuse
-(wheels come from pip's cache), runs `SUBSET` with a recorder of the private names the
-processes reach, and fails when a name known for its releases was reached by no test.
+(wheels come from pip's cache), with one distribution of the `keras` package, runs `SUBSET`
+(or `FULL`) with a recorder of the private names the processes reach, and fails when a name
+known for its releases was reached by no test.
 """
 
 import json
@@ -27,8 +29,7 @@ RESULTS = ROOT / ".nox" / "results"
 releases = runpy.run_path(str(ROOT / "mgpu_tf" / "compat" / "releases.py"))
 PAIRS = releases["PAIRS"]
 
-# The files whose tests reach mgpu_tf.compat: its patches, accessors and the fixes they
-# serve (training under each strategy, compared with one device), run whole.
+# The files whose tests reach mgpu_tf.compat's patches and accessors, run whole.
 COMPAT_FILES = [
     "tests/test_compat.py",
     "tests/test_compat_private.py",
@@ -38,14 +39,19 @@ COMPAT_FILES = [
     "tests/test_patches.py",
     "tests/test_keras_steps.py",
     "tests/test_keras_train_step.py",
+]
+
+# The files of the fixes those serve (training under each strategy, compared with one device):
+# whole in `FULL`; `SUBSET` runs one test of each as a row of CAPABILITIES.
+FIX_FILES = [
     "tests/test_equivalence.py",
     "tests/test_sharding.py",
     "tests/test_compression.py",
     "tests/test_epoch_boundaries.py",
 ]
 
-# The README's three main jobs and one run of each capability, by node id: the rows of
-# docs/compatibility.md's table.
+# The README's three main jobs and the runs of each capability, by node id: the rows of
+# docs/compatibility.md's table. `SUBSET` runs the first of each, `FULL` all of them.
 CAPABILITIES = {
     "main job, default": [
         "tests/test_train.py::test_main_job_learns_the_digits[argv0-default-1]"],
@@ -109,21 +115,47 @@ CAPABILITIES = {
         "test_short_steps_keep_their_threads_and_a_live_silent_peer_fails_the_step"],
     "gradient buckets": [
         "tests/test_buckets.py::test_buckets_train_as_one_all_reduce_and_as_one_device"],
+    "mirrored and 2 workers train as one device": [
+        "tests/test_equivalence.py::test_multi_worker_matches_default",
+        "tests/test_equivalence.py::test_mirrored_matches_default[2]"],
+    "shard_dataset's uneven tail": [
+        "tests/test_sharding.py::test_fit_with_an_uneven_tail_equals_single_device[mirrored-2]"],
+    "compression": [
+        "tests/test_compression.py::test_mirrored_update_is_the_rounded_float32_update[2-float16]"],
+    "a shuffle read by index": [
+        "tests/test_epoch_boundaries.py::"
+        "test_each_epoch_read_by_index_is_a_new_permutation_of_the_source"],
 }
 
-SUBSET = COMPAT_FILES + [node for nodes in CAPABILITIES.values() for node in nodes
-                         if node.partition("::")[0] not in COMPAT_FILES]
+# What CI runs on each pair: the compat files and one test per capability.
+SUBSET = COMPAT_FILES + [nodes[0] for nodes in CAPABILITIES.values()
+                         if nodes[0].partition("::")[0] not in COMPAT_FILES]
+# Before a release (`nox -s <pair> -- full`): the fixes' files and every capability run too.
+FULL = COMPAT_FILES + FIX_FILES + [node for nodes in CAPABILITIES.values() for node in nodes
+                                   if node.partition("::")[0] not in COMPAT_FILES + FIX_FILES]
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = [pair.session for pair in PAIRS if pair.ci] + ["nightly"]
 
 
-def _requirements(exclude):
-    """The package's and its `test` extra's requirements, without those of `exclude`."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _requirements(exclude, project=None):
+    """The package's and its `test` extra's requirements (of pyproject.toml's `project`
+    table), without those whose names start with one of `exclude`."""
+    if project is None:
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] + project["optional-dependencies"]["test"]
     return [r for r in wanted if not r.lower().startswith(exclude)]
+
+
+# Left out of a session's install: TensorFlow and Keras come pinned; `keras-*` (keras-hub,
+# keras-nightly) would bring a second Keras, and keras-hub's tensorflow-text pins a
+# TensorFlow (pip then backtracks to keras-hub 0.19 and keras 3.15.1 beside keras-nightly);
+# tests that need keras-hub skip without it.
+_PINNED = ("tensorflow", "keras")
+
+_ONE_KERAS = ("from mgpu_tf.compat import releases; owners = releases.owners(\"keras\"); "
+              "print(owners); raise SystemExit(len(owners) != 1)")
 
 
 _PATCHES = ("import json; from mgpu_tf.compat import patches; installed = patches.install(); "
@@ -131,7 +163,11 @@ _PATCHES = ("import json; from mgpu_tf.compat import patches; installed = patche
 
 
 def _run_subset(session, started):
-    """Runs `SUBSET` with the recorder, checks the names reached, and writes the timings."""
+    """Runs `SUBSET` (`FULL` when the session is given `full`) with the recorder, checks the
+    names reached, and writes the timings."""
+    tests = FULL if "full" in session.posargs else SUBSET
+    # Two distributions owning `keras` make the Keras under test a matter of install order.
+    session.run("python", "-c", _ONE_KERAS, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
     RESULTS.mkdir(parents=True, exist_ok=True)
     names = RESULTS / f"{session.name}.names"
     names.mkdir(exist_ok=True)
@@ -155,7 +191,7 @@ def _run_subset(session, started):
         # Exit code 5 (no tests collected) fails the session like any other but 0.
         try:
             session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={RESULTS / session.name}.xml", *SUBSET, env=env)
+                        f"--junitxml={RESULTS / session.name}.xml", *tests, env=env)
             failed = False
         except nox.command.CommandFailed:
             failed = True
@@ -177,11 +213,12 @@ def _pair_session(pair):
     @nox.session(name=pair.session)
     def run(session):
         started = time.monotonic()
-        pins = [f"tensorflow=={pair.tensorflow}", f"keras=={pair.keras}"]
-        session.install("-e", ".[test]", *pins)
+        # One resolver run: the pins, the package and its test requirements, no other Keras.
+        session.install(*pair.pins, "-e", ".", *_requirements(exclude=_PINNED))
         _run_subset(session, started)
 
-    run.__doc__ = f"The subset on TensorFlow {pair.tensorflow} + Keras {pair.keras}."
+    run.__doc__ = (f"The subset on TensorFlow {pair.tensorflow} + Keras {pair.keras} "
+                   f"({pair.keras_distribution}).")
     return run
 
 
@@ -198,7 +235,7 @@ def nightly(session):
     # the ml_dtypes tf-nightly asks for.
     session.install("--pre", "--upgrade", "tf-nightly", "keras-nightly")
     session.install("--no-deps", "-e", ".")
-    session.install(*_requirements(exclude=("tensorflow", "keras", "ml_dtypes")))
+    session.install(*_requirements(exclude=(*_PINNED, "ml_dtypes")))
     _run_subset(session, started)
 
 
@@ -226,7 +263,7 @@ def table(folder=RESULTS):
     timings = {s: json.loads((folder / f"{s}.json").read_text()) for s in ran
                if (folder / f"{s}.json").exists()}
     rows = [["", *ran], ["---"] * (len(ran) + 1)]
-    for file in COMPAT_FILES:
+    for file in COMPAT_FILES + FIX_FILES:
         cells = []
         for s in ran:
             found = [o for n, o in results[s].items() if n.startswith(file + "::")]
@@ -235,10 +272,10 @@ def table(folder=RESULTS):
         rows.append([f"`{pathlib.Path(file).name}` (passed/run)", *cells])
     for capability, nodes in CAPABILITIES.items():
         cells = []
-        for s in ran:
-            found = [results[s].get(n, "not run") for n in nodes]
+        for s in ran:  # over the nodes the session ran: SUBSET runs the first
+            found = [results[s][n] for n in nodes if n in results[s]]
             cells.append("fail" if "fail" in found else
-                         "not run" if "not run" in found else
+                         "not run" if not found else
                          "skip" if set(found) == {"skip"} else "pass")
         rows.append([capability, *cells])
     for patch in sorted({p for t in timings.values() for p in t.get("patches") or {}}):

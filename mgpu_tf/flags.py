@@ -8,10 +8,12 @@ Design: docs/design.md#flags
 from absl import flags
 
 from mgpu_tf.base import registry
-from mgpu_tf.compat import keras_steps, native_logs
-from mgpu_tf.strategies import devices as devices_lib
+from mgpu_tf.compat import native_logs
 from mgpu_tf.strategies import factory
 from mgpu_tf.strategies import options as options_lib
+
+# `keras_steps` and `devices` load TensorFlow: imported where used, after `define_flags` has
+# set up the job's log, so that the lines TensorFlow writes as it loads stay out of it.
 
 __all__ = ["define_flags", "strategy_options", "make_strategy_from_flags", "compile_options"]
 
@@ -57,10 +59,10 @@ def define_flags(flag_values=flags.FLAGS):
         "and callbacks run once per this many steps (1: every step).", flag_values=flag_values)
     flags.register_validator("simulate_devices", _raises(_check_simulate_devices),
                              flag_values=flag_values)
-    flags.register_validator("jit_compile", _raises(keras_steps.check_jit_compile),
+    flags.register_validator("jit_compile", _raises(_keras_steps().check_jit_compile),
                              flag_values=flag_values)
     flags.register_validator("steps_per_execution",
-                             _raises(keras_steps.check_steps_per_execution),
+                             _raises(_keras_steps().check_steps_per_execution),
                              flag_values=flag_values)
     # One validator on --strategy that reads the others (absl runs validators once all
     # flags are parsed): a multi-flag validator would prefix every flag's value.
@@ -74,9 +76,21 @@ def define_flags(flag_values=flags.FLAGS):
 
 def compile_options(flag_values=flags.FLAGS):
     """Returns `{"jit_compile": ..., "steps_per_execution": ...}` for `model.compile`."""
-    return {"jit_compile": keras_steps.check_jit_compile(flag_values.jit_compile),
-            "steps_per_execution": keras_steps.check_steps_per_execution(
+    return {"jit_compile": _keras_steps().check_jit_compile(flag_values.jit_compile),
+            "steps_per_execution": _keras_steps().check_steps_per_execution(
                 flag_values.steps_per_execution)}
+
+
+def _keras_steps():
+    from mgpu_tf.compat import keras_steps
+
+    return keras_steps
+
+
+def _devices():
+    from mgpu_tf.strategies import devices
+
+    return devices
 
 
 def _raises(check):
@@ -96,12 +110,12 @@ def _check_simulate_devices(count):
         raise ValueError(
             "--simulate_devices must be 0 (off) or the number of logical devices to split "
             f"the device into. Received: --simulate_devices={count}")
-    if count > devices_lib.MAX_SIMULATED_DEVICES:
+    if count > _devices().MAX_SIMULATED_DEVICES:
         raise ValueError(
-            f"--simulate_devices must be at most {devices_lib.MAX_SIMULATED_DEVICES}: each "
+            f"--simulate_devices must be at most {_devices().MAX_SIMULATED_DEVICES}: each "
             "logical device costs memory and threads, and a replica of the model under a "
             f"strategy. Received: --simulate_devices={count}. Use "
-            f"{devices_lib.MAX_SIMULATED_DEVICES} or fewer.")
+            f"{_devices().MAX_SIMULATED_DEVICES} or fewer.")
 
 
 def _flag_options():
@@ -122,8 +136,8 @@ def _options(values):
 def _validate(values, flag_values):
     try:
         count = values["simulate_devices"]
-        if count and 0 < count <= devices_lib.MAX_SIMULATED_DEVICES:  # else its own flag fails
-            devices_lib.simulate_devices(count, values["simulate_device_type"])
+        if count and 0 < count <= _devices().MAX_SIMULATED_DEVICES:  # else its own flag fails
+            _devices().simulate_devices(count, values["simulate_device_type"])
         kind = registry.resolve_kind(values["strategy"])
     except (TypeError, ValueError, RuntimeError) as error:
         raise flags.ValidationError(str(error)) from None

@@ -86,3 +86,49 @@ def test_verbose_or_tensorflows_variable_shows_them(args, env):
     result = _run(*args, env=env)
     assert result.returncode == 0, result.stderr
     assert [m for m in NATIVE if m in result.stderr] == list(NATIVE), result.stderr
+
+
+def _dist_info(folder, name, version, *, top_level=True):
+    """A distribution's metadata as pip leaves it, installing the `keras` package."""
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if top_level:
+        (info / "top_level.txt").write_text("keras\n")
+    else:
+        (info / "RECORD").write_text("keras/__init__.py,,\n"
+                                     f"{info.name}/METADATA,,\n")
+    return info
+
+
+def test_one_keras_distribution_is_named_without_a_warning():
+    code, rows = _env()
+    assert code == 0
+    assert rows["keras"].startswith(f"{keras.__version__} from keras")
+    assert "keras package" not in rows
+
+
+@pytest.mark.parametrize("top_level", [True, False])
+def test_owners_reads_which_distributions_install_a_package(tmp_path, monkeypatch, top_level):
+    from mgpu_tf.compat import releases
+
+    before = releases.owners("keras")
+    assert len(before) == 1 and before[0][1] == keras.__version__, before
+    _dist_info(tmp_path, "keras-nightly", "3.16.0.dev2026102704", top_level=top_level)
+    _dist_info(tmp_path, "keras-hub", "0.32.0", top_level=False).joinpath("RECORD").write_text(
+        "keras_hub/__init__.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert releases.owners("keras") == [("keras-nightly", "3.16.0.dev2026102704"), *before]
+
+
+def test_two_distributions_of_keras_are_named_with_a_warning(tmp_path):
+    _dist_info(tmp_path, "keras-nightly", "3.16.0.dev2026102704")
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    code, rows = _env({"PYTHONPATH": path})
+    assert code == 0
+    assert rows["keras"].startswith(f"{keras.__version__} from keras ")
+    assert rows["keras package"] == (
+        f"WARNING: keras-nightly 3.16.0.dev2026102704 and keras {keras.__version__} both "
+        f"install the `keras` package, so the one installed last runs ({keras.__version__}). "
+        "Keep the one your TensorFlow requires: pip uninstall keras-nightly keras, then pip "
+        "install it.")

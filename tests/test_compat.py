@@ -12,23 +12,27 @@ from keras.src.backend.tensorflow import trainer
 
 import mgpu_tf
 from mgpu_tf import compat
-from mgpu_tf.compat import collective_keys, multi_worker, versions
+from mgpu_tf.compat import collective_keys, multi_worker, private_trainer, versions
 from support import workers
 
+# Keras' TensorFlow trainer class, `TensorFlowTrainer` in the fingerprints' names (renamed
+# `Trainer` in Keras 3.16).
+TRAINER_CLASS = private_trainer.trainer_classes()[0]
+
 # sha256 of the source of the Keras code the patch wraps, by the Keras releases that have
-# it (3.11 made the epoch iterator yield a first and last step): the same from 3.8 to 3.15.1
-# but for the iteration in `_maybe_symbolic_build`.
-FINGERPRINTED_AT = "3.8.0 to 3.15.1"
+# it (3.11 made the epoch iterator yield a first and last step): the same from 3.8 to
+# 3.16.0.dev2026102704 but for the iteration in `_maybe_symbolic_build`.
+FINGERPRINTED_AT = "3.8.0 to 3.16.0.dev2026102704"
 FINGERPRINTS = {
     "TensorFlowTrainer._maybe_symbolic_build": {
         ((3, 8), (3, 10)): "181752273e37d689f7dd4915f31a454130a3761290dc4b6d351465b85d4c6b81",
-        ((3, 11), (3, 15)): "92a504f5eba9b29f81f1bf26180bdd5bf5186b06b7bda426534b90d2d02bc1c2",
+        ((3, 11), (3, 16)): "92a504f5eba9b29f81f1bf26180bdd5bf5186b06b7bda426534b90d2d02bc1c2",
     },
     "reduce_per_replica": {
-        ((3, 8), (3, 15)): "2e7d54b1e6edc29a8c6a7e6b66cd4c8be3ba7842412c93753ac3afe169fa7fb8",
+        ((3, 8), (3, 16)): "2e7d54b1e6edc29a8c6a7e6b66cd4c8be3ba7842412c93753ac3afe169fa7fb8",
     },
     "_collective_all_reduce_multi_worker": {
-        ((3, 8), (3, 15)): "0302369d850e6694978fa7691c0e97b79cd0cf83a6bbef7caed8738e1f1a5c24",
+        ((3, 8), (3, 16)): "0302369d850e6694978fa7691c0e97b79cd0cf83a6bbef7caed8738e1f1a5c24",
     },
 }
 SIGNATURES = {
@@ -45,18 +49,18 @@ in_range = pytest.mark.skipif(
 def _keras_function(name):
     """Returns Keras' own function `name` of the TF trainer, under any patch."""
     owner, _, attribute = name.rpartition(".")
-    function = getattr(getattr(trainer, owner) if owner else trainer, attribute)
+    function = getattr(TRAINER_CLASS if owner else trainer, attribute)
     return inspect.unwrap(function)
 
 
 def _patched_functions():
-    return (trainer.TensorFlowTrainer._maybe_symbolic_build, trainer.reduce_per_replica)
+    return (TRAINER_CLASS._maybe_symbolic_build, trainer.reduce_per_replica)
 
 
 @pytest.fixture
 def unpatched_keras(monkeypatch):
     """Puts Keras' own functions back for one test; the patch (if any) returns after it."""
-    monkeypatch.setattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build",
+    monkeypatch.setattr(TRAINER_CLASS, "_maybe_symbolic_build",
                         _keras_function("TensorFlowTrainer._maybe_symbolic_build"))
     monkeypatch.setattr(trainer, "reduce_per_replica", _keras_function("reduce_per_replica"))
     monkeypatch.setattr(multi_worker, "_reported", set())
@@ -67,7 +71,8 @@ def unpatched_keras(monkeypatch):
 
 @pytest.mark.parametrize("version, applies", [
     ("3.7.0", False), ("3.8.0", True), ("3.15.0", True), ("3.15.1", True), ("3.15.9", True),
-    ("3.15.2rc1", True), ("2.15.0", False), ("3.16.0", False), ("3.16.0.dev2026010103", False),
+    ("3.15.2rc1", True), ("2.15.0", False), ("3.16.0", True), ("3.16.0.dev2026010103", True),
+    ("3.17.0", False),
     ("4.0.0", False),
 ])
 def test_version_range(version, applies):
@@ -81,7 +86,7 @@ def test_version_must_be_a_version_string(version, error):
         compat.multi_worker_fixes_apply(version)
 
 
-@pytest.mark.parametrize("version", ["2.15.0", "3.16.0", "4.1.0"])
+@pytest.mark.parametrize("version", ["2.15.0", "3.17.0", "4.1.0"])
 def test_outside_range_changes_nothing(unpatched_keras, caplog, version):
     before = _patched_functions()
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
@@ -89,7 +94,7 @@ def test_outside_range_changes_nothing(unpatched_keras, caplog, version):
     assert _patched_functions() == before
     assert [r.getMessage() for r in caplog.records] == [
         "mgpu_tf: not patching Keras for keras-team/keras#20585: "
-        f"Keras {version} is outside 3.8-3.15, the versions it is for."]
+        f"Keras {version} is outside 3.8-3.16, the versions it is for."]
 
 
 def test_other_backend_changes_nothing(unpatched_keras, monkeypatch, caplog):
@@ -148,7 +153,7 @@ def test_public_names_stay_in_one_place():
 def test_a_trainer_without_a_wrapped_function_is_skipped_with_the_reason(
         unpatched_keras, monkeypatch, caplog):
     # Keras 3.0-3.4 had no _maybe_symbolic_build.
-    monkeypatch.delattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+    monkeypatch.delattr(TRAINER_CLASS, "_maybe_symbolic_build")
     reduce = trainer.reduce_per_replica
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
         assert compat.apply_multi_worker_fixes() is False
@@ -156,7 +161,7 @@ def test_a_trainer_without_a_wrapped_function_is_skipped_with_the_reason(
     [message] = [r.getMessage() for r in caplog.records]
     assert message.startswith("mgpu_tf: not patching Keras for keras-team/keras#20585: ")
     assert "private `TensorFlowTrainer._maybe_symbolic_build`" in message
-    assert "pip install 'keras>=3.8,<3.16'" in message
+    assert "pip install 'keras>=3.8,<3.17'" in message
 
 
 def test_build_falls_back_to_keras_when_the_model_hides_its_strategy(monkeypatch, caplog):
@@ -243,7 +248,7 @@ def test_patched_keras_code_is_unchanged(name):
 @pytest.mark.parametrize("caller", ["_make_function", "make_predict_function"])
 def test_keras_calls_reduce_per_replica_by_module_name(caller):
     # The patch replaces the module's global; a caller holding another reference would miss it.
-    source = inspect.getsource(getattr(trainer.TensorFlowTrainer, caller))
+    source = inspect.getsource(getattr(TRAINER_CLASS, caller))
     assert "reduce_per_replica(" in source, (
         f"Keras {keras.__version__}'s TensorFlowTrainer.{caller} no longer calls "
         "reduce_per_replica, which mgpu_tf/compat/multi_worker.py patches for "

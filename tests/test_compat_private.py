@@ -84,20 +84,21 @@ RELEASE_CHOSEN = {"TensorFlowTrainer._autoconvert_optionals"}
 
 
 @pytest.mark.parametrize("name, version, known", [
-    # The releases the release matrix runs: Keras 3.8-3.15, TensorFlow 2.18-2.21.
+    # The releases the release matrix runs: Keras 3.8-3.16, TensorFlow 2.18-2.22.
     ("Sequential._functional", "3.7.0", False),
     ("Sequential._functional", "3.8.0", True),
     ("Sequential._functional", "3.15.1", True),
-    ("Sequential._functional", "3.16.0", False),
+    ("Sequential._functional", "3.16.0.dev2026102704", True),
+    ("Sequential._functional", "3.17.0", False),
     ("Sequential._functional", "2.15.0", False),
     ("TFOptimizer._all_reduce_sum_gradients", "3.8.0", True),
     ("TensorFlowTrainer._maybe_symbolic_build", "3.10.0", True),
     ("Trainer._initial_epoch", "3.0.5", False),
-    ("Trainer._initial_epoch", "3.16.0", False),
+    ("Trainer._initial_epoch", "3.17.0", False),
     ("DatasetV2._inputs", "2.17.1", False),
     ("DatasetV2._inputs", "2.18.1", True),
-    ("DatasetV2._inputs", "2.21.0", True),
-    ("DatasetV2._inputs", "2.22.0", False),
+    ("DatasetV2._inputs", "2.22.0rc0", True),
+    ("DatasetV2._inputs", "2.23.0", False),
     ("keras.src.losses.loss.unscale_loss_for_distribution", "3.7.0", False),
     ("keras.src.losses.loss.unscale_loss_for_distribution", "3.8.0", True),
     ("TensorFlowTrainer._make_function", "3.8.0", True),
@@ -134,26 +135,34 @@ def test_each_accessor_docstring_states_the_known_ranges():
 
 
 def test_a_release_outside_the_range_logs_once_and_tries(monkeypatch, caplog):
-    monkeypatch.setattr(keras, "__version__", "3.16.0")
+    monkeypatch.setattr(keras, "__version__", "3.17.0")
     model = _sequential()
     with caplog.at_level(logging.WARNING, logger="mgpu_tf"):
         first = private.sequential_graph(model)
         second = private.sequential_graph(model)
+        # Another private name of the same release: no second line.
+        private.nested_layers(model)
+        private_trainer.loss_tracker(model)
     assert first is second is not None
     [record] = caplog.records
     assert record.getMessage() == (
-        "mgpu_tf: ModelParallel reads a Sequential model's layer graph through Keras' "
-        "private `Sequential._functional`, known for Keras 3.8-3.15; Keras 3.16.0 is "
-        "outside them, so it is tried untested.")
+        "mgpu_tf: Keras 3.17.0 is outside the releases mgpu_tf is tested with (Keras 3.8-3.16), "
+        "so the private Keras names it uses are tried untested (docs/compatibility.md).")
 
 
 def test_a_tensorflow_outside_the_range_logs_once_and_tries(monkeypatch, caplog):
-    monkeypatch.setattr(tf, "__version__", "2.22.0")
+    monkeypatch.setattr(tf, "__version__", "2.23.0")
     with caplog.at_level(logging.WARNING, logger="mgpu_tf"):
         inputs = private.dataset_inputs(tf.data.Dataset.range(4).batch(2))
+        private.dataset_inputs(tf.data.Dataset.range(4).batch(2))
+        private.set_optional_spec(tf.experimental.Optional.empty(None),
+                                  tf.TensorSpec([], tf.int32))
     assert len(inputs) == 1
-    assert "TensorFlow 2.22.0 is outside them" in caplog.text
-    assert "`DatasetV2._inputs`, known for TensorFlow 2.18-2.21" in caplog.text
+    [record] = caplog.records
+    assert record.getMessage() == (
+        "mgpu_tf: TensorFlow 2.23.0 is outside the releases mgpu_tf is tested with "
+        "(TensorFlow 2.18-2.22), so the private TensorFlow names it uses are tried untested "
+        "(docs/compatibility.md).")
 
 
 def test_a_release_without_the_name_says_what_to_install(monkeypatch):
@@ -430,10 +439,12 @@ def test_an_optimizer_without_the_method_gets_the_clear_error(name, owner):
 
 def test_keras_trainer_and_its_functions():
     trainer = private_trainer.keras_trainer()
-    assert trainer.TensorFlowTrainer in type(_sequential()).__mro__
+    tensorflow_trainer, base = private_trainer.trainer_classes()
+    assert tensorflow_trainer.__module__ == trainer.__name__
+    assert base.__module__ == "keras.src.trainers.trainer"
     assert private_trainer.trainer_function("reduce_per_replica") is trainer.reduce_per_replica
     assert (private_trainer.trainer_function("TensorFlowTrainer._maybe_symbolic_build")
-            is trainer.TensorFlowTrainer._maybe_symbolic_build)
+            is tensorflow_trainer._maybe_symbolic_build)
     assert str(inspect.signature(inspect.unwrap(
         private_trainer.trainer_function("_collective_all_reduce_multi_worker")))) == "(strategy)"
 
@@ -452,7 +463,7 @@ def test_the_trainer_methods_of_the_step_fix(name, signature):
 
 
 def test_fit_makes_its_train_function_with_the_one_set(monkeypatch):
-    cls = private_trainer.keras_trainer().TensorFlowTrainer
+    cls = private_trainer.trainer_classes()[0]
     original = cls.make_train_function
     monkeypatch.setattr(cls, "make_train_function", original)  # put back afterwards
     made = []
@@ -498,12 +509,34 @@ def test_trainer_function_refuses_other_names():
 
 @pytest.mark.parametrize("name", ["TensorFlowTrainer.train_step", "Trainer.compile"])
 def test_a_trainer_module_without_its_class_gets_the_clear_error(monkeypatch, name):
-    # keras-nightly 3.16.dev names the class `Trainer`: the error names what the toolkit needs.
+    # A Keras whose trainer class has another name than its release's: the error names what
+    # the toolkit needs.
     trainer = private_trainer.keras_trainer()
-    monkeypatch.delattr(trainer, "TensorFlowTrainer")
+    class_name = versions.trainer_class_name(keras.__version__)
+    monkeypatch.delattr(trainer, class_name)
     with pytest.raises(PrivateNameError, match=_missing(
-            name, f"{trainer.__name__} without a class TensorFlowTrainer")):
+            name, f"{trainer.__name__} without a class {class_name}")):
         private_trainer.trainer_function(name)
+
+
+@pytest.mark.parametrize("version, name", [
+    ("3.8.0", "TensorFlowTrainer"), ("3.15.1", "TensorFlowTrainer"),
+    ("3.16.0.dev2026102704", "Trainer"), ("3.16.0", "Trainer"), ("3.17.0", "Trainer"),
+    ("3.7.0", "TensorFlowTrainer")])
+def test_the_trainer_class_is_chosen_by_release(version, name):
+    assert versions.trainer_class_name(version) == name
+
+
+def test_the_trainer_class_is_the_one_keras_models_run():
+    tensorflow_trainer, base = private_trainer.trainer_classes()
+    ancestors = type(_sequential()).__mro__
+    assert ancestors.index(tensorflow_trainer) + 1 == ancestors.index(base)
+    assert tensorflow_trainer.__module__ == "keras.src.backend.tensorflow.trainer"
+    assert base.__module__ == "keras.src.trainers.trainer"
+    # Keras' own names for its classes, by release.
+    expected = ("Trainer", "BaseTrainer") if versions.release_in(
+        keras.__version__, (3, 16), (99, 0)) else ("TensorFlowTrainer", "Trainer")
+    assert (tensorflow_trainer.__name__, base.__name__) == expected
 
 
 def test_a_trainer_without_the_function_gets_the_clear_error(monkeypatch):

@@ -98,15 +98,16 @@ def test_the_installed_keras_is_the_code_the_fix_replaces():
 
 @pytest.mark.parametrize("version, applies", [("3.7.0", False), ("3.8.0", True),
                                               ("3.11.3", True), ("3.12.0", True),
-                                              ("3.15.1", True), ("3.16.0", False)])
+                                              ("3.15.1", True), ("3.16.0", True),
+                                              ("3.17.0", False)])
 def test_the_fix_is_for_the_versions_it_names(version, applies):
     assert keras_steps.step_fixes_apply(version) is applies
 
 
 def test_another_keras_version_is_left_alone(caplog):
     with caplog.at_level("INFO", logger="mgpu_tf"):
-        assert keras_steps.apply_step_fixes(keras_version="3.16.0") is False
-    assert "outside 3.8-3.15" in caplog.text
+        assert keras_steps.apply_step_fixes(keras_version="3.17.0") is False
+    assert "outside 3.8-3.16" in caplog.text
 
 
 def test_tpu_and_no_strategy_keep_keras_own_functions():

@@ -27,7 +27,8 @@ mgpu_flags.define_flags()
 
 def main(argv):
     mgpu_flags.make_strategy_from_flags()
-    tf.get_logger().info("a line from TensorFlow")
+    # A warning: TensorFlow's INFO lines stay out of a job's log at the level CI sets too.
+    tf.get_logger().warning("a line from TensorFlow")
 
 app.run(main)
 """
@@ -78,13 +79,11 @@ def test_under_absl_each_line_shows_once(tmp_path):
     assert len(tensorflow) == 1, tensorflow
 
 
-def test_setting_tf_cpp_min_log_level_brings_tensorflows_start_up_lines_back():
-    # The main job hides them by default (tests/test_train.py); a user who sets the
-    # variable gets TensorFlow's own behaviour. At level 3 the lines written before
-    # absl::InitializeLog() still show: the reason the job filters them itself
-    # (abseil/abseil-cpp#1718); when this fails, TensorFlow honours the level alone.
+def test_tf_cpp_min_log_level_0_brings_tensorflows_start_up_lines_back():
+    # The main job hides them by default (tests/test_train.py); a user who asks for every
+    # line gets TensorFlow's own behaviour.
     result = workers.run_python("-m", "mgpu_tf.train", "--devices=/gpu:0",
-                                env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=120)
+                                env={"TF_CPP_MIN_LOG_LEVEL": "0"}, timeout=120)
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert "All log messages before absl::InitializeLog() is called" in result.stderr, lines
@@ -189,9 +188,91 @@ import os
 stderr = os.readlink("/proc/self/fd/2")
 import mgpu_tf
 from mgpu_tf import flags
+import sys
+assert "tensorflow" not in sys.modules  # its import lines come after define_flags()
 print(logging.getLogger("mgpu_tf").handlers, logging.getLogger("mgpu_tf").level,
       os.readlink("/proc/self/fd/2") == stderr, "TF_CPP_MIN_LOG_LEVEL" in os.environ)
 """
+
+
+# The README's second command, with the level the notebooks and CI set: TensorFlow's lines
+# written before absl::InitializeLog() and its Python INFO lines stay out all the same.
+def test_a_level_set_by_hand_keeps_the_filter(tmp_path, level="2"):
+    env = {k: v for k, v in workers.environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mgpu_tf.train", "--strategy=mirrored", "--simulate_devices=2",
+         "--epochs=1", "--synthetic_examples=512"],
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": level}, cwd=tmp_path, capture_output=True,
+        text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    shown = _shown(result.stderr, (*ON_IMPORT, *NATIVE, *PYTHON, "Source Location Trace"))
+    assert shown == [], result.stderr[-3000:]
+    assert "done: strategy=mirrored replicas=2" in result.stdout, result.stdout[-3000:]
+
+
+# The absl recipe of docs/getting-started.md, importing nothing of TensorFlow's first, with
+# a fit on a generator's data set (whose C++ lines TensorFlow writes mid-run).
+ABSL_RECIPE = """
+from absl import app
+from mgpu_tf import flags as mgpu_flags
+
+mgpu_flags.define_flags()
+
+def main(argv):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    strategy = mgpu_flags.make_strategy_from_flags()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    examples = tf.data.Dataset.from_generator(
+        lambda: ((np.ones(4, "float32"), np.ones(1, "float32")) for _ in range(16)),
+        output_signature=(tf.TensorSpec([4]), tf.TensorSpec([1])))
+    model.fit(examples.batch(8), epochs=2, verbose=0)
+
+app.run(main)
+"""
+
+
+def test_the_absl_recipe_leaves_tensorflows_own_lines_out(tmp_path):
+    stderr = _run_as_a_user(tmp_path, ABSL_RECIPE, "--strategy=mirrored", "--simulate_devices=2")
+    shown = _shown(stderr, (*ON_IMPORT, *NATIVE, *PYTHON, "dataset.cc", "generator_dataset_op",
+                            "Source Location Trace"))
+    assert shown == [], stderr[-3000:]
+
+
+def _first_cells():
+    """The distinct first code cells of the notebooks."""
+    import json
+
+    folder = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+    cells = {}
+    for notebook in sorted(folder.glob("*.ipynb")):
+        code = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+        cells.setdefault("".join(code[0]["source"]), notebook.stem)
+    return [pytest.param(source, id=name) for source, name in cells.items()]
+
+
+@pytest.mark.parametrize("source", _first_cells())
+def test_a_notebooks_first_cell_leaves_tensorflows_own_lines_out(tmp_path, source):
+    stderr = _run_as_a_user(tmp_path, source)
+    assert _shown(stderr, (*ON_IMPORT, *NATIVE, "Source Location Trace")) == [], stderr[-3000:]
+
+
+def test_start_up_details_below_a_dropped_error_are_dropped_too():
+    from mgpu_tf.compat import native_logs
+
+    # As TensorFlow 2.22.0rc0 writes them on a machine without a GPU driver.
+    cuinit = ("E0000 00:00:1796662425.448557   19726 cuda_platform.cc:57] failed call to cuInit: "
+              "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)")
+    details = ["=== Source Location Trace: === ",
+               "external/xla/xla/stream_executor/cuda/cuda_status.cc:50", ""]
+    assert native_logs.is_start_up_noise(cuinit)
+    assert all(native_logs.is_start_up_noise(line, after=True) for line in details)
+    # Without a dropped line above them they are the program's own.
+    assert not any(native_logs.is_start_up_noise(line) for line in details)
 
 
 def test_importing_the_toolkit_sets_up_no_logging():

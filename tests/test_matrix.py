@@ -19,14 +19,25 @@ def noxfile():
 
 def test_every_node_id_the_matrix_names_is_a_test(noxfile):
     result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
-                             *noxfile["SUBSET"]], cwd=ROOT, capture_output=True, text=True,
+                             *noxfile["FULL"]], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     collected = set(result.stdout.splitlines())
     named = [n for nodes in noxfile["CAPABILITIES"].values() for n in nodes]
     assert [n for n in named if n not in collected] == []
-    for file in noxfile["COMPAT_FILES"]:
+    for file in noxfile["COMPAT_FILES"] + noxfile["FIX_FILES"]:
         assert any(line.startswith(file + "::") for line in collected), file
+
+
+def test_ci_runs_the_compat_files_and_one_test_of_each_capability(noxfile):
+    subset = noxfile["SUBSET"]
+    assert subset[:len(noxfile["COMPAT_FILES"])] == noxfile["COMPAT_FILES"]
+    runs = subset[len(noxfile["COMPAT_FILES"]):]
+    for capability, nodes in noxfile["CAPABILITIES"].items():
+        ran = [n for n in nodes if n in runs or n.partition("::")[0] in noxfile["COMPAT_FILES"]]
+        assert len(ran) == 1, (capability, ran)
+    assert set(subset) <= set(noxfile["FULL"]) | {n for nodes in noxfile[
+        "CAPABILITIES"].values() for n in nodes}
 
 
 def test_the_ci_pairs_span_the_supported_range(noxfile):
@@ -111,3 +122,18 @@ def test_the_table_reads_each_sessions_junit_results(noxfile, tmp_path):
     assert rows["patch `steps`"] == ["skipped |"]
     assert rows["release"] == ["2.23.0.dev1 + 3.16.0.dev1 |"]
     assert rows["install / tests (min)"] == ["1.5 / 10.0 |"]
+
+
+def test_a_pair_session_installs_no_second_keras_or_tensorflow(noxfile):
+    # keras-hub requires `keras` and tensorflow-text, which pins a TensorFlow release: in the
+    # test extra it would give a pair two Keras distributions, or no install at all.
+    project = {"dependencies": ["tensorflow>=2.18", "numpy"],
+               "optional-dependencies": {"test": ["pytest>=8", "keras-hub>=0.32",
+                                                  "tensorflow-text>=2.20", "keras_nlp"]}}
+    kept = noxfile["_requirements"](exclude=noxfile["_PINNED"], project=project)
+    assert kept == ["numpy", "pytest>=8"]
+    installed = noxfile["_requirements"](exclude=noxfile["_PINNED"])
+    assert not [r for r in installed if r.lower().startswith(("keras", "tensorflow"))]
+    for pair in releases.PAIRS:
+        assert pair.pins[0].startswith("tensorflow==")
+        assert pair.pins[1].partition("==")[0] in ("keras", "keras-nightly")

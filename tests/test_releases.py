@@ -1,5 +1,6 @@
 """The supported range: the package's metadata, the check at import and `mgpu-tf env`'s line."""
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -25,12 +26,24 @@ def _requirement(name):
                 if Requirement(r).name == name)
 
 
-@pytest.mark.parametrize("name, below, at_floor", [("tensorflow", "2.17.1", "2.18.0"),
-                                                   ("keras", "3.7.0", "3.8.0")])
-def test_pip_refuses_a_release_below_the_floor(name, below, at_floor):
-    specifier = _requirement(name).specifier
-    assert not specifier.contains(below)
-    assert specifier.contains(at_floor)
+def test_pip_refuses_a_tensorflow_below_the_floor():
+    specifier = _requirement("tensorflow").specifier
+    assert not specifier.contains("2.17.1")
+    assert specifier.contains("2.18.0")
+
+
+def test_keras_comes_from_tensorflow_alone():
+    # A requirement on `keras` would install a second distribution of the package beside
+    # the keras-nightly a TensorFlow release candidate requires.
+    names = {Requirement(r).name.lower() for r in _metadata()["dependencies"]}
+    assert not names & {"keras", "keras-nightly"}
+    # The installed TensorFlow's own metadata requires a Keras 3, the one installed.
+    required = [Requirement(r) for r in importlib.metadata.requires("tensorflow") or []
+                if Requirement(r).name in ("keras", "keras-nightly") and not Requirement(r).marker]
+    assert required, importlib.metadata.requires("tensorflow")
+    for requirement in required:
+        assert requirement.specifier.contains(keras.__version__, prereleases=True), requirement
+        assert not requirement.specifier.contains("2.15.0", prereleases=True), requirement
 
 
 def test_the_classifiers_claim_only_the_python_the_matrix_runs():
@@ -48,8 +61,9 @@ def test_the_classifiers_claim_only_the_python_the_matrix_runs():
     ("2.21.0", "3.15.1", "tested"),
     ("2.20.0", "3.13.0", "tested"),
     ("2.21.0", "3.8.0", "untested"),
-    ("2.23.0.dev20261026", "3.16.0.dev2026102704", "untested-newer"),
-    ("2.21.0", "3.16.0", "untested-newer"),
+    ("2.22.0rc0", "3.16.0.dev2026102704", "tested"),
+    ("2.23.0.dev20261026", "3.17.0.dev2026120104", "untested-newer"),
+    ("2.21.0", "3.17.0", "untested-newer"),
     ("2.17.1", "3.15.1", "unsupported"),
     ("2.21.0", "3.7.0", "unsupported"),
     ("2.16.2", "3.3.3", "unsupported"),
@@ -112,8 +126,7 @@ def test_env_says_whether_the_installed_pair_is_in_the_declared_range():
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip().splitlines()[-1]
     declared = (_requirement("tensorflow").specifier.contains(tf.__version__, prereleases=True)
-                and _requirement("keras").specifier.contains(keras.__version__,
-                                                             prereleases=True))
+                and releases.status(tf.__version__, keras.__version__) != "unsupported")
     if not declared:
         assert line.startswith("unsupported: "), line
     else:

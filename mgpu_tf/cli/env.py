@@ -1,7 +1,8 @@
 """`mgpu-tf env`: print versions, devices, the strategy 'auto' would choose, and the cluster.
 
-Print what a bug report needs: the versions of Python, TensorFlow, Keras and mgpu_tf,
-the devices TensorFlow sees, the strategy 'auto' would choose and why, the cluster
+Print what a bug report needs: the versions of Python, TensorFlow, Keras (and the
+distribution it comes from, with a warning when two install it) and mgpu_tf, the devices
+TensorFlow sees, the strategy 'auto' would choose and why, the cluster
 found in the environment, and the patches mgpu_tf makes to this Keras. Example: mgpu-tf env
 """
 
@@ -11,7 +12,7 @@ import sys
 from mgpu_tf.cli import parsing
 from mgpu_tf.compat import native_logs
 
-__all__ = ["add_parser", "env_command", "environment_report"]
+__all__ = ["add_parser", "env_command", "environment_report", "keras_rows"]
 
 
 def add_parser(subparsers):
@@ -38,7 +39,7 @@ def environment_report():
         ("mgpu_tf", version.__version__),
         ("python", f"{platform.python_version()} ({sys.platform}, {platform.machine()})"),
         ("tensorflow", f"{tf.__version__} (cuda build: {tf.test.is_built_with_cuda()})"),
-        ("keras", f"{keras.__version__} (backend: {keras.backend.backend()})"),
+        *keras_rows(keras.__version__, keras.backend.backend()),
         ("release pair", releases.status_text(tf.__version__, keras.__version__)),
         ("numpy", np.__version__),
     ]
@@ -63,6 +64,24 @@ def environment_report():
         logical = [d.name for d in tf.config.list_logical_devices(kind)]
         rows.append((f"logical {kind}", ", ".join(logical) or "none"))
     return rows + _patch_rows()
+
+
+def keras_rows(version, backend):
+    """The `keras` row (the version in use, its distribution and backend) and, when more than
+    one distribution installs the `keras` package, a `WARNING` row naming them."""
+    from mgpu_tf.compat import releases
+
+    owners = releases.owners("keras")
+    in_use = [name for name, owned in owners if owned == version]
+    source = f" from {in_use[0]}" if in_use else ""
+    rows = [("keras", f"{version}{source} (backend: {backend})")]
+    if len(owners) > 1:
+        listed = " and ".join(f"{name} {owned}" for name, owned in owners)
+        rows.append(("keras package", (
+            f"WARNING: {listed} both install the `keras` package, so the one installed last "
+            f"runs ({version}). Keep the one your TensorFlow requires: pip uninstall "
+            f"{' '.join(name for name, _ in owners)}, then pip install it.")))
+    return rows
 
 
 def _patch_rows():

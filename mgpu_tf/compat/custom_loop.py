@@ -1,9 +1,10 @@
 """TensorFlow's distributed custom training loop with an optimizer nobody built beforehand.
 
 Keras 3 builds an optimizer (Adam's moments, SGD's momentum) in its first `apply`; inside
-`strategy.run` in a `tf.function` that is the traced graph of one replica, where
-MirroredStrategy cannot initialise the variables (keras-team/keras#23085). This builds
-it as `fit` does: once, eagerly, under the strategy's scope.
+`strategy.run` in a `tf.function`, the traced graph of one replica, MirroredStrategy cannot
+initialise the variables (keras-team/keras#23085); Keras 3.16 makes them there under
+`tf.init_scope`, where a checkpoint restored before the first step reaches one device's copy.
+This builds it as `fit` does: once, eagerly, under the strategy's cross-replica scope.
 
 Design: docs/design.md#optimizers-built-in-a-custom-loop
 """
@@ -15,8 +16,9 @@ from mgpu_tf.compat import private, versions
 __all__ = ["KERAS_23085_VERSIONS", "apply_custom_loop_fix", "custom_loop_fix_applies",
            "installed"]
 
-# First and last Keras (major, minor) releases with keras-team/keras#23085.
-KERAS_23085_VERSIONS = ((3, 0), (3, 15))
+# First and last Keras (major, minor) releases with keras-team/keras#23085 (3.0-3.15) or a
+# restore that reaches one device's copy of an optimizer built in the trace (3.16).
+KERAS_23085_VERSIONS = ((3, 0), (3, 16))
 
 _MARK = "_mgpu_tf_keras_23085"
 

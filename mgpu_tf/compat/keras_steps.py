@@ -24,26 +24,20 @@ __all__ = ["KERAS_STEP_VERSIONS", "apply_step_fixes", "check_jit_compile",
 logger = logging.getLogger("mgpu_tf")
 
 # First and last Keras (major, minor) releases whose trainer code this replaces.
-KERAS_STEP_VERSIONS = ((3, 8), (3, 15))
+KERAS_STEP_VERSIONS = ((3, 8), (3, 16))
 
 # The Keras methods the fix stands in for, as `source_fingerprints()` prints them, by the
-# releases that have that code (3.12 added `_autoconvert_optionals` to the steps); a test
+# releases that have that code (3.12 added `_autoconvert_optionals` to the steps; 3.16 reads
+# a step of `steps_per_execution=1` outside the traced loop, see `_make_function`); a test
 # fails when the installed Keras differs.
+_SINCE_3_12 = {"train_step": "5e61593806", "test_step": "f100ddb49f",
+               "make_train_function": "901acf9e69", "make_test_function": "7137ef049d"}
 KNOWN_FINGERPRINTS = {
-    ((3, 8), (3, 11)): {
-        "_make_function": "c514879165",
-        "train_step": "8997eb9cb1",
-        "test_step": "5080354f69",
-        "make_train_function": "901acf9e69",
-        "make_test_function": "7137ef049d",
-    },
-    ((3, 12), (3, 15)): {
-        "_make_function": "7748c2074e",
-        "train_step": "5e61593806",
-        "test_step": "f100ddb49f",
-        "make_train_function": "901acf9e69",
-        "make_test_function": "7137ef049d",
-    },
+    ((3, 8), (3, 11)): {"_make_function": "c514879165", "train_step": "8997eb9cb1",
+                        "test_step": "5080354f69", "make_train_function": "901acf9e69",
+                        "make_test_function": "7137ef049d"},
+    ((3, 12), (3, 15)): {"_make_function": "7748c2074e", **_SINCE_3_12},
+    ((3, 16), (3, 16)): {"_make_function": "459f193be1", **_SINCE_3_12},
 }
 _METHODS = ("_make_function", "train_step", "test_step", "make_train_function",
             "make_test_function")
@@ -297,6 +291,8 @@ def _make_function(model, step_function, kind):
 
     @no_autograph
     def multi_step_on_iterator(iterator):
+        # Keras 3.16 reads this step's data eagerly; here it stays in one traced function on
+        # every release, whose collectives (the data check across workers) keep their keys.
         if model.steps_per_execution == 1:
             return tf.experimental.Optional.from_value(one_step_on_data(iterator.get_next()))
         empty_outputs = tf.experimental.Optional.empty(None)

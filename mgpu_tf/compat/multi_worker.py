@@ -28,7 +28,7 @@ __all__ = [
 logger = logging.getLogger("mgpu_tf")
 
 # First and last Keras (major, minor) releases with keras-team/keras#20585.
-KERAS_20585_VERSIONS = ((3, 8), (3, 15))
+KERAS_20585_VERSIONS = ((3, 8), (3, 16))
 
 _MARK = "_mgpu_tf_keras_20585"
 _BUILD = "TensorFlowTrainer._maybe_symbolic_build"

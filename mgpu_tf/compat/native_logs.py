@@ -36,6 +36,9 @@ _NOISE = re.compile(
     # plugins registering twice as TensorFlow 2.18-2.19 load: harmless, with or without one.
     rf"|{_cpp_line('E')}"
     r"(?:failed call to cuInit: |Unable to register cu(?:FFT|DNN|BLAS) factory: )")
+# The lines TensorFlow 2.22 writes below an error it logs (the cuInit one above): the source
+# location of the status, its file, and an empty line.
+_NOISE_DETAIL = re.compile(r"=== Source Location Trace: ===\s*$|external/\S+\.cc:\d+\s*$|\s*$")
 # An error TensorFlow logs in a good run: a worker's last heartbeat to the coordination
 # service of a chief that has finished first, at the end of a multi-worker job.
 _HARMLESS = re.compile(
@@ -74,9 +77,10 @@ def _root_has_no_handlers(record):
     return not logging.getLogger().handlers
 
 
-def is_start_up_noise(line):
-    """True for a line TensorFlow writes as it loads or finds its devices, which it drops."""
-    return bool(_NOISE.match(line))
+def is_start_up_noise(line, *, after=False):
+    """True for a line TensorFlow writes as it loads or finds its devices, which it drops;
+    `after` one, also for the detail TensorFlow 2.22 writes below it."""
+    return bool(_NOISE.match(line) or (after and _NOISE_DETAIL.match(line)))
 
 
 def is_harmless_error(line, *, after=False):
@@ -91,8 +95,9 @@ def setup_logging(*, verbose=False):
     writes while it loads stay out too; calling it again changes nothing. It imports
     TensorFlow and lists its devices, so that what those write to standard error is
     filtered then, and only then: nothing of the process' standard error is redirected
-    after it returns. Unless `verbose` or `TF_CPP_MIN_LOG_LEVEL` is set, TensorFlow's C++
-    lines below errors and its Python INFO lines (absl's `-v` shows them) stay out.
+    after it returns. Unless `verbose`, or `TF_CPP_MIN_LOG_LEVEL=0` asks for every line,
+    TensorFlow's C++ lines below errors and its Python INFO lines (absl's `-v` shows them)
+    stay out; a `TF_CPP_MIN_LOG_LEVEL` set by hand is kept.
 
     Example:
 
@@ -106,9 +111,9 @@ def setup_logging(*, verbose=False):
         verbose: keep every line TensorFlow writes. Defaults to `False`.
     """
     _show_own_lines()
-    quiet = not verbose and LEVEL_VARIABLE not in os.environ
+    quiet = not verbose and os.environ.get(LEVEL_VARIABLE, QUIET_LEVEL).strip() != "0"
     if quiet:
-        os.environ[LEVEL_VARIABLE] = QUIET_LEVEL
+        os.environ.setdefault(LEVEL_VARIABLE, QUIET_LEVEL)
     with _held_stderr(is_start_up_noise) if quiet else contextlib.nullcontext():
         import tensorflow as tf
 
@@ -156,6 +161,10 @@ def _held_stderr(drop):
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
-            kept = b"".join(line for line in held if not drop(line.decode(errors="replace")))
+            kept, dropped = [], False
+            for line in held:
+                dropped = drop(line.decode(errors="replace"), after=dropped)
+                if not dropped:
+                    kept.append(line)
             if kept:
-                os.write(2, kept)
+                os.write(2, b"".join(kept))

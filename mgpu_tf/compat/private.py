@@ -62,7 +62,7 @@ def require(obj, *names, argument="obj"):
 def sequential_graph(model):
     """Returns the functional model a Sequential runs, or None while it has none.
 
-    `Sequential._functional` (Keras 3.8-3.15).
+    `Sequential._functional` (Keras 3.8-3.16).
     """
     return attribute(model, "Sequential._functional", f"model={describe(model)}")
 
@@ -70,7 +70,7 @@ def sequential_graph(model):
 def is_functional(model):
     """Returns True when `model` is a functional Keras model (`keras.Model(inputs, outputs)`).
 
-    `keras.src.models.functional.Functional` (Keras 3.8-3.15), not exported.
+    `keras.src.models.functional.Functional` (Keras 3.8-3.16), not exported.
     """
     name = "keras.src.models.functional.Functional"
     check(name)
@@ -84,7 +84,7 @@ def is_functional(model):
 def functional_nodes(model):
     """Returns a functional model's operation nodes in topological order, inputs left out.
 
-    `Functional._nodes_by_depth` (Keras 3.8-3.15): `{depth: nodes}`, outputs at depth 0.
+    `Functional._nodes_by_depth` (Keras 3.8-3.16): `{depth: nodes}`, outputs at depth 0.
     """
     by_depth = attribute(model, "Functional._nodes_by_depth", f"model={describe(model)}")
     nodes = []
@@ -96,7 +96,7 @@ def functional_nodes(model):
 def nested_layers(layer):
     """Returns every layer inside `layer`, nested ones included, `layer` itself left out.
 
-    `Layer._flatten_layers(include_self, recursive)` (Keras 3.8-3.15).
+    `Layer._flatten_layers(include_self, recursive)` (Keras 3.8-3.16).
     """
     flatten = method(layer, "Layer._flatten_layers", f"layer={describe(layer)}")
     return list(flatten(include_self=False))
@@ -105,7 +105,7 @@ def nested_layers(layer):
 def call_has_training_arg(layer):
     """Returns True when the layer's `call` takes a `training` argument.
 
-    `Layer._call_has_training_arg` (Keras 3.8-3.15), read by Keras' train and test steps.
+    `Layer._call_has_training_arg` (Keras 3.8-3.16), read by Keras' train and test steps.
     """
     return bool(attribute(layer, "Layer._call_has_training_arg", f"layer={describe(layer)}"))
 
@@ -113,7 +113,7 @@ def call_has_training_arg(layer):
 def reinitialize_variable(variable, value):
     """Gives a Keras variable new storage holding `value`, made under the current device scope.
 
-    `Variable._initialize(value)` (Keras 3.8-3.15); Keras has no public way to move a variable.
+    `Variable._initialize(value)` (Keras 3.8-3.16); Keras has no public way to move a variable.
     """
     method(variable, "Variable._initialize", f"variable={describe(variable)}")(value)
 
@@ -121,7 +121,7 @@ def reinitialize_variable(variable, value):
 def variable_storage(variable):
     """Returns the `tf.Variable` (a distributed one under a strategy) behind a Keras variable.
 
-    `Variable._value` (Keras 3.8-3.15).
+    `Variable._value` (Keras 3.8-3.16).
     """
     return attribute(variable, "Variable._value", f"variable={describe(variable)}")
 
@@ -133,7 +133,7 @@ def variable_method(name):
     """Returns `keras.Variable`'s method `name` (`assign_add` or `assign_sub`), patched or not.
 
     Public methods, which Keras' metrics and optimizers call through each variable, so that
-    the class's attribute takes their place (Keras 3.8-3.15).
+    the class's attribute takes their place (Keras 3.8-3.16).
     """
     import keras
 
@@ -157,7 +157,7 @@ def set_variable_method(name, function):
 def optimizer_variables(optimizer):
     """Returns the model variables a built optimizer updates, in its own order.
 
-    `BaseOptimizer._trainable_variables` (Keras 3.8-3.15).
+    `BaseOptimizer._trainable_variables` (Keras 3.8-3.16).
     """
     return list(attribute(optimizer, "BaseOptimizer._trainable_variables",
                           f"optimizer={describe(optimizer)}"))
@@ -167,7 +167,7 @@ def track_optimizer_variable(optimizer, variable):
     """Lists `variable` in `optimizer.variables`, where Keras users and TensorFlow's
     checkpoints (which track that list) find the optimizer's state.
 
-    `BaseOptimizer._track_variable(variable)` (Keras 3.8-3.15).
+    `BaseOptimizer._track_variable(variable)` (Keras 3.8-3.16).
     """
     method(optimizer, "BaseOptimizer._track_variable",
            f"optimizer={describe(optimizer)}")(variable)
@@ -176,7 +176,7 @@ def track_optimizer_variable(optimizer, variable):
 def variable_index(optimizer, variable):
     """Returns the position of `variable` in `optimizer_variables(optimizer)`.
 
-    `BaseOptimizer._get_variable_index(variable)` (Keras 3.8-3.15).
+    `BaseOptimizer._get_variable_index(variable)` (Keras 3.8-3.16).
     """
     index = method(optimizer, "BaseOptimizer._get_variable_index",
                    f"optimizer={describe(optimizer)}")
@@ -190,10 +190,10 @@ def wrap_optimizer_method(optimizer, name, wrap):
     instance attribute takes their place: `build` and `apply` (Keras' trainer and
     `apply_gradients` call them), `update_step` and `add_variable_from_reference`,
     `save_own_variables` and `load_own_variables` (Keras' saving calls them)
-    (Keras 3.8-3.15), the private `TFOptimizer._all_reduce_sum_gradients`
-    (Keras 3.8-3.15), which sums `(gradient, variable)` pairs over replicas,
-    `TFOptimizer._backend_update_step` (Keras 3.8-3.15), which sums and applies them,
-    and `BaseOptimizer._clip_gradients` (Keras 3.8-3.15), which clips the gradients
+    (Keras 3.8-3.16), the private `TFOptimizer._all_reduce_sum_gradients`
+    (Keras 3.8-3.16), which sums `(gradient, variable)` pairs over replicas,
+    `TFOptimizer._backend_update_step` (Keras 3.8-3.16), which sums and applies them,
+    and `BaseOptimizer._clip_gradients` (Keras 3.8-3.16), which clips the gradients
     before that sum (`clipnorm`, `global_clipnorm`, `clipvalue`).
 
     Args:
@@ -287,7 +287,7 @@ def checkpoint_through(variable, serialize, restore):
     """Makes TensorFlow's checkpoints save `variable` as `serialize()` and restore it with
     `restore(tensor)`, for a variable whose stored value is not what its parts hold.
 
-    `Trackable._serialize_to_tensors` / `_restore_from_tensors` (TensorFlow 2.18-2.21):
+    `Trackable._serialize_to_tensors` / `_restore_from_tensors` (TensorFlow 2.18-2.22):
     `variable` (this one only) becomes an instance of a subclass with those two methods.
 
     Args:
@@ -316,7 +316,7 @@ def checkpoint_through(variable, serialize, restore):
 def dataset_inputs(dataset):
     """Returns the data sets `dataset` reads from (none for a source such as `range`).
 
-    `DatasetV2._inputs()` (TensorFlow 2.18-2.21).
+    `DatasetV2._inputs()` (TensorFlow 2.18-2.22).
     """
     inputs = method(dataset, "DatasetV2._inputs", f"dataset={describe(dataset)}")
     return list(inputs())
@@ -328,7 +328,7 @@ _SEED_CAST = "keras.src.backend.tensorflow.random._cast_seed"
 def random_seed_cast():
     """The function through which Keras' TensorFlow backend turns every seed into an op's.
 
-    `keras.src.backend.tensorflow.random._cast_seed` (Keras 3.8-3.15).
+    `keras.src.backend.tensorflow.random._cast_seed` (Keras 3.8-3.16).
     """
     check(_SEED_CAST)
     try:
@@ -349,7 +349,7 @@ def set_random_seed_cast(function):
 def global_shuffle(dataset, seed):
     """`dataset` in an order drawn from `seed`, read by index: no shuffle buffer to fill.
 
-    `global_shuffle_op._global_shuffle` (TensorFlow 2.18-2.21), which `tf.data` has not made
+    `global_shuffle_op._global_shuffle` (TensorFlow 2.18-2.22), which `tf.data` has not made
     public yet. Every step before it must support random access; an iterator of the result
     fails when one does not.
     """
@@ -367,7 +367,7 @@ def global_shuffle(dataset, seed):
 def set_optional_spec(optional, spec):
     """Gives a `tf.experimental.Optional` the element spec it is to have.
 
-    `Optional._element_spec` (TensorFlow 2.18-2.21): an empty optional made before a
+    `Optional._element_spec` (TensorFlow 2.18-2.22): an empty optional made before a
     `tf.while_loop` learns its spec only when the values are traced.
     """
     attribute(optional, "Optional._element_spec", f"optional={describe(optional)}")

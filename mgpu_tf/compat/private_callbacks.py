@@ -10,7 +10,7 @@ __all__ = ["PrivateNameError", "require_initial_epoch", "set_initial_epoch"]
 
 
 def require_initial_epoch(model):
-    """Checks that Keras' `fit` of `model` reads `Trainer._initial_epoch` (Keras 3.8-3.15)."""
+    """Checks that Keras' `fit` of `model` reads `Trainer._initial_epoch` (Keras 3.8-3.16)."""
     attribute(model, "Trainer._initial_epoch", f"model={describe(model)}")
 
 

@@ -18,7 +18,7 @@ def collective_launchers(strategy):
     """Returns the launchers of a MultiWorkerMirroredStrategy's collectives, one per local device.
 
     `CollectiveAllReduceExtended._cross_device_ops` and `CollectiveAllReduce._launchers`
-    (TensorFlow 2.18-2.21), in the order of `strategy.extended.worker_devices`.
+    (TensorFlow 2.18-2.22), in the order of `strategy.extended.worker_devices`.
     """
     received = f"strategy={describe(strategy)}"
     ops = attribute(strategy.extended, "CollectiveAllReduceExtended._cross_device_ops", received)
@@ -34,7 +34,7 @@ def all_to_all(launcher, tensor):
     """Sends `tensor[i]` to rank `i` of the launcher's group; returns what each rank sent here.
 
     Keys and ordering come from `CollectiveReplicaLauncher._next_instance_key` and
-    `_get_ordering_token` (TensorFlow 2.18-2.21), as its own all-reduce and all-gather take
+    `_get_ordering_token` (TensorFlow 2.18-2.22), as its own all-reduce and all-gather take
     them; the op is `tf.raw_ops.CollectiveAllToAllV2`, on the launcher's device.
 
     Args:
@@ -67,7 +67,7 @@ def device(launcher):
 
 
 def unique_instance_keys(launcher):
-    """True when traced collectives take a new instance key per call (TensorFlow 2.18-2.21)."""
+    """True when traced collectives take a new instance key per call (TensorFlow 2.18-2.22)."""
     return attribute(type(launcher), "CollectiveReplicaLauncher._prefer_unique_instance_key",
                      f"launcher={describe(launcher)}")
 
@@ -79,7 +79,7 @@ def set_unique_instance_keys(launcher, unique):
 
 
 def next_instance_key(launcher):
-    """The instance key the launcher's next new collective takes (TensorFlow 2.18-2.21)."""
+    """The instance key the launcher's next new collective takes (TensorFlow 2.18-2.22)."""
     received = f"launcher={describe(launcher)}"
     keys = attribute(launcher, "CollectiveReplicaLauncher._collective_keys", received)
     table = attribute(keys, "CollectiveKeys._instance_key_table", received)

@@ -14,7 +14,7 @@ __all__ = ["PrivateNameError", "abort_collectives", "collective_key_base",
 def collective_key_base(strategy_class):
     """Returns the number a MirroredStrategy class starts its collective keys at.
 
-    `MirroredStrategy._collective_key_base` (TensorFlow 2.18-2.21), read by its `__init__`.
+    `MirroredStrategy._collective_key_base` (TensorFlow 2.18-2.22), read by its `__init__`.
     """
     name = "MirroredStrategy._collective_key_base"
     received = f"strategy_class={strategy_class.__name__}"
@@ -33,7 +33,7 @@ def set_collective_key_base(strategy_class, base):
 def configure_coordination_service(service_leader, jobs, timeout_ms):
     """Sets TensorFlow's coordination service for this process, unless it already has one.
 
-    `tensorflow.python.eager.context` (TensorFlow 2.18-2.21). Must run before the runtime starts.
+    `tensorflow.python.eager.context` (TensorFlow 2.18-2.22). Must run before the runtime starts.
 
     Args:
         service_leader: the leader task, such as `"/job:chief/replica:0/task:0"`.
@@ -71,7 +71,7 @@ def runtime_started():
     """True once TensorFlow's eager runtime has started (after which collective ops can no
     longer be configured).
 
-    `tensorflow.python.eager.context.Context._initialized` (TensorFlow 2.18-2.21).
+    `tensorflow.python.eager.context.Context._initialized` (TensorFlow 2.18-2.22).
     """
     name = "tensorflow.python.eager.context.Context._initialized"
     try:
@@ -85,7 +85,7 @@ def runtime_started():
 def default_strategy():
     """Returns TensorFlow's default strategy, the one outside every `strategy.scope()`.
 
-    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.18-2.21):
+    Inside a scope it relies on each graph's own strategy stack (TensorFlow 2.18-2.22):
     `get_strategy()` in a fresh `tf.Graph` gives the default.
     """
     import tensorflow as tf
@@ -102,7 +102,7 @@ def default_strategy():
 def abort_collectives(message):
     """Fails every collective op of this process, pending or later, with `message`.
 
-    `tensorflow.python.eager.context.Context.abort_collective_ops` (TensorFlow 2.18-2.21),
+    `tensorflow.python.eager.context.Context.abort_collective_ops` (TensorFlow 2.18-2.22),
     what TensorFlow's own check of its peers' health calls.
     """
     import tensorflow as tf
@@ -116,7 +116,7 @@ def peer_health(task, timeout_seconds):
     of collective peers within `timeout_seconds`, else the error's text.
 
     `tensorflow.python.eager.context.Context.check_collective_ops_peer_health` (TensorFlow
-    2.18-2.21): a dead peer refuses, a stopped one does not answer, a restarted one is another.
+    2.18-2.22): a dead peer refuses, a stopped one does not answer, a restarted one is another.
     """
     import tensorflow as tf
 
@@ -147,7 +147,7 @@ def without_partial_batches(strategy):
     worker the same steps.
 
     `CollectiveAllReduceExtended.experimental_enable_get_next_as_optional` (TensorFlow
-    2.18-2.21), read as a data set is distributed.
+    2.18-2.22), read as a data set is distributed.
     """
     name = "CollectiveAllReduceExtended.experimental_enable_get_next_as_optional"
     extended = strategy.extended

@@ -12,8 +12,8 @@ import importlib.metadata
 import logging
 import re
 
-__all__ = ["FLOOR", "PAIRS", "Pair", "Status", "check_floor", "installed_version", "status",
-           "status_text"]
+__all__ = ["FLOOR", "PAIRS", "Pair", "Status", "check_floor", "installed_version", "owners",
+           "status", "status_text"]
 
 # The oldest releases supported: the package's metadata requires them (pyproject.toml).
 FLOOR = {"tensorflow": (2, 18), "keras": (3, 8)}
@@ -27,11 +27,21 @@ _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras"}
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """A TensorFlow and Keras release that the matrix tests; `ci`: `.ci/run` runs it."""
+    """A TensorFlow and Keras release that the matrix tests; `ci`: `.ci/run` runs it.
+
+    `keras_distribution` is the distribution that installs that Keras: `keras`, or
+    `keras-nightly` for the Keras a TensorFlow release candidate depends on.
+    """
 
     tensorflow: str
     keras: str
     ci: bool
+    keras_distribution: str = "keras"
+
+    @property
+    def pins(self):
+        """The pip requirements that install the pair, such as `tensorflow==2.18.1`."""
+        return (f"tensorflow=={self.tensorflow}", f"{self.keras_distribution}=={self.keras}")
 
     @property
     def session(self):
@@ -39,14 +49,16 @@ class Pair:
         return f"tf{_minor_text(self.tensorflow)}-keras{_minor_text(self.keras)}"
 
 
-# Newest first. CI runs TF 2.21.0 + Keras 3.15.1 as the README's test command (the whole
-# suite in .venv), so its matrix session is for running by hand.
+# Newest first. CI runs the floor, Colab's pair and the newest TensorFlow with the Keras it
+# depends on (a release candidate and keras-nightly, pinned, until both are released: then
+# the pair moves to them); the others run before a release (docs/compatibility.md).
 PAIRS = (
+    Pair("2.22.0rc0", "3.16.0.dev2026102704", ci=True, keras_distribution="keras-nightly"),
     Pair("2.21.0", "3.15.1", ci=False),
     Pair("2.21.0", "3.14.1", ci=False),
     Pair("2.20.0", "3.13.2", ci=True),
     Pair("2.20.0", "3.12.4", ci=False),
-    Pair("2.19.1", "3.11.3", ci=True),
+    Pair("2.19.1", "3.11.3", ci=False),
     Pair("2.19.1", "3.10.0", ci=False),
     Pair("2.18.1", "3.9.2", ci=False),
     Pair("2.18.1", "3.8.0", ci=True),
@@ -129,6 +141,24 @@ def installed_version(library):
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def owners(package):
+    """`[(distribution, version), ...]` of the installed distributions that install the import
+    package `package` (such as "keras"), from their metadata, the first found first."""
+    found = {}
+    for distribution in importlib.metadata.distributions():
+        name = distribution.metadata["Name"]
+        if not name or re.sub(r"[-_.]+", "-", name).lower() in found:
+            continue
+        top_level = distribution.read_text("top_level.txt")
+        if top_level is not None:
+            owns = package in top_level.split()
+        else:  # no top_level.txt: the files the installer recorded
+            owns = any(file.parts[:1] == (package,) for file in distribution.files or ())
+        if owns:
+            found[re.sub(r"[-_.]+", "-", name).lower()] = (name, distribution.version)
+    return list(found.values())
 
 
 def check_floor(logger=None):

@@ -1,7 +1,7 @@
 """Which releases each private Keras or TensorFlow name is known for, and what happens outside.
 
-Outside its range a name is tried after one logged warning; a name that is gone raises
-`PrivateNameError`.
+A release outside the tested ones is tried after one logged warning that names it and the
+tested range; a name that is gone raises `PrivateNameError`.
 
 Design: docs/design.md#private-names-and-versions
 """
@@ -10,8 +10,9 @@ import dataclasses
 import logging
 import re
 
-__all__ = ["KNOWN", "Known", "PrivateNameError", "attribute", "check", "describe", "known_for",
-           "keras_mismatch", "log_once", "method", "missing", "refuse_below", "release_in"]
+__all__ = ["KNOWN", "Known", "PrivateNameError", "TRAINER_CLASS_NAMES", "attribute", "check",
+           "describe", "known_for", "keras_mismatch", "log_once", "method", "missing",
+           "refuse_below", "release_in", "tested_range", "trainer_class_name"]
 
 logger = logging.getLogger("mgpu_tf")
 
@@ -33,7 +34,7 @@ class Known:
     purpose: str
 
     def text(self):
-        """The range as `Keras 3.8-3.15`."""
+        """The range as `Keras 3.8-3.16`."""
         return (f"{_LIBRARIES[self.library]} {self.first[0]}.{self.first[1]}-"
                 f"{self.last[0]}.{self.last[1]}")
 
@@ -47,11 +48,11 @@ _LIBRARIES = {"keras": "Keras", "tensorflow": "TensorFlow"}
 _OWNERS = {"keras": "Keras'", "tensorflow": "TensorFlow's"}
 
 
-def _keras(purpose, first=(3, 8), last=(3, 15)):
+def _keras(purpose, first=(3, 8), last=(3, 16)):
     return Known("keras", first, last, purpose)
 
 
-def _tensorflow(purpose, first=(2, 18), last=(2, 21)):
+def _tensorflow(purpose, first=(2, 18), last=(2, 22)):
     return Known("tensorflow", first, last, purpose)
 
 
@@ -71,6 +72,10 @@ _CHECKPOINT = ("shard_optimizer_state saves each slot whole in TensorFlow's chec
                "whatever the replica count")
 _TRAIN_STEP = ("The train step of HybridParallel, and of jit_compile under a strategy, "
                "follows Keras'")
+
+# Keras' TensorFlow trainer class, `TensorFlowTrainer` in `KNOWN`'s names, by release: Keras
+# 3.16 renames it `Trainer` (and its backend-independent base, `Trainer` in `KNOWN`, `BaseTrainer`).
+TRAINER_CLASS_NAMES = {((3, 8), (3, 15)): "TensorFlowTrainer", ((3, 16), (3, 16)): "Trainer"}
 
 # Private name -> the releases it is known for.
 KNOWN = {
@@ -176,7 +181,7 @@ KNOWN = {
         "strategy_kind recognises TensorFlow's default strategy"),
 }
 
-_warned = set()
+_warned = set()  # the libraries whose release has been reported as untested
 _logged = set()
 
 
@@ -255,16 +260,43 @@ def refuse_below(library, first, capability):
             f"pip install '{library}>={first[0]}.{first[1]}', or leave it off.")
 
 
+def tested_range(library):
+    """The releases of `library` ("keras" or "tensorflow") its private names are known for,
+    as `Keras 3.8-3.16`."""
+    known = [k for k in KNOWN.values() if k.library == library]
+    return Known(library, min(k.first for k in known), max(k.last for k in known), "").text()
+
+
+def trainer_class_name(keras_version):
+    """Keras' TensorFlow trainer class' name in `keras_version`; outside `TRAINER_CLASS_NAMES`
+    the nearest release's."""
+    for (first, last), name in TRAINER_CLASS_NAMES.items():
+        if release_in(keras_version, first, last, argument="keras_version"):
+            return name
+    ranges = sorted(TRAINER_CLASS_NAMES)
+    newer = release_in(keras_version, (ranges[-1][1][0], ranges[-1][1][1] + 1), (99, 0),
+                       argument="keras_version")
+    return TRAINER_CLASS_NAMES[ranges[-1] if newer else ranges[0]]
+
+
 def check(name):
-    """Logs once when the installed release is outside the ones `name` is known for."""
-    if name in _warned or known_for(name):
+    """Logs one warning, the first time a private name of a release outside the ones it is
+    known for is reached: the release and the tested range, once per library."""
+    if known_for(name):
         return
-    _warned.add(name)
     known = KNOWN[name]
+    release = _version(known.library)
+    if known.library in _warned:
+        logger.debug("mgpu_tf: tries %s private `%s` on %s %s, known for %s.",
+                     _OWNERS[known.library], name, _LIBRARIES[known.library], release,
+                     known.text())
+        return
+    _warned.add(known.library)
     logger.warning(
-        "mgpu_tf: %s through %s private `%s`, known for %s; %s %s is outside them, so it is "
-        "tried untested.", known.purpose, _OWNERS[known.library], name, known.text(),
-        _LIBRARIES[known.library], _version(known.library))
+        "mgpu_tf: %s %s is outside the releases mgpu_tf is tested with (%s), so the private "
+        "%s names it uses are tried untested (docs/compatibility.md).",
+        _LIBRARIES[known.library], release, tested_range(known.library),
+        _LIBRARIES[known.library])
 
 
 def missing(name, received):
@@ -280,7 +312,7 @@ def missing(name, received):
 def attribute(owner, name, received):
     """Returns `owner`'s attribute for the private `name` (`"Owner.attribute"`).
 
-    Logs once outside the releases `name` is known for (see `check`); `received` is what the
+    Outside the releases `name` is known for, `check` logs; `received` is what the
     error says was received, such as `"model=<Sequential 'm'>"`. Raises `PrivateNameError`
     when `owner` has none.
     """

@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras.src.backend.tensorflow import trainer
 
 import mgpu_tf
+from mgpu_tf.compat import private_trainer
 
 BATCH = 16
 
@@ -39,7 +40,7 @@ def sharded(dataset):
 
 def symbolic_build_bug(strategy, dataset):
     """Runs `fit` with Keras' own `_maybe_symbolic_build`; True if it still fails."""
-    cls = trainer.TensorFlowTrainer
+    cls = private_trainer.trainer_classes()[0]
     patched = cls._maybe_symbolic_build
     cls._maybe_symbolic_build = getattr(patched, "__wrapped__", patched)
     try:
