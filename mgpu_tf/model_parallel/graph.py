@@ -20,14 +20,8 @@ __all__ = ["Step", "Unit", "FlatGraph", "bind", "dominant_unit", "flatten", "fun
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Step:
-    """One call of a layer (or Keras operation), as recorded by a Keras node.
-
-    Attributes:
-        operation: the layer or operation called.
-        node: the Keras node recording the call's arguments.
-        inputs: `(id of a Keras tensor in the node's arguments, key of its value)` pairs.
-        outputs: the keys of the call's outputs, in the node's order.
-    """
+    """One call of `operation`, its arguments as Keras `node` recorded them; `inputs` maps
+    the ids of the node's Keras tensors to the keys of their values, `outputs` are keys."""
 
     operation: object
     node: object
@@ -46,15 +40,8 @@ class Step:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Unit:
-    """One step of the flattened graph, the grain a stage is made of.
-
-    Attributes:
-        name: the layer's name.
-        operation: the layer (or Keras operation).
-        param_bytes: bytes of its variables not counted by an earlier unit (a layer called
-            twice, such as a tied embedding, counts once, where it is first called).
-        step: the call to run.
-    """
+    """One layer call of the flattened graph, the grain of a stage. `param_bytes` counts
+    the variables no earlier unit counted (a tied embedding counts where first called)."""
 
     name: str
     operation: object
@@ -109,7 +96,6 @@ class FlatGraph:
 
 
 def param_bytes(variables):
-    """Bytes of `variables`."""
     total = 0
     for weight in variables:
         count = int(np.prod([int(d) for d in weight.shape]))

@@ -51,14 +51,8 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Cut:
-    """A flattened graph cut into stages.
-
-    Attributes:
-        stages: the `Stage`s in order.
-        inputs, outputs: the keys of the model's flat inputs and outputs.
-        input_stage: for each input, the first stage reading it (where it is split).
-        output_stage: for each output, the stage making it (where it is joined).
-    """
+    """A flattened graph cut into `stages`; `input_stage` is the first stage reading each
+    flat input (where it is split), `output_stage` the stage making each output."""
 
     stages: tuple
     inputs: tuple
@@ -127,7 +121,6 @@ def _adjust_rank(value, reference):
 
 
 def pack_outputs(graph, flat):
-    """The flat outputs in the model's output structure."""
     packed = keras.tree.pack_sequence_as(graph.output_struct, list(flat))
     # A functional model returns a lone output bare.
     if isinstance(packed, (list, tuple)) and len(packed) == 1:
