@@ -5,6 +5,7 @@ Design: docs/design.md#balancing-stages
 
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -17,6 +18,7 @@ __all__ = [
     "balance_by_params",
     "balance_by_time",
     "measure_times",
+    "sample_inputs",
 ]
 
 
@@ -122,6 +124,26 @@ def measure_times(graph, sample, *, repeats=5):
         seconds += [_best(step, [x], repeats)] + [0.0] * (size - 1)
         x = y[0]
     return seconds
+
+
+def sample_inputs(graph, sample, rows):
+    """The flat inputs of a `graph.FlatGraph` to time its layers on: `sample` as the model
+    takes it, or `rows` rows of zeros when every input's shape is known."""
+    from mgpu_tf.model_parallel import stage as stage_lib
+
+    if sample is not None:
+        return stage_lib.bind_inputs(graph, sample)
+    flat = []
+    for spec in graph.input_tensors:
+        if any(d is None for d in spec.shape[1:]):
+            raise ValueError(
+                "balance='time' times the layers on a sample batch, and the model's input "
+                f"shape has unknown dimensions besides the batch. Received: input "
+                f"{spec.name!r} of shape {tuple(spec.shape)}, sample=None. Pass "
+                "sample=<a batch of real inputs>.")
+        shape = [rows] + [int(d) for d in spec.shape[1:]]
+        flat.append(np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype)))
+    return flat
 
 
 def _measure_units(graph, sample, repeats):

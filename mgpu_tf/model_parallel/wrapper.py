@@ -9,7 +9,6 @@ import numbers
 import warnings
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.base import options as options_lib
@@ -204,6 +203,11 @@ class ModelParallel(keras.Model):
         return self._model
 
     @property
+    def graph(self):
+        """The `graph.FlatGraph` it cuts: the model's layer calls, nested models opened."""
+        return self._graph
+
+    @property
     def stages(self):
         """The `stage.Cut`: what each stage runs, reads and hands on."""
         return self._cut
@@ -312,7 +316,8 @@ def _counts(graph, balance, stages, sample):
     if balance == "params":
         return balance_lib.balance_by_params(graph, stages), None
     if balance == "time":
-        return balance_lib.balance_by_time(graph, stages, _sample(graph, sample))
+        return balance_lib.balance_by_time(
+            graph, stages, balance_lib.sample_inputs(graph, sample, _TIME_SAMPLE_ROWS))
     return balance, None
 
 
@@ -339,23 +344,6 @@ def _build(model, input_shape):
             "ModelParallel could not build a layer graph for the model. Received: "
             f"model={model.name!r}. Start it with keras.Input(shape)."
         )
-
-
-def _sample(graph, sample):
-    """The model's flat inputs to time the layers on."""
-    if sample is not None:
-        return stage_lib.bind_inputs(graph, sample)
-    flat = []
-    for spec in graph.input_tensors:
-        if any(d is None for d in spec.shape[1:]):
-            raise ValueError(
-                "balance='time' times the layers on a sample batch, and the model's input "
-                f"shape has unknown dimensions besides the batch. Received: input "
-                f"{spec.name!r} of shape {tuple(spec.shape)}, sample=None. Pass "
-                "sample=<a batch of real inputs>.")
-        shape = [_TIME_SAMPLE_ROWS] + [int(d) for d in spec.shape[1:]]
-        flat.append(np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype)))
-    return flat
 
 
 def _plan(graph, counts, devices, seconds):

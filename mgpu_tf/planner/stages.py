@@ -40,7 +40,7 @@ def stage_footprints(model, inputs, *, slots=2):
     ```
     """
     cut, microbatches = model.stages, model.microbatches
-    flat = stage_lib.bind_inputs(model._graph, inputs)
+    flat = stage_lib.bind_inputs(model.graph, inputs)
     values = {key: microbatch.split(x, microbatches)[0] for key, x in zip(cut.inputs, flat)}
     replay = microbatches > 1 and model.recompute != recompute_lib.Recompute.NEVER
     placed, out = set(), []
