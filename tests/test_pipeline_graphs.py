@@ -211,3 +211,32 @@ def test_a_model_of_one_subclassed_layer_is_refused_naming_it():
                                          "model's one layer") as refused:
         mgpu_tf.ModelParallel(model, DEVICES[:2])
     assert "\n" not in str(refused.value)
+
+
+def _masked(seed=0):
+    keras.utils.set_random_seed(seed)
+    x = keras.Input((6,), dtype="int32")
+    embedded = keras.layers.Embedding(20, 8, mask_zero=True, name="embed")(x)
+    projected = keras.layers.Dense(8, name="proj")(embedded)
+    return keras.Model(x, keras.layers.Dense(1, name="out")(
+        keras.layers.GRU(4, name="gru")(projected)))
+
+
+def test_keras_masks_are_found_on_symbolic_tensors():
+    from mgpu_tf.compat import private_graph
+
+    model = _masked()
+    assert private_graph.keras_mask(model.get_layer("proj").output) is not None
+    assert private_graph.keras_mask(model.get_layer("gru").output) is None
+
+
+def test_no_cut_drops_a_keras_mask():
+    x = np.random.default_rng(0).integers(1, 20, size=(8, 6)).astype("int32")
+    x[::2, 3:] = 0  # padding the GRU skips
+    model = mgpu_tf.ModelParallel(_masked(), DEVICES[:2])
+    assert model.plan[1].layers == ("out",)  # the masked values stay on the first stage
+    np.testing.assert_allclose(model(x), _masked()(x), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"The cut after layer 'embed' \(between stage 0 and "
+                                         r"stage 1\) would drop the Keras mask of the output "
+                                         r"of 'embed'"):
+        mgpu_tf.ModelParallel(_masked(), DEVICES[:2], balance=[1, 4])

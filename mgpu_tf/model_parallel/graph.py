@@ -14,6 +14,7 @@ import keras
 import numpy as np
 
 from mgpu_tf.compat import private
+from mgpu_tf.compat import private_graph
 
 __all__ = ["Step", "Unit", "FlatGraph", "bind", "dominant_unit", "flatten", "functional_graph", "param_bytes"]
 
@@ -61,6 +62,7 @@ class FlatGraph:
         input_struct, output_struct: their structures, as the model takes and returns them.
         producers: for each key, the index of the unit producing it (-1: a model input).
         last_use: for each key, the last unit reading it (`len(units)`: a model output).
+        masked: the keys of values carrying a Keras mask, which no cut may drop.
     """
 
     units: tuple
@@ -72,10 +74,23 @@ class FlatGraph:
     output_struct: object
     producers: dict
     last_use: dict
+    masked: frozenset = frozenset()
 
     def atoms(self):
-        """The number of units between cuts: every gap between two units is a cut."""
-        return [1] * len(self.units)
+        """The number of units between cuts: every gap that no masked value crosses."""
+        sizes, size = [], 0
+        for gap in range(len(self.units)):
+            size += 1
+            if gap == len(self.units) - 1 or not self.masked_crossing(gap):
+                sizes.append(size)
+                size = 0
+        return sizes
+
+    def masked_crossing(self, gap):
+        """The names of the units whose masked outputs cross gap `gap` (a cut would drop
+        the mask)."""
+        return tuple(dict.fromkeys(self.units[self.producers[key]].name
+                                   for key in self.crossing(gap) if key in self.masked))
 
     def crossing(self, gap):
         """The keys whose values cross the cut after unit `gap`, in the order they were made."""
@@ -142,10 +157,10 @@ def flatten(model):
             f"subclassed model has no layer graph to cut. Received: model={model!r} "
             f"({type(model).__name__}). Rebuild it with the functional API (keras.Input, "
             "then call the layers).")
-    steps = []
+    steps, masked = [], set()
     inputs = tuple(((), id(t)) for t in graph.inputs)
     bound = {id(t): key for t, key in zip(graph.inputs, inputs)}
-    outputs = tuple(_expand(graph, (), bound, steps))
+    outputs = tuple(_expand(graph, (), bound, steps, masked))
     producers = {key: -1 for key in inputs}
     last_use = {}
     counted, units = set(), []
@@ -161,10 +176,10 @@ def flatten(model):
     for key in outputs:
         last_use[key] = len(units)
     return FlatGraph(tuple(units), inputs, outputs, tuple(graph.inputs), tuple(graph.outputs),
-                     graph.input, graph.output, producers, last_use)
+                     graph.input, graph.output, producers, last_use, frozenset(masked))
 
 
-def _expand(graph, scope, bound, steps):
+def _expand(graph, scope, bound, steps, masked):
     """Appends the steps of functional `graph` to `steps`; returns its outputs' keys.
 
     `bound` maps the ids of `graph`'s input tensors to the keys of their values; the
@@ -177,12 +192,14 @@ def _expand(graph, scope, bound, steps):
         if inner is not None:
             inner_graph, arguments = inner
             inner_bound = {id(t): keys[id(a)] for t, a in zip(inner_graph.inputs, arguments)}
-            made = _expand(inner_graph, scope + (index,), inner_bound, steps)
+            made = _expand(inner_graph, scope + (index,), inner_bound, steps, masked)
             keys.update((id(t), key) for t, key in zip(node.outputs, made))
             continue
         inputs = tuple((id(t), keys[id(t)]) for t in node.arguments.keras_tensors)
         outputs = tuple((scope, id(t)) for t in node.outputs)
         keys.update((id(t), key) for t, key in zip(node.outputs, outputs))
+        masked.update(key for t, key in zip(node.outputs, outputs)
+                      if private_graph.keras_mask(t) is not None)
         steps.append((Step(node.operation, node, inputs, outputs), node.operation.name))
     return [keys[id(t)] for t in graph.outputs]
 

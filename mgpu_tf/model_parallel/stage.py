@@ -9,7 +9,7 @@ import keras
 
 from mgpu_tf.model_parallel import graph as graph_lib
 
-__all__ = ["Stage", "Cut", "cut", "bind_inputs", "pack_outputs"]
+__all__ = ["Stage", "Cut", "cut", "bind_inputs", "check_masks", "pack_outputs"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -86,6 +86,21 @@ def cut(graph, counts):
         first_reader.append(readers[0] if readers else 0)
     output_stage = tuple(max(stage_of.get(key, 0), 0) for key in graph.outputs)
     return Cut(tuple(stages), graph.inputs, graph.outputs, tuple(first_reader), output_stage)
+
+
+def check_masks(graph, counts):
+    """Raises a ValueError naming the layers when a cut of `counts` would drop a mask."""
+    gap = -1
+    for stage, count in enumerate(counts[:-1]):
+        gap += count
+        names = graph.masked_crossing(gap)
+        if names:
+            raise ValueError(
+                f"The cut after layer {graph.units[gap].name!r} (between stage {stage} and "
+                f"stage {stage + 1}) would drop the Keras mask of the output of "
+                f"{', '.join(map(repr, names))}, which only rides on the tensor. Received: "
+                f"balance={list(counts)!r}. Cut where no masked tensor crosses, pass the mask "
+                "as a model input (as KerasHub's padding_mask), or use an automatic balance.")
 
 
 def bind_inputs(graph, inputs):

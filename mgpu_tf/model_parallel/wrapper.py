@@ -289,6 +289,18 @@ def _check_stages(graph, balance, devices):
             f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
             "Or pass balance='params' or 'time' to balance automatically."
         )
+    if isinstance(balance, list):
+        stage_lib.check_masks(graph, balance)
+    elif len(graph.atoms()) < stages:
+        raise ValueError(
+            f"The model can be cut into at most {len(graph.atoms())} stages where no tensor "
+            f"carrying a Keras mask crosses a cut, fewer than the {stages} devices. "
+            f"Received: devices={devices!r}. Use fewer devices.")
+    if any(key in graph.masked for key in graph.outputs):
+        raise ValueError(
+            "ModelParallel returns its outputs without Keras masks, which Keras' losses "
+            "would read. Received: a model whose output carries a mask. Compute the mask "
+            "into the output (or a sample weight) instead.")
 
 
 def _check_batch_coupling(model, microbatches, deferred_batch_norm):
