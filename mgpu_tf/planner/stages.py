@@ -29,7 +29,8 @@ def stage_footprints(model, inputs, *, slots=2):
 
     `inputs` is one batch as the model takes it; `slots` the optimizer's slot variables per
     weight (Adam: 2). A variable counts on the stage that holds it (a tied embedding on its
-    first stage). With `recompute`, a recomputed micro-batch keeps only what enters the stage.
+    first stage). What enters a stage is kept for every micro-batch, what its backward reads
+for each micro-batch, or for one with `recompute`.
 
     Example:
 
@@ -53,7 +54,8 @@ def stage_footprints(model, inputs, *, slots=2):
         trainable = [v for v in own if v.trainable]
         entering_bytes = sum(_nbytes(x) for x in entering if x.dtype.is_floating)
         kept = 1 if replay else microbatches
-        activations = saved * kept + entering_bytes * (microbatches - kept)
+        # The values entering the stage are held for every micro-batch until its backward.
+        activations = saved * kept + entering_bytes * microbatches
         largest = max([graph_lib.param_bytes([v]) for v in trainable] + [0])
         trainable_bytes = graph_lib.param_bytes(trainable)
         out.append(Footprint(graph_lib.param_bytes(own), trainable_bytes,
