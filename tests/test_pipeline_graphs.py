@@ -240,3 +240,26 @@ def test_no_cut_drops_a_keras_mask():
                                          r"stage 1\) would drop the Keras mask of the output "
                                          r"of 'embed'"):
         mgpu_tf.ModelParallel(_masked(), DEVICES[:2], balance=[1, 4])
+
+
+def test_deferred_batch_norm_inside_a_nested_model_updates_once_from_the_whole_batch():
+    keras.utils.set_random_seed(0)
+    inner = keras.Sequential([keras.Input((6,)), keras.layers.BatchNormalization(
+        momentum=0.8, name="bn"), keras.layers.Dense(8, activation="tanh", name="inner")],
+        name="backbone")
+    x = keras.Input((6,))
+    model = keras.Model(x, keras.layers.Dense(1, name="head")(
+        keras.layers.Dense(8, activation="tanh", name="neck")(inner(x))))
+    wrapped = mgpu_tf.ModelParallel(model, DEVICES[:2], balance=[2, 2], microbatches=2,
+                                    deferred_batch_norm=True)
+    assert wrapped.plan[0].layers == ("bn", "inner")
+    wrapped.compile(optimizer="sgd", loss="mse")
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(8, 6)) * np.arange(1, 9)[:, None] + 3).astype("float32")
+    wrapped.train_on_batch(data, np.zeros((8, 1), "float32"))
+    # The statistics of the inputs, whole batch, once: 0.8 * 0 + 0.2 * mean (and 0.8 * 1
+    # + 0.2 * biased variance), not two updates from halves.
+    bn = inner.get_layer("bn")
+    np.testing.assert_allclose(bn.moving_mean.numpy(), 0.2 * data.mean(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(bn.moving_variance.numpy(), 0.8 + 0.2 * data.var(axis=0),
+                               rtol=1e-5)
