@@ -86,7 +86,9 @@ def main(rounds=2, steps=4):
     for _ in range(rounds):
         for setting in SETTINGS:
             out = subprocess.run([sys.executable, __file__, "one", setting, str(steps)],
-                                 capture_output=True, text=True, check=True)
+                                 capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{setting} failed:\n{out.stderr[-3000:]}")
             whole, step, peak, estimate, stages = out.stdout.split("\n")[-2].split(" ")
             print(f"{setting}: whole {float(whole):.1f} s, step {float(step):.2f} s, peak "
                   f"{int(peak)} B, planner {estimate} B ({stages})", flush=True)
