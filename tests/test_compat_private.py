@@ -752,7 +752,7 @@ def test_default_strategy_without_a_scope_stack_per_graph(monkeypatch):
 # The modules that hold the accessors, the only ones allowed to reach a private name.
 ACCESSORS = ("mgpu_tf/compat/private.py", "mgpu_tf/compat/private_callbacks.py",
              "mgpu_tf/compat/private_trainer.py", "mgpu_tf/compat/private_collectives.py",
-             "mgpu_tf/compat/private_runtime.py")
+             "mgpu_tf/compat/private_runtime.py", "mgpu_tf/compat/private_graph.py")
 # Python code of the project that is not a test, beside the package (tests check
 # upstream behaviour, so they reach private names on purpose).
 _ALSO_SCANNED = ("benchmarks",)

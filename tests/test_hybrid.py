@@ -10,6 +10,7 @@ import pytest
 
 import mgpu_tf
 from support import mw_hybrid
+from support import mw_hybrid_lm
 from support import tolerance
 from support import workers
 
@@ -38,6 +39,34 @@ def test_two_workers_of_two_devices_train_as_one_device_through_launch():
         assert lines["slot devices"] == " ".join(own)  # Adam's moments beside their weights
     initial = re.findall(r"^\[\d\] initial: (.*)$", result.stdout, re.M)
     assert len(initial) == 2 and initial[0] == initial[1]  # broadcast from worker 0
+
+
+@pytest.mark.multiworker
+def test_two_workers_pipeline_a_kerashub_gpt2_and_train_as_one_device():
+    pytest.importorskip("keras_hub")
+    code, output = workers.run_workers("-m", 2, "support.mw_hybrid_lm")
+    assert code == 0, "\n".join(output.values())[-4000:]
+    steps = mw_hybrid_lm.EPOCHS * mw_hybrid_lm.EXAMPLES // mw_hybrid_lm.GLOBAL_BATCH
+    bound = tolerance.training(steps, mw_hybrid_lm.TERMS + mw_hybrid_lm.GLOBAL_BATCH
+                               * mw_hybrid_lm.LENGTH, optimizer="adam")
+    for task in (0, 1):
+        lines = dict(re.findall(r"^([^:\n]+): (.*)$", output[task], re.M))
+        first, second = lines["stages"].split(" | ")
+        assert "transformer_layer_0" in first and "transformer_layer_1" in second
+        assert first.startswith("token_embedding") and second.endswith("token_embedding")
+        assert lines["embedding device"].endswith(f"task:{task}/device:CPU:0")
+        assert int(lines["steps"]) == steps
+        assert float(lines["moved"]) > 100 * bound
+        assert float(lines["relative error"]) < bound, (lines["relative error"], bound)
+
+
+def test_shard_optimizer_state_does_not_apply_to_a_pipeline():
+    with pytest.raises(ValueError, match="`shard_optimizer_state` does not apply to strategy "
+                                         "'hybrid'"):
+        mgpu_tf.make_strategy("hybrid", devices_per_worker=2, shard_optimizer_state=True)
+    with pytest.raises(ValueError, match="`shard_optimizer_state` does not apply to strategy "
+                                         "'model_parallel'"):
+        mgpu_tf.make_strategy("model_parallel", shard_optimizer_state=True)
 
 
 def test_more_devices_per_worker_than_present_fails_before_starting():

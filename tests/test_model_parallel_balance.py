@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import mgpu_tf
-from mgpu_tf.model_parallel import balance, partition
+from mgpu_tf.model_parallel import balance
+from mgpu_tf.model_parallel import graph as graph_lib
 from support import models
 
 DEVICES = ["CPU:0", "CPU:1", "CPU:2", "CPU:3"]
@@ -111,28 +112,30 @@ def test_explicit_balance_is_used_as_given():
     assert all(s.seconds is None for s in model.plan)
 
 
-def test_automatic_balance_cuts_only_where_one_tensor_crosses():
-    graph = partition.analyse(models.residual())
-    # stem | block_a, block_b, add (a residual block) | head
+def test_automatic_balance_may_cut_where_several_tensors_cross():
+    graph = graph_lib.flatten(models.residual())
+    # stem, block_a, block_b, add (stem + block_b), head
     assert [u.name for u in graph.units] == ["stem", "block_a", "block_b", "add", "head"]
-    assert graph.atoms() == [1, 3, 1]
-    assert graph.crossing[1] == ("stem", "block_a")
-    for name in ("uniform", "params"):
-        model = mgpu_tf.ModelParallel(models.residual(), DEVICES[:3], balance=name)
-        assert [s.layers for s in model.plan] == [
-            ("stem",), ("block_a", "block_b", "add"), ("head",)]
+    assert graph.crossing_names(1) == ("stem", "block_a")
+    # Bytes 576, 1088, 1088, 0, 68: the lightest heaviest stage of three cuts the block.
+    model = mgpu_tf.ModelParallel(models.residual(), DEVICES[:3], balance="params")
+    assert [s.layers for s in model.plan] == [
+        ("stem",), ("block_a",), ("block_b", "add", "head")]
+    # The stem's output goes from the first device straight to the third, not through the second.
+    assert [len(s.entering) for s in model.stages.stages] == [1, 1, 2]
 
 
-def test_nested_model_counts_as_one_layer():
+def test_nested_model_is_opened_into_its_layers():
     keras.utils.set_random_seed(0)
-    block = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(8)],
-                             name="block")
+    block = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, name="inner_0"),
+                              keras.layers.Dense(8, name="inner_1")], name="block")
     x = keras.Input((8,))
     model = keras.Model(x, keras.layers.Dense(1, name="out")(block(x)))
-    wrapped = mgpu_tf.ModelParallel(model, DEVICES[:2])
-    assert [s.layers for s in wrapped.plan] == [("block",), ("out",)]
-    for variable in block.weights:
-        assert variable.value.device.endswith("CPU:0")
+    wrapped = mgpu_tf.ModelParallel(model, DEVICES[:2], balance=[1, 2])
+    assert [s.layers for s in wrapped.plan] == [("inner_0",), ("inner_1", "out")]
+    for layer, device in (("inner_0", "CPU:0"), ("inner_1", "CPU:1")):
+        for variable in block.get_layer(layer).weights:
+            assert variable.value.device.endswith(device)
 
 
 def test_plan_prints_one_line_per_stage():

@@ -1,6 +1,7 @@
 """The planner counts a pipeline's activations under recompute, and recommends recomputing."""
 
 import keras
+import numpy as np
 import pytest
 
 import mgpu_tf
@@ -72,3 +73,28 @@ def test_plan_counts_the_recompute_mode_it_is_given(memory):
     with pytest.raises(ValueError, match=r"`recompute` must be one of never, except_last, "
                                          r"always\. Received: recompute='some'"):
         mgpu_tf.plan(_stack(), devices=2, global_batch_size=8, recompute="some")
+
+
+def test_stage_footprints_count_each_variable_once_and_a_micro_batch_per_activation():
+    from mgpu_tf.planner import stages as stages_lib
+    from support import models
+
+    x = np.ones((64, 8), "float32")
+    whole = models.residual()
+    total = sum(w.numpy().nbytes for w in whole.weights)
+    footprints = {}
+    for microbatches, recompute in ((1, "never"), (4, "never"), (4, "always")):
+        model = mgpu_tf.ModelParallel(models.residual(), ["CPU:0", "CPU:1"], balance=[2, 3],
+                                      microbatches=microbatches, recompute=recompute)
+        footprints[microbatches, recompute] = stages_lib.stage_footprints(model, x, slots=2)
+    one = footprints[1, "never"]
+    assert sum(f.params for f in one) == total
+    assert [f.optimizer for f in one] == [2 * f.gradients for f in one]
+    # Each stage keeps at least two tensors of 64 rows of 16 float32: the outputs of stem
+    # and block_a on the first; what enters the second (stem's, block_a's) and the head's input.
+    assert one[0].activations >= 2 * 64 * 16 * 4 and one[1].activations >= 3 * 64 * 16 * 4
+    # Four micro-batches of 16 rows keep what one batch of 64 keeps; recomputing, the
+    # stage keeps one micro-batch's and the inputs of the other three.
+    split = footprints[4, "never"]
+    assert [f.activations for f in split] == [f.activations for f in one]
+    assert all(r.activations < s.activations for r, s in zip(footprints[4, "always"], split))

@@ -83,6 +83,8 @@ KNOWN = {
     "keras.src.models.functional.Functional": _keras("ModelParallel recognises a functional model"),
     "Functional._nodes_by_depth": _keras("ModelParallel orders a functional model's layers"),
     "Layer._flatten_layers": _keras("ModelParallel looks for batch-coupled layers"),
+    "keras.src.backend.common.masking.get_keras_mask": _keras(
+        "ModelParallel finds the Keras masks a cut would drop"),
     "Variable._initialize": _keras("ModelParallel moves each variable to its stage's device"),
     # Public methods, patched on the class: Keras calls them through each variable.
     "Variable.assign_add": _keras(_METRIC_SUMS),

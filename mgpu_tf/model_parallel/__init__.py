@@ -1,7 +1,8 @@
 """Model parallelism: consecutive layers on different devices, pipelined GPipe-style.
 
-`wrapper` is the wrapper (`ModelParallel`), `balance` the partitioners, `partition`
-the cutting of a model into stages, `microbatch` the splitting of a batch,
+`wrapper` is the wrapper (`ModelParallel`), `balance` the partitioners, `graph` the
+flattened layer graph (nested models opened), `stage` its cutting into stages,
+`partition` the top-level view the planner reads, `microbatch` the splitting of a batch,
 `pipeline` the placed forward and backward schedule, `placement` the variables and
 optimizer updates on their devices, `strategy` the `"model_parallel"` strategy, and
 `hybrid/` a pipeline in each worker with data parallelism across workers.

@@ -4,7 +4,7 @@
 __all__ = ["Balance", "ModelParallel", "ModelParallelStrategy", "StagePlan", "balance_by_params",
            "balance_by_time", "balance_by_uniform"]
 
-from . import hybrid
+from . import graph, hybrid, partition, stage
 from .balance import Balance, balance_by_params, balance_by_time, balance_by_uniform
 from .strategy import ModelParallelStrategy
 from .wrapper import ModelParallel, StagePlan

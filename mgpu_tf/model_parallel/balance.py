@@ -5,6 +5,7 @@ Design: docs/design.md#balancing-stages
 
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -17,6 +18,7 @@ __all__ = [
     "balance_by_params",
     "balance_by_time",
     "measure_times",
+    "sample_inputs",
 ]
 
 
@@ -101,8 +103,14 @@ def balance_by_time(graph, stages, sample, *, repeats=5):
 def measure_times(graph, sample, *, repeats=5):
     """Measures the forward plus backward seconds of each atom on `sample`, best of `repeats`.
 
-    Returns one figure per unit: an atom's time goes to its first unit, 0 to the others.
+    `graph` is a `graph.FlatGraph` (every unit is an atom; `sample` is the model's flat
+    inputs, or its one input) or a `partition.Graph` (`sample` its one input). Returns one
+    figure per unit: an atom's time goes to its first unit, 0 to the others.
     """
+    from mgpu_tf.model_parallel import graph as graph_lib
+
+    if isinstance(graph, graph_lib.FlatGraph):
+        return _measure_units(graph, sample, repeats)
     from mgpu_tf.model_parallel import partition as partition_lib
 
     atoms = graph.atoms()
@@ -110,30 +118,74 @@ def measure_times(graph, sample, *, repeats=5):
     seconds = []
     x = tf.convert_to_tensor(sample)
     for atom, size in zip(models, atoms):
-        step = tf.function(_forward_backward(atom))
-        y = step(x)  # traces and warms up
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            step(x).numpy()
-            best = min(best, time.perf_counter() - start)
-        seconds += [best] + [0.0] * (size - 1)
-        x = y
+        step = tf.function(_forward_backward(lambda h: [atom(h[0], training=True)],
+                                             atom.trainable_variables))
+        y = step([x])  # traces and warms up
+        seconds += [_best(step, [x], repeats)] + [0.0] * (size - 1)
+        x = y[0]
     return seconds
 
 
-def _forward_backward(atom):
-    def step(x):
+def sample_inputs(graph, sample, rows):
+    """The flat inputs of a `graph.FlatGraph` to time its layers on: `sample` as the model
+    takes it, or `rows` rows of zeros when every input's shape is known."""
+    from mgpu_tf.model_parallel import stage as stage_lib
+
+    if sample is not None:
+        return stage_lib.bind_inputs(graph, sample)
+    flat = []
+    for spec in graph.input_tensors:
+        if any(d is None for d in spec.shape[1:]):
+            raise ValueError(
+                "balance='time' times the layers on a sample batch, and the model's input "
+                f"shape has unknown dimensions besides the batch. Received: input "
+                f"{spec.name!r} of shape {tuple(spec.shape)}, sample=None. Pass "
+                "sample=<a batch of real inputs>.")
+        shape = [rows] + [int(d) for d in spec.shape[1:]]
+        flat.append(np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype)))
+    return flat
+
+
+def _measure_units(graph, sample, repeats):
+    from mgpu_tf.model_parallel import stage as stage_lib
+
+    cut = stage_lib.cut(graph, graph.atoms())
+    flat = sample if isinstance(sample, (list, tuple)) else [sample]
+    values = {key: tf.convert_to_tensor(x) for key, x in zip(graph.inputs, flat)}
+    seconds = []
+    for unit_stage in cut.stages:
+        trainable = [v for v in unit_stage.variables if v.trainable]
+        step = tf.function(_forward_backward(
+            lambda h, s=unit_stage: s(h, training=True), trainable))
+        entering = [values[key] for key in unit_stage.entering]
+        out = step(entering)  # traces and warms up
+        seconds.append(_best(step, entering, repeats))
+        values.update(zip(unit_stage.leaving, out))
+    return seconds
+
+
+def _best(step, inputs, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        [y.numpy() for y in step(inputs)]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _forward_backward(run, variables):
+    def step(inputs):
+        inputs = list(inputs)
         with tf.GradientTape() as tape:
-            if x.dtype.is_floating:
-                tape.watch(x)
-            y = atom(x, training=True)
-        variables = atom.trainable_variables
-        grads = tape.gradient(y, ([x] if x.dtype.is_floating else []) + variables)
+            floating = [x for x in inputs if x.dtype.is_floating]
+            tape.watch(floating)
+            outputs = run(inputs)
+        targets = [y for y in outputs if y.dtype.is_floating]
+        grads = tape.gradient(targets, floating + list(variables)) if targets else []
         # Depend on every gradient so none is pruned from the timed function.
         done = [tf.reduce_sum(g) for g in grads if g is not None and not isinstance(
             g, tf.IndexedSlices)]
         with tf.control_dependencies(done):
-            return tf.identity(y)
+            return [tf.identity(y) for y in outputs]
 
     return step

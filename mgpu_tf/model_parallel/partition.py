@@ -1,4 +1,6 @@
-"""Cutting a Keras model into consecutive stages where one tensor crosses each cut.
+"""A model's top-level layers and the cuts one tensor crosses: the planner's view of a model.
+
+`ModelParallel` cuts the flattened graph of `mgpu_tf.model_parallel.graph` instead.
 
 Design: docs/design.md#partitioning-a-model
 """
@@ -10,7 +12,7 @@ import numpy as np
 
 from mgpu_tf.compat import private
 
-__all__ = ["Unit", "Graph", "analyse", "check_cuts", "segment_models", "stage_atoms"]
+__all__ = ["Unit", "Graph", "analyse", "check_cuts", "segment_models"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,23 +158,3 @@ def segment_models(graph, counts):
         models.append(keras.Model(entering, leaving, name=f"{graph.units[start].name}_segment"))
         start, entering = end, leaving
     return models
-
-
-def stage_atoms(graph, counts):
-    """Returns, for each stage of `counts` units, the models of its atoms in order.
-
-    A stage runs atom by atom so that its backward pass can be ordered the same way
-    (`mgpu_tf.model_parallel.pipeline`). Raises `ValueError` for a cut crossed by several tensors.
-    """
-    check_cuts(graph, counts)
-    sizes = graph.atoms()
-    atoms = segment_models(graph, sizes)
-    stages, index = [], 0
-    for count in counts:
-        stage, covered = [], 0
-        while covered < count:
-            stage.append(atoms[index])
-            covered += sizes[index]
-            index += 1
-        stages.append(stage)
-    return stages

@@ -15,166 +15,199 @@ __all__ = ["run_pipeline"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _Replay:
-    """What a recomputed (stage, micro-batch) keeps: its input and its state before."""
+class _Record:
+    """What the backward pass of a (stage, micro-batch) needs: its tape, inputs and outputs."""
 
-    atoms: list
-    input: object
+    tape: object
+    entering: list
+    outputs: list
+
+
+@dataclasses.dataclass(frozen=True)
+class _Replay:
+    """What a recomputed (stage, micro-batch) keeps: its inputs and its state before."""
+
+    stage: object
+    entering: list
     state: list
     before: list
-    output: object = None
+    outputs: list
 
 
-def run_pipeline(stages, devices, x, microbatches, training, recompute="never",
+def run_pipeline(cut, runners, devices, inputs, microbatches, training, recompute="never",
                  paused=contextlib.nullcontext):
-    """Runs `x` through `stages` (their atoms' models), stage `k` on `devices[k]`, in micro-batches.
+    """Runs the flat `inputs` through the stages of `cut`, stage `k` on `devices[k]`.
 
-    `training` goes to each atom; with `True` the gradient is placed too. `recompute`, a
-    `Recompute` as `ModelParallel` parsed it, says which micro-batches are recomputed in the
-    backward pass; `paused` is entered around every recomputed forward. Returns the last stage's output for the whole batch.
+    `runners[k]` runs stage `k` (the stage itself, or its XLA-compiled form) on a list of
+    entering values. `training` goes to each layer; with `True` the gradient is placed too.
+    `recompute`, a `Recompute`, says which micro-batches are recomputed in the backward
+    pass; `paused` is entered around every recomputed forward. Returns the model's flat
+    outputs for the whole batch.
     """
     if not training:
-        return _forward(stages, devices, x, microbatches, training, tapes=None)
-    states = [recompute_lib.stage_state(atoms) for atoms in stages]
+        return _forward(cut, runners, devices, inputs, microbatches, training, tapes=None)
+    states = [recompute_lib.stage_state(stage) for stage in cut.stages]
 
     @tf.custom_gradient
-    def pipelined(x):
+    def pipelined(*flat):
         tapes = {}
-        y = _forward(stages, devices, x, microbatches, training, tapes, recompute, states)
+        outputs = _forward(cut, runners, devices, list(flat), microbatches, training, tapes,
+                           recompute, states)
 
-        def backward(dy, variables=None):
-            return _backward(devices, dy, microbatches, tapes, list(variables or []),
-                             training, paused)
+        def backward(*upstream, variables=None):
+            return _backward(cut, runners, devices, list(upstream), flat, microbatches, tapes,
+                             list(variables or []), training, paused)
 
-        return y, backward
+        return outputs, backward
 
     with tf.device(devices[-1]):
-        return pipelined(x)
+        return list(pipelined(*inputs))
 
 
-def _run_atoms(atoms, h, training, records=None):
-    """Runs a stage's atoms on `h`; with `records`, under a tape per atom kept there."""
-    for atom in atoms:
-        if records is None:
-            out = atom(h, training=training)
-        else:
-            with tf.GradientTape(persistent=True) as tape:
-                if h.dtype.is_floating:
-                    tape.watch(h)
-                out = atom(h, training=training)
-            records.append((tape, h, out))
-        h = out
-    return h
+def _floating(value):
+    return value.dtype.is_floating
 
 
-def _forward(stages, devices, x, microbatches, training, tapes, recompute="never",
+def _arrive(values, ops):
+    """`values` copied to the current device (once each), once `ops` have run."""
+    with tf.control_dependencies(ops) if ops else contextlib.nullcontext():
+        return [tf.identity(value) for value in values]
+
+
+def _forward(cut, runners, devices, inputs, microbatches, training, tapes, recompute="never",
              states=None):
-    with tf.device(devices[0]):
-        pieces = microbatch.split(x, microbatches)
-    last_forward = [None] * len(stages)
+    pieces = []
+    for value, stage in zip(inputs, cut.input_stage):
+        with tf.device(devices[stage]):
+            pieces.append(microbatch.split(value, microbatches))
+    last_forward = [[] for _ in cut.stages]
     outputs = []
-    for m, h in enumerate(pieces):
+    for m in range(microbatches):
+        values = {key: piece[m] for key, piece in zip(cut.inputs, pieces)}
         replay = tapes is not None and recompute_lib.is_recomputed(recompute, m, microbatches)
-        for k, (atoms, device) in enumerate(zip(stages, devices)):
+        for k, (stage, device) in enumerate(zip(cut.stages, devices)):
             with tf.device(device):
-                h = _after(h, [last_forward[k]] if last_forward[k] is not None else [])
+                entering = _arrive([values[key] for key in stage.entering], last_forward[k])
                 if replay:
                     before = recompute_lib.read(states[k])
-                    out = _run_atoms(atoms, h, training)
-                    tapes[k, m] = _Replay(atoms, h, states[k], before, out)
-                    h = out
+                    out = runners[k](entering, training)
+                    tapes[k, m] = _Replay(stage, entering, states[k], before, out)
                 elif tapes is not None:
-                    tapes[k, m] = []
-                    h = _run_atoms(atoms, h, training, tapes[k, m])
+                    with tf.GradientTape() as tape:
+                        tape.watch([x for x in entering if _floating(x)])
+                        out = runners[k](entering, training)
+                    tapes[k, m] = _Record(tape, entering, out)
                 else:
-                    h = _run_atoms(atoms, h, training)
-            last_forward[k] = h
-        outputs.append(h)
-    with tf.device(devices[-1]):
-        return microbatch.join(outputs)
+                    out = runners[k](entering, training)
+            last_forward[k] = list(out)
+            values.update(zip(stage.leaving, out))
+        outputs.append([values[key] for key in cut.outputs])
+    joined = []
+    for j, stage in enumerate(cut.output_stage):
+        with tf.device(devices[stage]):
+            joined.append(microbatch.join([out[j] for out in outputs]))
+    return joined
 
 
-def _after(value, ops):
-    """`value`, available only once `ops` have run."""
+def _after(values, ops):
+    """`values`, available only once `ops` have run."""
     if not ops:
-        return value
+        return values
     with tf.control_dependencies(ops):
-        return tf.nest.map_structure(tf.identity, value)
+        return [tf.identity(value) for value in values]
 
 
-def _add(grads):
-    if len(grads) == 1:
-        return grads[0]
-    if any(isinstance(g, tf.IndexedSlices) for g in grads):
-        slices = [g if isinstance(g, tf.IndexedSlices) else tf.IndexedSlices(
-            g, tf.range(tf.shape(g)[0])) for g in grads]
-        return tf.IndexedSlices(tf.concat([s.values for s in slices], 0),
-                                tf.concat([s.indices for s in slices], 0),
-                                slices[0].dense_shape)
-    return tf.add_n(grads)
+def _sum(parts):
+    """The sum of gradients for one tensor or variable; dense when any part is dense."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(g, tf.IndexedSlices) for g in parts):
+        return tf.IndexedSlices(tf.concat([s.values for s in parts], 0),
+                                tf.concat([s.indices for s in parts], 0), parts[0].dense_shape)
+    # As TensorFlow's tape adds a variable's gradients from two uses on one device.
+    return tf.add_n([tf.convert_to_tensor(g) for g in parts])
 
 
 def _dense(grads):
     return [g for g in grads if g is not None and not isinstance(g, tf.IndexedSlices)]
 
 
-def _replayed(replay, previous, training, paused):
-    """Recomputes a stage's micro-batch once `previous` ran; returns its tape records."""
-    records = []
-    # The input's data path starts the recomputation only after the stage's backward
+def _replayed(replay, previous, runner, training, paused):
+    """Recomputes a stage's micro-batch once `previous` ran; returns its record."""
+    # The inputs' data path starts the recomputation only after the stage's backward
     # work so far, so that what it recomputes is alive only while it is needed.
-    h = _after(replay.input, previous)
+    entering = _after(replay.entering, previous)
     with paused(), recompute_lib.replayed_state(replay.state, replay.before):
-        _run_atoms(replay.atoms, h, training, records)
-    return records
+        with tf.GradientTape() as tape:
+            tape.watch([x for x in entering if _floating(x)])
+            out = runner(entering, training)
+    return _Record(tape, entering, out)
 
 
-def _collect(pairs, stage, grad):
-    """Adds a micro-batch's gradient to a variable's `(stage, gradient)` pairs.
-
-    Dense ones are summed as they come, so that each is freed once added.
-    """
+def _collect(pairs, grad):
+    """Adds a micro-batch's gradient to a variable's list; dense ones are summed as they
+    come, so that each is freed once added."""
     if pairs and not isinstance(grad, tf.IndexedSlices) and not isinstance(
-            pairs[-1][1], tf.IndexedSlices):
-        pairs[-1] = (stage, tf.add_n([pairs[-1][1], grad]))
+            pairs[-1], tf.IndexedSlices):
+        pairs[-1] = tf.add_n([pairs[-1], grad])
     else:
-        pairs.append((stage, grad))
-    return pairs[-1][1]
+        pairs.append(grad)
+    return pairs[-1]
 
 
-def _backward(devices, dy, microbatches, tapes, variables, training=True,
-              paused=contextlib.nullcontext):
-    with tf.device(devices[-1]):
-        upstream = microbatch.split(dy, microbatches)  # per micro-batch: gradient coming in
-    collected = [[] for _ in variables]  # per variable: (stage, gradient) pairs
-    for k in reversed(range(len(devices))):
-        last = tapes[k, microbatches - 1]
-        previous = [last[-1][2] if isinstance(last, list) else last.output]
+def _backward(cut, runners, devices, upstream, inputs, microbatches, tapes, variables,
+              training=True, paused=contextlib.nullcontext):
+    arriving = [{} for _ in range(microbatches)]  # per micro-batch: key -> gradient parts
+    for key, dy, stage in zip(cut.outputs, upstream, cut.output_stage):
+        if dy is None:
+            continue
+        with tf.device(devices[stage]):
+            for m, piece in enumerate(microbatch.split(dy, microbatches)):
+                arriving[m].setdefault(key, []).append(piece)
+    collected = [[] for _ in variables]  # per variable: its gradients, dense ones summed
+    for k in reversed(range(len(cut.stages))):
+        stage = cut.stages[k]
+        previous = list(tapes[k, microbatches - 1].outputs)
         with tf.device(devices[k]):
             for m in reversed(range(microbatches)):
-                records = tapes[k, m]
-                if isinstance(records, _Replay):
-                    records = _replayed(records, previous, training, paused)
-                for tape, h, out in reversed(records):
-                    incoming, dx = upstream[m], None
-                    if h.dtype.is_floating:
-                        dx = tape.gradient(out, h, output_gradients=_after(incoming, previous))
-                        previous = _dense([dx]) or previous
-                    grads = tape.gradient(out, variables,
-                                          output_gradients=_after(incoming, previous))
-                    sums = [_collect(collected[i], k, grad)
-                            for i, grad in enumerate(grads) if grad is not None]
-                    previous = _dense(sums) or previous
-                    upstream[m] = dx
+                record = tapes[k, m]
+                if isinstance(record, _Replay):
+                    record = _replayed(record, previous, runners[k], training, paused)
+                targets, incoming = [], []
+                for out, key in zip(record.outputs, stage.leaving):
+                    parts = arriving[m].pop(key, None)
+                    if parts and _floating(out):
+                        targets.append(out)
+                        incoming.append(_sum(parts))  # on this device: each part sent once
+                if not targets:
+                    continue
+                sources = [x for x in record.entering if _floating(x)]
+                keys = [key for key, x in zip(stage.entering, record.entering) if _floating(x)]
+                grads = record.tape.gradient(targets, sources + variables,
+                                             output_gradients=_after(incoming, previous))
+                dxs, dvars = grads[:len(sources)], grads[len(sources):]
+                for key, dx in zip(keys, dxs):
+                    if dx is not None:
+                        arriving[m].setdefault(key, []).append(dx)
+                sums = [_collect(collected[i], g) for i, g in enumerate(dvars) if g is not None]
+                previous = _dense(list(dxs) + sums) or previous
     variable_grads = []
-    for pairs in collected:
-        if not pairs:
+    for variable, parts in zip(variables, collected):
+        if not parts:
             variable_grads.append(None)
             continue
-        with tf.device(devices[pairs[0][0]]):
-            variable_grads.append(_add([g for _, g in pairs]))
-    dx = None
-    if all(g is not None for g in upstream):
-        with tf.device(devices[0]):
-            dx = microbatch.join(upstream)
-    return dx, variable_grads
+        with tf.device(_device(variable)):
+            variable_grads.append(_sum(parts))
+    input_grads = []
+    for key, value, stage in zip(cut.inputs, inputs, cut.input_stage):
+        parts = [arriving[m].get(key) for m in range(microbatches)]
+        if not _floating(value) or any(p is None for p in parts):
+            input_grads.append(None)
+            continue
+        with tf.device(devices[stage]):
+            input_grads.append(microbatch.join([_sum(p) for p in parts]))
+    return input_grads, variable_grads
+
+
+def _device(variable):
+    return getattr(variable, "device", None) or ""

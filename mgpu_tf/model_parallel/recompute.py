@@ -44,15 +44,9 @@ def is_recomputed(mode, microbatch, microbatches):
     return mode == Recompute.EXCEPT_LAST and microbatch < microbatches - 1
 
 
-def stage_state(atoms):
-    """The non-trainable variables of a stage's atoms: seed states, moving statistics."""
-    seen, state = set(), []
-    for atom in atoms:
-        for variable in getattr(atom, "variables", []):
-            if not variable.trainable and id(variable) not in seen:
-                seen.add(id(variable))
-                state.append(variable)
-    return state
+def stage_state(stage):
+    """The non-trainable variables of a stage's layers: seed states, moving statistics."""
+    return [variable for variable in stage.variables if not variable.trainable]
 
 
 def read(state):

@@ -6,9 +6,9 @@ Design: docs/design.md#the-model-parallel-wrapper
 import dataclasses
 import logging
 import numbers
+import warnings
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.base import options as options_lib
@@ -16,11 +16,12 @@ from mgpu_tf.compat import patches
 from mgpu_tf.compat import private
 from mgpu_tf.model_parallel import balance as balance_lib
 from mgpu_tf.model_parallel import batchnorm
+from mgpu_tf.model_parallel import graph as graph_lib
 from mgpu_tf.model_parallel import microbatch
-from mgpu_tf.model_parallel import partition
 from mgpu_tf.model_parallel import pipeline
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import recompute as recompute_lib
+from mgpu_tf.model_parallel import stage as stage_lib
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
 
@@ -30,6 +31,9 @@ _PATCHES = ("shuffle", "fit")
 logger = logging.getLogger("mgpu_tf")
 
 _TIME_SAMPLE_ROWS = 32
+
+# A layer holding more than this share of a model's bytes bounds any split of it.
+_DOMINANT_SHARE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,13 +109,14 @@ class ModelParallel(keras.Model):
     ```
 
     Args:
-        model: a built Sequential or functional model with one input and one output, cut
-            where a single tensor crosses, or an unbuilt Sequential with `input_shape`.
+        model: a built Sequential or functional model (nested ones are opened into their
+            layers; any inputs and outputs), or an unbuilt Sequential with `input_shape`.
         devices: device names, one per stage, or a number of local devices.
-        balance: `"uniform"`, `"params"`, `"time"` or a list of layer counts per stage.
-            Defaults to `"params"`.
+        balance: `"uniform"`, `"params"`, `"time"` or a list of layer counts per stage,
+            counting the layer calls of the flattened model. Defaults to `"params"`.
         microbatches: micro-batches per batch (the last may be shorter). Defaults to `1`.
-        sample: inputs for `balance="time"`. Defaults to 32 rows of zeros.
+        sample: inputs for `balance="time"`, as the model takes them. Defaults to 32 rows
+            of zeros.
         input_shape: the input shape, batch axis included, to build an unbuilt model.
         recompute: `"never"`, `"except_last"` or `"always"`: which micro-batches keep
             only each stage's input and recompute the rest backward. Defaults to `"never"`.
@@ -120,9 +125,9 @@ class ModelParallel(keras.Model):
 
     Raises:
         TypeError: for a subclassed model or options of the wrong type.
-        ValueError: for more stages than layers, a missing device, a bad balance, a cut
-            crossed by several tensors, BatchNormalization with micro-batches and no
-            `deferred_batch_norm`, or a model that cannot be built.
+        ValueError: for more stages than layers, a missing device, a bad balance,
+            BatchNormalization with micro-batches and no `deferred_batch_norm`, or a model
+            that cannot be built.
     """
 
     def __init__(self, model, devices, *, balance="params", microbatches=1, sample=None,
@@ -135,18 +140,18 @@ class ModelParallel(keras.Model):
         if not isinstance(model, keras.Model):
             raise TypeError(f"`model` must be a Keras model. Received: model={model!r}")
         _build(model, input_shape)
-        graph = partition.analyse(model)
+        graph = graph_lib.flatten(model)
         _check_stages(graph, balance, devices)
         _check_batch_coupling(model, microbatches, deferred_batch_norm)
-        counts, seconds = _counts(graph, balance, len(devices), model, sample)
-        atoms = partition.stage_atoms(graph, counts)
+        counts, seconds = _counts(graph, balance, len(devices), sample)
         super().__init__(name=kwargs.pop("name", f"model_parallel_{model.name}"), **kwargs)
         # What it trains under is TensorFlow's default strategy: the patches of no strategy
         # reach it, so it installs its own (fit's shuffle for shard_dataset's data).
         patches.install(*_PATCHES)
         self.supports_jit = False  # one XLA cluster cannot span devices
         self._model = model
-        self._stages = atoms
+        self._graph = graph
+        self._cut = stage_lib.cut(graph, counts)
         self._compiled_stages = None  # the stages under XLA, once compile(jit_compile=True)
         self._devices = tuple(devices)
         self._microbatches = microbatches
@@ -156,9 +161,14 @@ class ModelParallel(keras.Model):
             self._deferred = batchnorm.DeferredBatchNorm(batchnorm.batch_norm_layers(model))
         self._plan = _plan(graph, counts, devices, seconds)
         _log_cut(model.name, self._plan, balance, microbatches)
-        for stage, device in zip(self._plan, self._devices):
-            placement.place_variables(
-                [u.operation for u in graph.units if u.name in stage.layers], device)
+        _warn_dominant_layer(model.name, graph, len(devices))
+        # A layer called by several stages (a tied embedding) lives with the first; the
+        # later ones read its variables across devices.
+        placed = set()
+        for stage, device in zip(self._cut.stages, self._devices):
+            layers = [layer for layer in stage.layers if id(layer) not in placed]
+            placed.update(id(layer) for layer in layers)
+            placement.place_variables(layers, device)
         self._variable_devices = {
             id(v.value): placement.device_of(v) for v in model.weights}
 
@@ -192,16 +202,29 @@ class ModelParallel(keras.Model):
         """The wrapped Keras model (what `save` writes)."""
         return self._model
 
+    @property
+    def graph(self):
+        """The `graph.FlatGraph` it cuts: the model's layer calls, nested models opened."""
+        return self._graph
+
+    @property
+    def stages(self):
+        """The `stage.Cut`: what each stage runs, reads and hands on."""
+        return self._cut
+
     def call(self, inputs, training=None):
-        stages = self._compiled_stages or self._stages
+        runners = self._compiled_stages or self._cut.stages
+        flat = stage_lib.bind_inputs(self._graph, inputs)
         if not training or self._deferred is None:
-            return pipeline.run_pipeline(stages, self._devices, inputs, self._microbatches,
-                                         bool(training), self._recompute)
-        with self._deferred.recording():
-            outputs = pipeline.run_pipeline(stages, self._devices, inputs, self._microbatches,
-                                            True, self._recompute, self._deferred.paused)
-        self._deferred.update()
-        return outputs
+            outputs = pipeline.run_pipeline(self._cut, runners, self._devices, flat,
+                                            self._microbatches, bool(training), self._recompute)
+        else:
+            with self._deferred.recording():
+                outputs = pipeline.run_pipeline(self._cut, runners, self._devices, flat,
+                                                self._microbatches, True, self._recompute,
+                                                self._deferred.paused)
+            self._deferred.update()
+        return stage_lib.pack_outputs(self._graph, outputs)
 
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Configures training as `keras.Model.compile` does.
@@ -218,8 +241,7 @@ class ModelParallel(keras.Model):
                 "the stages' calls, which XLA-compiled stages do not show. Received: "
                 "jit_compile=True with deferred_batch_norm=True. Use jit_compile=False.")
         self._compiled_stages = (
-            [[_compiled(atom) for atom in atoms] for atoms in self._stages]
-            if jit_compile is True else None)
+            [_compiled(stage) for stage in self._cut.stages] if jit_compile is True else None)
         super().compile(optimizer, *args, jit_compile=False, **kwargs)
         placement.place_optimizer(self.optimizer, self._variable_devices)
         # The wrapped model shares the optimizer, so what `save` writes can resume training.
@@ -236,37 +258,49 @@ class ModelParallel(keras.Model):
         return self._model.load_weights(filepath, *args, **kwargs)
 
 
-def _compiled(atom):
-    """`atom` as one XLA-compiled function; its gradient is compiled too."""
-    def call(inputs, training):
-        return atom(inputs, training=training)
+def _compiled(stage):
+    """`stage` as one XLA-compiled function; its gradient is compiled too."""
+    def call(entering, training):
+        return stage(entering, training=training)
 
     return tf.function(call, jit_compile=True, reduce_retracing=True)
 
 
 def _check_stages(graph, balance, devices):
     stages = len(devices)
-    if stages > len(graph.units):
+    units = len(graph.units)
+    if stages > 1 and units == 1:
+        layer = graph.units[0].operation
         raise ValueError(
-            f"There are more stages ({stages}, one per device) than layers "
-            f"({len(graph.units)}). Received: devices={devices!r}. "
-            f"Use at most {len(graph.units)} devices."
+            f"ModelParallel cannot cut {type(layer).__name__} {layer.name!r}: it is the "
+            "model's one layer, and a subclassed layer or model has no layer graph to "
+            f"cut. Received: {stages} devices. Build the model with the functional API from "
+            "its blocks, or use one device, or a data-parallel strategy.")
+    if stages > units:
+        raise ValueError(
+            f"There are more stages ({stages}, one per device) than "
+            f"layers ({units}). Received: devices={devices!r}. "
+            f"Use at most {units} devices."
+        )
+    if isinstance(balance, list) and (len(balance) != stages or sum(balance) != units):
+        raise ValueError(
+            f"`balance` must give a layer count for each of the {stages} stages, "
+            f"adding up to the model's {units} layers. Received: "
+            f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
+            "Or pass balance='params' or 'time' to balance automatically."
         )
     if isinstance(balance, list):
-        if len(balance) != stages or sum(balance) != len(graph.units):
-            raise ValueError(
-                f"`balance` must give a layer count for each of the {stages} stages, "
-                f"adding up to the model's {len(graph.units)} layers. Received: "
-                f"balance={balance!r} (sum {sum(balance)}, {len(balance)} stages). "
-                "Or pass balance='params' or 'time' to balance automatically."
-            )
-        partition.check_cuts(graph, balance)
+        stage_lib.check_masks(graph, balance)
     elif len(graph.atoms()) < stages:
         raise ValueError(
-            f"The model can be cut into at most {len(graph.atoms())} stages where one "
-            f"tensor crosses each cut, fewer than the {stages} devices. Received: "
-            f"devices={devices!r}. Use fewer devices."
-        )
+            f"The model can be cut into at most {len(graph.atoms())} stages where no tensor "
+            f"carrying a Keras mask crosses a cut, fewer than the {stages} devices. "
+            f"Received: devices={devices!r}. Use fewer devices.")
+    if any(key in graph.masked for key in graph.outputs):
+        raise ValueError(
+            "ModelParallel returns its outputs without Keras masks, which Keras' losses "
+            "would read. Received: a model whose output carries a mask. Compute the mask "
+            "into the output (or a sample weight) instead.")
 
 
 def _check_batch_coupling(model, microbatches, deferred_batch_norm):
@@ -287,14 +321,15 @@ def _check_batch_coupling(model, microbatches, deferred_batch_norm):
         batchnorm.DeferredBatchNorm(batchnorm.batch_norm_layers(model))  # refuses renorm
 
 
-def _counts(graph, balance, stages, model, sample):
+def _counts(graph, balance, stages, sample):
     """Returns (layers per stage, measured seconds per layer or None)."""
     if balance == "uniform":
         return balance_lib.balance_by_uniform(graph, stages), None
     if balance == "params":
         return balance_lib.balance_by_params(graph, stages), None
     if balance == "time":
-        return balance_lib.balance_by_time(graph, stages, _sample(model, sample))
+        return balance_lib.balance_by_time(
+            graph, stages, balance_lib.sample_inputs(graph, sample, _TIME_SAMPLE_ROWS))
     return balance, None
 
 
@@ -323,20 +358,6 @@ def _build(model, input_shape):
         )
 
 
-def _sample(model, sample):
-    if sample is not None:
-        return sample
-    spec = model.inputs[0]
-    if any(d is None for d in spec.shape[1:]):
-        raise ValueError(
-            "balance='time' times the layers on a sample batch, and the model's input "
-            f"shape has unknown dimensions besides the batch. Received: input shape "
-            f"{tuple(spec.shape)}, sample=None. Pass sample=<a batch of real inputs>."
-        )
-    shape = [_TIME_SAMPLE_ROWS] + [int(d) for d in spec.shape[1:]]
-    return np.zeros(shape, dtype=keras.backend.standardize_dtype(spec.dtype))
-
-
 def _plan(graph, counts, devices, seconds):
     plans, start = [], 0
     for index, (count, device) in enumerate(zip(counts, devices)):
@@ -359,3 +380,18 @@ def _log_cut(name, plan, balance, microbatches):
     logger.info("mgpu_tf: ModelParallel cut %r into %d stages (balance=%r, %d micro-batches): "
                 "%s layers on %s, %s bytes.", name, len(plan), balance, microbatches,
                 layers, devices, param_bytes)
+
+
+def _warn_dominant_layer(name, graph, stages):
+    """Warns when no cut can balance the stages because one layer made of layers holds most
+    of the bytes (a subclassed encoder holding every block)."""
+    found = graph_lib.dominant_unit(graph, _DOMINANT_SHARE) if stages > 1 else None
+    if found is not None:
+        unit, share = found
+        warnings.warn(
+            f"ModelParallel cannot balance {name!r} over {stages} stages: layer {unit.name!r} "
+            f"({type(unit.operation).__name__}) holds {share:.0%} of its bytes "
+            f"({unit.param_bytes} of {graph.param_bytes()}) in layers of its own, which a "
+            "subclassed layer gives no graph to cut between. Build the model from that "
+            "layer's blocks with the functional API so they can be cut apart, or use fewer "
+            "stages, or a data-parallel strategy.", stacklevel=3)
