@@ -27,8 +27,8 @@ import pytest
 import tensorflow as tf
 
 import mgpu_tf
-from mgpu_tf.compat import (private, private_callbacks, private_collectives, private_runtime,
-                            private_trainer, versions)
+from mgpu_tf.compat import (private, private_callbacks, private_collectives, private_graph,
+                            private_runtime, private_trainer, versions)
 from mgpu_tf.compat.private import PrivateNameError
 from support import workers
 
@@ -129,7 +129,7 @@ def test_the_installed_releases_are_known():
 def test_each_accessor_docstring_states_the_known_ranges():
     ranges = {known.text() for known in versions.KNOWN.values()}
     source = "".join(inspect.getsource(m) for m in (private, private_callbacks, private_trainer,
-                                                   private_collectives))
+                                                   private_collectives, private_graph))
     written = set(re.findall(r"\((?:Keras|TensorFlow) \d+\.\d+-\d+\.\d+\)", source))
     assert {f"({r})" for r in ranges} == written
 

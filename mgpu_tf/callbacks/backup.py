@@ -89,6 +89,11 @@ class BackupAndRestore(DataOrder):
         self._owed = False
         self._epoch, self._offset, self._done = 0, 0, 0
 
+    @property
+    def resumed_steps(self):
+        """The steps of the current epoch the backup it resumed from had run (0: none)."""
+        return self._offset
+
     # ------------------------------------------------------------------ restore
 
     def set_model(self, model):
@@ -342,7 +347,7 @@ class _ResumedEpochBar(keras.callbacks.ProgbarLogger):
         self._steps = self.target
 
     def on_epoch_begin(self, epoch, logs=None):
-        done = self._backup._offset  # set by the backup, which runs first
+        done = self._backup.resumed_steps  # set by the backup, which runs first
         self.target = self._steps - done if self._steps and done else self._steps
         super().on_epoch_begin(epoch, logs)
         if done and self.verbose:

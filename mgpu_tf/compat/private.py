@@ -265,7 +265,7 @@ def set_optimizer_class_method(name, function):
 
 
 def layer_build_method():
-    """Returns `Layer._maybe_build(self, call_spec)` (Keras 3.8-3.15), as it is now (patched or
+    """Returns `Layer._maybe_build(self, call_spec)` (Keras 3.8-3.16), as it is now (patched or
     not): what a layer's first call runs to make its variables."""
     import keras
 

@@ -14,7 +14,7 @@ _NAME = "keras.src.backend.common.masking.get_keras_mask"
 def keras_mask(tensor):
     """Returns the Keras mask `tensor` carries (a symbolic one too), or None.
 
-    `keras.src.backend.common.masking.get_keras_mask` (Keras 3.8-3.15), not exported.
+    `keras.src.backend.common.masking.get_keras_mask` (Keras 3.8-3.16), not exported.
     """
     check(_NAME)
     try:
