@@ -6,7 +6,7 @@ that is one replica's traced graph, where MirroredStrategy cannot initialise the
 replicas' copies ("You must feed a value for placeholder tensor ..."). This builds the layer
 as `custom_loop` builds an optimizer: once, eagerly, in the cross-replica scope.
 
-Design: docs/design.md#optimizers-built-in-a-custom-loop
+Design: docs/design.md#layers-built-inside-strategyrun
 """
 
 import functools
