@@ -87,7 +87,10 @@ def test_tf_cpp_min_log_level_0_brings_tensorflows_start_up_lines_back():
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert "All log messages before absl::InitializeLog() is called" in result.stderr, lines
-    assert lines[-1].startswith("FATAL mgpu_tf.train: `devices` names '/gpu:0'"), lines
+    # The flag is refused at parse time, in absl's FATAL line and its hint.
+    assert lines[-2].startswith("FATAL Flags parsing error: flag --devices=/gpu:0: `devices` "
+                                "names '/gpu:0'"), lines
+    assert lines[-1] == "Pass --helpshort or --helpfull to see help on flags.", lines
 
 
 def _run_as_a_user(tmp_path, source, *args, **variables):
