@@ -255,7 +255,7 @@ def test_making_a_mirrored_strategy_installs_it_once(keras_own_apply):
     assert "custom_loop" in patches.installed()
 
 
-@pytest.mark.parametrize("version", ["2.15.0", "3.16.0"])
+@pytest.mark.parametrize("version", ["2.15.0", "3.17.0"])
 def test_lazy_build_outside_range_changes_nothing(keras_own_build, caplog, version):
     before = keras.layers.Layer._maybe_build
     with caplog.at_level(logging.INFO, logger="mgpu_tf"):
@@ -264,7 +264,7 @@ def test_lazy_build_outside_range_changes_nothing(keras_own_build, caplog, versi
     assert not lazy_build.installed()
     assert [r.getMessage() for r in caplog.records] == [
         "mgpu_tf: not patching Keras for layers built inside strategy.run: "
-        f"Keras {version} is outside 3.0-3.15, the versions it is for."]
+        f"Keras {version} is outside 3.0-3.16, the versions it is for."]
 
 
 def test_making_a_mirrored_strategy_installs_the_lazy_build_fix(keras_own_build):

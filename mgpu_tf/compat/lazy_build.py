@@ -17,8 +17,8 @@ __all__ = ["KERAS_LAZY_BUILD_VERSIONS", "apply_lazy_build_fix", "installed",
            "lazy_build_fix_applies"]
 
 # First and last Keras (major, minor) releases this is for: those of keras-team/keras#23085,
-# whose optimizers fail the same way.
-KERAS_LAZY_BUILD_VERSIONS = ((3, 0), (3, 15))
+# whose optimizers fail the same way; 3.16 (keras-nightly for TensorFlow 2.22) still does.
+KERAS_LAZY_BUILD_VERSIONS = ((3, 0), (3, 16))
 
 _MARK = "_mgpu_tf_lazy_build"
 
