@@ -163,6 +163,36 @@ def test_a_model_compiled_under_the_strategy_gets_the_compression_without_prepar
                           "float16")
 
 
+def test_a_second_install_with_other_options_is_refused_and_the_same_changes_nothing(problem):
+    _, _, weights = problem
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2)
+    with strategy.scope():
+        model = mw_equivalence.build_model(weights)
+    communication.install(model.optimizer, strategy, compression="bfloat16")
+    hook = optimizer_step.find(model.optimizer)
+    summed_by = hook.gradient_sum
+    communication.install(model.optimizer, strategy, compression="bfloat16")
+    assert hook.gradient_sum is summed_by
+    with pytest.raises(ValueError, match=r"\(compression=<Compression.BFLOAT16.*Received: "
+                                         r"compression=<Compression.FLOAT16.*before `compile`"):
+        communication.install(model.optimizer, strategy, compression="float16")
+    assert hook.communication[0] == "bfloat16" and hook.gradient_sum is summed_by
+
+
+def test_compile_keeps_the_options_installed_before_it(problem):
+    x, y, weights = problem
+    strategy = mgpu_tf.make_strategy("mirrored", devices=2, compression="bfloat16")
+    optimizer = keras.optimizers.SGD(mw_equivalence.LEARNING_RATE)
+    communication.install(optimizer, strategy, compression="float16")
+    with strategy.scope():
+        model = mw_equivalence.build_model(weights)
+        model.compile(optimizer=optimizer, loss="mse")
+    assert optimizer_step.find(model.optimizer).communication[0] == "float16"
+    model.fit(mw_equivalence.global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
+    _check_rounded_update(model.get_weights(), weights, _replica_gradients(x, y, weights, 2),
+                          "float16")
+
+
 def _train_two_workers(problem, tmp_path, options, env=None, outputs=None):
     """Trains one global batch on 2 workers; yields each worker's weights.
 

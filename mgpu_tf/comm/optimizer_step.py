@@ -18,8 +18,11 @@ class OptimizerHook:
     """What one Keras optimizer does besides Keras' own code, and the state it keeps."""
 
     def __init__(self):
-        # The communication options comm.prepare installed; None before.
+        # The communication comm.prepare installed (compression, steps_per_sync, transport
+        # chosen); None before.
         self.communication = None
+        # The options comm.prepare.install was given for it, which a later install must repeat.
+        self.options = None
         # Sums the (gradient, variable) pairs over replicas in place of Keras' all-reduce.
         self.gradient_sum = None
         # Times each replica's wait in that all-reduce, for the monitor (callbacks.wait_clock).

@@ -19,7 +19,7 @@ from mgpu_tf.comm import transport as transport_lib
 from mgpu_tf.comm.compression import Compression, check_compression, compressed_all_reduce
 from mgpu_tf.compat import private
 
-__all__ = ["settings", "options_of", "prepare", "install"]
+__all__ = ["settings", "options_of", "prepare", "install", "installed"]
 
 _ALL_REDUCE = "TFOptimizer._all_reduce_sum_gradients"
 
@@ -77,7 +77,10 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     """Makes a Keras optimizer all-reduce as a strategy's options say: compressed, every
     `steps_per_sync` steps, over tcp, in buckets, with its slots sharded.
 
-    Works on the innermost optimizer (inside a `LossScaleOptimizer`); again changes nothing.
+    Works on the innermost optimizer (inside a `LossScaleOptimizer`). Again with the same
+    options it changes nothing; with others it raises `ValueError`, since the first options
+    shape the optimizer's variables and its ring. `compile` under the strategy keeps options
+    installed before it.
 
     Args:
         optimizer: a Keras 3 optimizer of the TensorFlow backend.
@@ -95,10 +98,14 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
         The optimizer that now all-reduces this way.
     """
     outer, optimizer = optimizer, _innermost(optimizer)
+    compression = check_compression(compression)
+    asked = {"compression": compression, "steps_per_sync": steps_per_sync,
+             "transport": transport, "timeout_seconds": timeout_seconds,
+             "shard_optimizer_state": shard_optimizer_state, "bucket_bytes": bucket_bytes}
     found = optimizer_step.find(optimizer)
     if found is not None and found.communication is not None:
+        _refuse_other_options(found.options, asked)
         return optimizer
-    compression = check_compression(compression)
     combinations.refuse(kind_lib.kind_of(strategy).name, steps_per_sync=steps_per_sync,
                         shard_optimizer_state=shard_optimizer_state,
                         **combinations.optimizer_levels(optimizer))
@@ -136,4 +143,24 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     if steps_per_sync > 1:
         accumulation.accumulate(optimizer, strategy, steps_per_sync)
     record.communication = (compression, steps_per_sync, transport)
+    record.options = asked
     return optimizer
+
+
+def installed(optimizer):
+    """True when `install` has given `optimizer` (or the one inside it) its communication."""
+    found = optimizer_step.find(_innermost(optimizer))
+    return found is not None and found.communication is not None
+
+
+def _refuse_other_options(installed_options, asked):
+    """Raises when a second `install` asks for options other than those in place."""
+    differ = {name: value for name, value in asked.items() if installed_options[name] != value}
+    if differ:
+        had = ", ".join(f"{name}={installed_options[name]!r}" for name in differ)
+        received = ", ".join(f"{name}={value!r}" for name, value in differ.items())
+        raise ValueError(
+            "`optimizer` already all-reduces with the options a first `install` gave it "
+            f"({had}); they cannot change once installed. Received: {received}. Install "
+            "once, before `compile` (whose own install then keeps them), or give the options "
+            "to `make_strategy`.")

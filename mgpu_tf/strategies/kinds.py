@@ -86,7 +86,8 @@ class _DataParallelKind(StrategyKind):
             "steps_per_sync": self.settings.steps_per_sync}
         combinations.refuse(self.name, **toolkit, **combinations.optimizer_levels(optimizer))
         chosen = communication.options_of(self.settings)
-        if chosen:
+        # Options a user installed before `compile` are theirs to keep (comm.prepare.install).
+        if chosen and not communication.installed(optimizer):
             communication.install(optimizer, self.strategy, **chosen)
         return clipping.clip_after_sum(optimizer)
 

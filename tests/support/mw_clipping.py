@@ -27,10 +27,12 @@ TERMS = 5 + 16 + 8 + 1 + 8 + 16
 
 # (name, clip, options of mgpu_tf.comm.prepare.install): what the two workers train.
 WORKER_CELLS = (
-    ("tensorflow-clipnorm", "clipnorm", {}),
-    ("tensorflow-global_clipnorm", "global_clipnorm", {}),
-    ("tensorflow-sharded-clipnorm", "clipnorm", {"shard_optimizer_state": True}),
-    ("tensorflow-sharded-global_clipnorm", "global_clipnorm", {"shard_optimizer_state": True}),
+    ("tensorflow-clipnorm", "clipnorm", {"transport": "tensorflow"}),
+    ("tensorflow-global_clipnorm", "global_clipnorm", {"transport": "tensorflow"}),
+    ("tensorflow-sharded-clipnorm", "clipnorm",
+     {"transport": "tensorflow", "shard_optimizer_state": True}),
+    ("tensorflow-sharded-global_clipnorm", "global_clipnorm",
+     {"transport": "tensorflow", "shard_optimizer_state": True}),
     ("tcp-clipnorm", "clipnorm", {"transport": "tcp"}),
     ("tcp-sharded-global_clipnorm", "global_clipnorm",
      {"transport": "tcp", "shard_optimizer_state": True}),
@@ -61,10 +63,12 @@ def _layers(dtype=None):
     ])
 
 
-def build_model(weights, clip=None, *, mixed=False, **optimizer_options):
+def build_model(weights, clip=None, *, mixed=False, before_compile=None, **optimizer_options):
     """The compiled model: SGD with `clip` (a key of `CLIPS`, None: none).
 
     `mixed`: the hidden layers in mixed_float16, the optimizer in a `LossScaleOptimizer`.
+    `before_compile` is called with the optimizer before `compile`, which keeps the
+    communication it installs.
     """
     model = _layers("mixed_float16" if mixed else None)
     model.set_weights(weights)
@@ -73,6 +77,8 @@ def build_model(weights, clip=None, *, mixed=False, **optimizer_options):
     optimizer = keras.optimizers.SGD(LEARNING_RATE, **optimizer_options)
     if mixed:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    if before_compile is not None:
+        before_compile(optimizer)
     model.compile(optimizer=optimizer, loss="mse")
     return model
 
@@ -123,9 +129,8 @@ def main(out_dir, mode="multi_worker"):
         if options.get("shard_optimizer_state") and _keras_release() < (3, 10):
             continue  # refused there
         with strategy.scope():
-            model = build_model(weights, clip)
-        if options:
-            communication.install(model.optimizer, strategy, **options)
+            model = build_model(weights, clip, before_compile=lambda optimizer: (
+                communication.install(optimizer, strategy, **options)))
         model.fit(global_batches(x, y, GLOBAL_BATCH), epochs=1, shuffle=False, verbose=0)
         for i, weight in enumerate(model.get_weights()):
             saved[f"{name}/{i}"] = weight
