@@ -200,6 +200,17 @@ print(logging.getLogger("mgpu_tf").handlers, logging.getLogger("mgpu_tf").level,
 
 # The README's second command, with the level the notebooks and CI set: TensorFlow's lines
 # written before absl::InitializeLog() and its Python INFO lines stay out all the same.
+def test_simulate_devices_as_the_first_call_leaves_tensorflows_own_lines_out(tmp_path):
+    # The README's own order: simulate_devices before make_strategy, TensorFlow not imported.
+    stderr = _run_as_a_user(tmp_path, """
+        import mgpu_tf
+        mgpu_tf.simulate_devices(2)
+        import tensorflow as tf
+        assert len(tf.config.list_logical_devices("CPU")) == 2
+    """)
+    assert _shown(stderr, (*ON_IMPORT, *NATIVE)) == [], stderr[-3000:]
+
+
 def test_a_level_set_by_hand_keeps_the_filter(tmp_path, level="2"):
     env = {k: v for k, v in workers.environment().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(

@@ -1,11 +1,12 @@
 """Devices: splitting one physical device into logical ones, and naming devices.
 
+TensorFlow is imported when a function runs, so that `mgpu_tf.simulate_devices` sets the
+log up before TensorFlow writes its import-time lines.
+
 Design: docs/design.md#devices
 """
 
 import sys
-
-import tensorflow as tf
 
 __all__ = [
     "DevicesAlreadyInitializedError",
@@ -59,6 +60,8 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
         ValueError: for a bad count or device type, or no such physical device.
         DevicesAlreadyInitializedError: when the runtime has already started.
     """
+    import tensorflow as tf
+
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(
             f"`count` must be an integer of at least 1. Received: count={count!r}"
@@ -106,6 +109,8 @@ def simulate_devices(count, device_type="CPU", *, memory_limit_mb=1024):
 
 def physical_devices(device_type):
     """Returns the physical devices of a type; does not start the runtime."""
+    import tensorflow as tf
+
     return tf.config.list_physical_devices(device_type)
 
 
@@ -115,6 +120,8 @@ def planned_logical_devices(device_type):
     Reads the logical configuration set so far instead of listing logical devices,
     which would start the runtime.
     """
+    import tensorflow as tf
+
     names = []
     for physical in tf.config.list_physical_devices(device_type):
         logical = tf.config.get_logical_device_configuration(physical) or [None]
@@ -129,6 +136,8 @@ def local_devices(device_type=None):
     Args:
         device_type: `"CPU"`, `"GPU"` or `None` for GPUs if there are any, else CPUs.
     """
+    import tensorflow as tf
+
     if device_type is None:
         device_type = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
     return planned_logical_devices(device_type.upper())
@@ -136,6 +145,8 @@ def local_devices(device_type=None):
 
 def nccl_available():
     """True where NCCL can run: Linux with at least one GPU and a CUDA build."""
+    import tensorflow as tf
+
     return (
         sys.platform.startswith("linux")
         and tf.test.is_built_with_cuda()
@@ -149,6 +160,8 @@ def canonical_device(name):
     Raises:
         ValueError: when the string is not a device name.
     """
+    import tensorflow as tf
+
     if not isinstance(name, str) or not name.strip():
         raise ValueError(
             f"A device must be a string such as '/device:GPU:0'. Received: {name!r}"
