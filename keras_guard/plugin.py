@@ -14,6 +14,7 @@ runs differ only in what the mode adds:
 import importlib.util
 import json
 import os
+import resource
 import sys
 import types
 
@@ -36,6 +37,11 @@ def pytest_addoption(parser):
                          "of make_strategy per test). Defaults to alone.")
     group.addoption("--guard-outcomes", default=None,
                     help="a JSON file to write {node id: [outcome, message, seconds]} to")
+    group.addoption("--guard-area", default=None,
+                    help="leave out the tests keras_guard.areas keeps for another area "
+                         "(ci: the slowest parametrizations); all collected by default")
+    group.addoption("--guard-installed", default=None,
+                    help="a JSON file to write the names of the patches in place at the end to")
     group.addoption("--guard-coverage", default=None,
                     help="a coverage data file: records which lines of mgpu_tf/compat run "
                          "(needs the coverage package)")
@@ -74,10 +80,28 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    installed = config.getoption("--guard-installed")
+    if installed:
+        from mgpu_tf.compat import patches
+
+        with open(installed, "w", encoding="utf-8") as file:
+            json.dump(sorted(patches.installed()), file)
     recorder = config.stash.get(_COVERAGE, None)
     if recorder is not None:
         recorder.stop()
         recorder.save()
+
+
+def pytest_collection_modifyitems(config, items):
+    area = config.getoption("--guard-area")
+    if area is None:
+        return
+    from keras_guard import areas
+
+    left = [item for item in items if not areas.takes(area, item.nodeid)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if areas.takes(area, item.nodeid)]
 
 
 _COVERAGE = pytest.StashKey()
@@ -108,6 +132,13 @@ def guard_strategy(request):
         yield strategy
     finally:
         tf.distribute.experimental_set_strategy(None)
+
+
+@pytest.fixture
+def guard_coverage(request):
+    """The coverage data file of this run (`--guard-coverage`), or None: processes a test
+    starts record theirs beside it, under its name with a suffix."""
+    return request.config.getoption("--guard-coverage")
 
 
 def _stand_in(name):
@@ -157,11 +188,29 @@ def _message(report):
     return (" | ".join(lines[:4]) if lines else str(report.longrepr).splitlines()[-1])[:300]
 
 
+def _cpu_seconds():
+    """CPU seconds this process has used (user + system, every thread's), with those of the
+    processes it started and waited for (a test's workers)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 class _Recorder:
-    """Keeps `[outcome, message, seconds]` by node id and writes them at the end."""
+    """Keeps `[outcome, message, seconds, CPU seconds]` by node id and writes them at the end.
+
+    The CPU seconds of a test (its setup, call and teardown) are the process' own, so they
+    hold under any load, where the wall-clock seconds grow with it."""
 
     def __init__(self, path):
-        self.path, self.results = path, {}
+        self.path, self.results, self.cpu = path, {}, {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item):
+        started = _cpu_seconds()
+        yield
+        self.cpu[item.nodeid] = round(_cpu_seconds() - started, 3)
+        if item.nodeid in self.results:
+            self.results[item.nodeid] = self.results[item.nodeid][:3] + [self.cpu[item.nodeid]]
 
     def pytest_runtest_logreport(self, report):
         outcome = outcome_of(report)
