@@ -6,13 +6,17 @@ parametrizations an area leaves to another.
 Keras' trainer tests parametrized by steps per execution, steps per epoch and mode, it keeps
 every mode (eager, graph or non-jit, jit) at least once, and the cases where an execution or
 an epoch ends short (where the `steps` patch reads its data check), and leaves the other
-parametrizations, which repeat the same paths with more steps, to `full`.
+parametrizations, which repeat the same paths with more steps, to `full`; so it does with
+parametrizations by the kind of array a data adapter takes (float64 beside float32, JAX's
+arrays beside NumPy's and TensorFlow's), which reach the strategy as the same tensors.
 `full`: every test of the areas the patches touch, for before a release.
 """
 
+import fnmatch
 import itertools
 
-__all__ = ["ADDED", "AREAS", "FAMILIES", "LEFT_TO_FULL", "family_names", "paths", "takes"]
+__all__ = ["ADDED", "AREAS", "FAMILIES", "LEFT_TO_FULL", "LEFT_TO_FULL_PATTERNS",
+           "family_names", "paths", "takes"]
 
 _TRAINERS = ("keras/src/trainers",)
 _DISTRIBUTE = ("keras/src/backend/tensorflow",
@@ -72,6 +76,30 @@ LEFT_TO_FULL = {
 }
 
 
+_ARRAYS = "keras/src/trainers/data_adapters/array_data_adapter_test.py::TestArrayDataAdapter::"
+# Node id patterns (fnmatch's) the `ci` area leaves to `full`, with why.
+LEFT_TO_FULL_PATTERNS = {
+    "ci": (
+        # Each kind of array in float64 too: the adapter's cast, no strategy in it.
+        _ARRAYS + "test_basic_flow_*_float64_*",
+        _ARRAYS + "test_basic_flow_jax_*",
+        # Sparse JAX arrays: the adapters make them the tf.SparseTensor scipy's become.
+        _TRAINER_TEST + "test_*_sparse_jax_*",
+        # PyDataset read by threads, with class weights or without end: the plain,
+        # endless and weighted cases stay.
+        _TRAINER_TEST + "test_fit_with_data_adapter_py_dataset_multithreading_*",
+        _TRAINER_TEST + "test_fit_with_data_adapter_py_dataset_infinite_cw",
+        # Validation split with steps_per_epoch: its jit mode stays, and each mode without.
+        _TRAINER_TEST + "test_fit_with_val_split_steps_per_epoch_eager",
+        _TRAINER_TEST + "test_fit_with_val_split_steps_per_epoch_graph_fn",
+        # predict with one step an execution: the cases with 50 stay, where `steps` acts.
+        _TRAINER_TEST + "test_predict_preserve_order_1_*",
+        _TRAINER_TEST + "test_predict_generator_1_*",
+    ),
+    "full": (),
+}
+
+
 def paths(area, tree):
     """The paths (relative to `tree`) a run of `area` takes, those the release has."""
     if area not in AREAS:
@@ -83,4 +111,5 @@ def takes(area, nodeid):
     """True when a run of `area` takes the test `nodeid` of its files."""
     if area not in AREAS:
         raise ValueError(f"`area` must be one of {', '.join(AREAS)}. Received: area={area!r}")
-    return nodeid not in LEFT_TO_FULL[area]
+    return nodeid not in LEFT_TO_FULL[area] and not any(
+        fnmatch.fnmatchcase(nodeid, pattern) for pattern in LEFT_TO_FULL_PATTERNS[area])

@@ -4,6 +4,7 @@ arguments. No TensorFlow: the runs themselves are `nox -s keras_guard`."""
 import pathlib
 import re
 import runpy
+import sys
 import tomllib
 import types
 
@@ -106,6 +107,30 @@ def test_the_ci_area_keeps_every_mode_of_each_family_and_leaves_the_rest_to_full
     assert areas.takes("ci", "keras/src/trainers/trainer_test.py::TestTrainer::test_fit_flow_jit")
     with pytest.raises(ValueError, match="`area` must be one of ci, full"):
         areas.takes("quick", "x.py::t")
+
+
+def test_the_ci_area_leaves_the_array_kinds_that_repeat_a_path_to_full():
+    arrays = ("keras/src/trainers/data_adapters/array_data_adapter_test.py::"
+              "TestArrayDataAdapter::test_basic_flow_")
+    trainer = "keras/src/trainers/trainer_test.py::TestTrainer::"
+    for left in (arrays + "np_float64_batch", arrays + "jax_sparse_float32_true",
+                 trainer + "test_fit_sparse_jax_eager", trainer + "test_predict_generator_1_jit"):
+        assert not areas.takes("ci", left) and areas.takes("full", left), left
+    for kept in (arrays + "np_float32_batch", arrays + "tf_sparse_float32_true",
+                 trainer + "test_fit_sparse_scipy_eager", trainer + "test_predict_generator_50_jit",
+                 trainer + "test_fit_with_val_split_steps_per_epoch_jit"):
+        assert areas.takes("ci", kept), kept
+
+
+def test_an_old_class_name_stands_for_the_renamed_class_while_a_file_is_imported(monkeypatch):
+    module = types.ModuleType("renamed_for_test")
+    module.Trainer = object
+    monkeypatch.setitem(sys.modules, "renamed_for_test", module)
+    monkeypatch.setattr(plugin, "RENAMED", (("renamed_for_test", "OldTrainer", "Trainer"),
+                                            ("renamed_for_test", "Trainer", "Gone"),
+                                            ("not_a_module_here", "A", "B")))
+    assert plugin._old_names() == [(module, "OldTrainer")]
+    assert module.OldTrainer is object
 
 
 def test_a_nightly_without_test_files_takes_the_release_before_it():
