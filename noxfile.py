@@ -187,6 +187,7 @@ def _run_subset(session, started):
                               env={"TF_CPP_MIN_LOG_LEVEL": "3"})
     except nox.command.CommandFailed:
         patches = None
+    found = None
     try:
         # Exit code 5 (no tests collected) fails the session like any other but 0.
         try:
@@ -195,14 +196,20 @@ def _run_subset(session, started):
             failed = False
         except nox.command.CommandFailed:
             failed = True
+        found = counts(RESULTS / f"{session.name}.xml")
+        session.log(f"{session.name}: {found['passed']} passed, {found['failed']} failed "
+                    f"({found['private_name_errors']} of them PrivateNameError), "
+                    f"{found['skipped']} skipped")
         # The names reached, whether or not every test passed.
         session.run("python", "-m", "support.private_names", str(names),
                     env={"PYTHONPATH": "tests", "TF_CPP_MIN_LOG_LEVEL": "3"})
         if failed:
-            session.error("some tests failed (above)")
+            session.error(f"{found['failed']} tests failed, {found['private_name_errors']} of "
+                          "them with PrivateNameError (above)")
     finally:
         ended = time.monotonic()
         (RESULTS / f"{session.name}.json").write_text(json.dumps({
+            **{key: found[key] for key in ("failed", "private_name_errors") if found},
             "versions": versions.split()[-2:] if versions else None,
             "patches": json.loads(patches.splitlines()[-1]) if patches else None,
             "install_seconds": round(installed - started),
@@ -254,6 +261,27 @@ def _outcomes(path):
     return outcomes
 
 
+def counts(path):
+    """`{"passed", "failed", "skipped", "private_name_errors"}` of a pytest junit XML file:
+    `failed` counts failures and errors, `private_name_errors` those whose report names
+    `PrivateNameError` (a private Keras or TensorFlow name the release no longer has). All 0
+    when the file is missing (pytest did not start)."""
+    found = dict.fromkeys(("passed", "failed", "skipped", "private_name_errors"), 0)
+    if not pathlib.Path(path).exists():
+        return found
+    for case in ElementTree.parse(path).iter("testcase"):
+        bad = [e for e in (case.find("failure"), case.find("error")) if e is not None]
+        if bad:
+            found["failed"] += 1
+            found["private_name_errors"] += any(
+                "PrivateNameError" in (e.get("message", "") + (e.text or "")) for e in bad)
+        elif case.find("skipped") is not None:
+            found["skipped"] += 1
+        else:
+            found["passed"] += 1
+    return found
+
+
 def table(folder=RESULTS):
     """docs/compatibility.md's table from the sessions' files in `folder`: a row per file and
     capability, a column per session run."""
@@ -284,6 +312,9 @@ def table(folder=RESULTS):
                 (timings.get(s, {}).get("patches") or {}).get(patch)] for s in ran)])
     rows.append(["release", *(" + ".join(timings[s]["versions"] or []) if s in timings else ""
                               for s in ran)])
+    rows.append(["failed (of them PrivateNameError)", *(
+        f"{timings[s]['failed']} ({timings[s]['private_name_errors']})"
+        if "failed" in timings.get(s, {}) else "" for s in ran)])
     rows.append(["install / tests (min)", *(
         "%.1f / %.1f" % (timings[s]["install_seconds"] / 60, timings[s]["test_seconds"] / 60)
         if s in timings else "" for s in ran)])

@@ -1,13 +1,22 @@
 """Keras' trainer driven through the paths where mgpu_tf's patches act, against one device.
 
 Keras' own tests seldom take these paths under a strategy: a custom training loop with an
-optimizer built at its first step (`custom_loop`), a model's own `train_step` logging
+optimizer built at its first step (`custom_loop`), and with a model built at its first call
+inside `strategy.run` (`lazy_build`), a model's own `train_step` logging
 `compute_loss` (`step_loss`), Dropout on each replica (`replica_seeds`), a clipping optimizer
-(the `optimizer` hooks), and `fit` on `shard_dataset`'s data (`shuffle`). Each test runs under
-`--guard-mode=mirrored` only (elsewhere it skips) and compares with a hand-computed
-one-device result; each fails under the strategy without its patch.
+(the `optimizer` hooks), `fit` on `shard_dataset`'s data (`shuffle`), and `fit` and
+`evaluate` on 2 worker processes (`multi_worker`). Each test runs under
+`--guard-mode=mirrored` only (elsewhere it skips), compares with a hand-computed one-device
+result, and fails under the strategy without its patch. The workers' test also takes Keras'
+metric reads between steps under several workers, where `metric_reads` acts (its workers
+record their coverage beside the run's): what that patch changes, the collectives' keys
+TensorFlow keeps, is no outcome of a test here (tests/test_compat_collectives.py checks it).
 """
 
+import io
+import json
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -16,6 +25,8 @@ import tensorflow as tf
 
 import keras
 import mgpu_tf
+from keras_guard import two_workers
+from mgpu_tf.cluster import launcher
 
 BATCH = 8
 
@@ -49,10 +60,15 @@ def _gradient(x, y, w):
     return 2.0 * x.T @ (x @ w - y[:, None]) / len(x)
 
 
-def test_a_custom_loop_with_an_unbuilt_optimizer_trains_as_one_device(strategy):
+@pytest.mark.parametrize("built", ["in scope", "at its first call"])
+def test_a_custom_loop_with_an_unbuilt_optimizer_trains_as_one_device(strategy, built):
     x, y, w = _problem()
     with strategy.scope():
-        model = _linear(w)
+        if built == "in scope":
+            model = _linear(w)
+        else:  # TensorFlow's custom-loop tutorial: no Input, built in a replica's trace
+            model = keras.Sequential([keras.layers.Dense(
+                1, use_bias=False, kernel_initializer=keras.initializers.Constant(w))])
         optimizer = keras.optimizers.SGD(0.1, momentum=0.9)  # built at its first apply
     batches = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH))
@@ -140,3 +156,41 @@ def test_fit_on_shard_datasets_data_neither_shuffles_nor_warns(strategy):
     assert not [str(w.message) for w in caught if "shuffle" in str(w.message)]
     np.testing.assert_allclose(logged.history["loss"][0], np.mean((x @ w - y[:, None]) ** 2),
                                rtol=1e-5)
+
+
+def _worker_environment(coverage):
+    """This process' environment for the workers: no cluster of its own, on the CPU, and the
+    coverage file prefix when the run records coverage."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "TPU_NAME") and not k.startswith("MGPU_TF_")}
+    env.update(CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2", KERAS_BACKEND="tensorflow")
+    env.pop(two_workers.COVERAGE_VARIABLE, None)
+    if coverage:
+        env[two_workers.COVERAGE_VARIABLE] = coverage
+    return env
+
+
+def test_two_workers_fit_and_evaluate_as_one_device(strategy, guard_coverage, tmp_path):
+    x, y, w = _problem()
+    epochs = 2
+    np.savez(tmp_path / "data.npz", x=x, y=y, w=w, batch=BATCH, epochs=epochs)
+    out = io.StringIO()
+    code = launcher.launch([sys.executable, "-m", "keras_guard.two_workers",
+                            str(tmp_path / "data.npz"), str(tmp_path)], 2,
+                           env=_worker_environment(guard_coverage), output=out,
+                           grace_seconds=5.0)
+    assert code == 0, f"a worker failed (exit {code}):\n{out.getvalue()[-3000:]}"
+    expected, losses = w.copy(), []
+    for _ in range(epochs):
+        batch_losses = []
+        for start in range(0, len(x), BATCH):
+            bx, by = x[start:start + BATCH], y[start:start + BATCH]
+            batch_losses.append(np.mean((bx @ expected - by[:, None]) ** 2))
+            expected = expected - 0.1 * _gradient(bx, by, expected)
+        losses.append(np.mean(batch_losses))  # equal batches: Keras' mean over the epoch
+    for index in (0, 1):
+        found = json.loads((tmp_path / f"worker{index}.json").read_text())
+        np.testing.assert_allclose(found["kernel"], expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(found["history"]["loss"], losses, rtol=1e-5)
+        np.testing.assert_allclose(found["evaluate"], np.mean((x @ expected - y[:, None]) ** 2),
+                                   rtol=1e-5)

@@ -14,6 +14,7 @@ runs differ only in what the mode adds:
 import importlib.util
 import json
 import os
+import resource
 import sys
 import types
 
@@ -27,6 +28,11 @@ DEVICES = 2
 # tensors, grain's data sets): where absent, a placeholder stands in while such a file is
 # imported, and is gone before any test runs, so Keras never sees it.
 STAND_INS = ("torch", "grain")
+# Names a later Keras gave a class the test files import by its older name: (module, old
+# name, new name). While a test file is imported the old name is the class itself, and is
+# gone again before any test runs, as the stand-ins are. Keras 3.16 renamed TensorFlow's
+# trainer class, which 3.15's trainer_test.py imports (keras-nightly's tests are 3.15's).
+RENAMED = (("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer", "Trainer"),)
 
 
 def pytest_addoption(parser):
@@ -36,6 +42,11 @@ def pytest_addoption(parser):
                          "of make_strategy per test). Defaults to alone.")
     group.addoption("--guard-outcomes", default=None,
                     help="a JSON file to write {node id: [outcome, message, seconds]} to")
+    group.addoption("--guard-area", default=None,
+                    help="leave out the tests keras_guard.areas keeps for another area "
+                         "(ci: the slowest parametrizations); all collected by default")
+    group.addoption("--guard-installed", default=None,
+                    help="a JSON file to write the names of the patches in place at the end to")
     group.addoption("--guard-coverage", default=None,
                     help="a coverage data file: records which lines of mgpu_tf/compat run "
                          "(needs the coverage package)")
@@ -74,10 +85,28 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    installed = config.getoption("--guard-installed")
+    if installed:
+        from mgpu_tf.compat import patches
+
+        with open(installed, "w", encoding="utf-8") as file:
+            json.dump(sorted(patches.installed()), file)
     recorder = config.stash.get(_COVERAGE, None)
     if recorder is not None:
         recorder.stop()
         recorder.save()
+
+
+def pytest_collection_modifyitems(config, items):
+    area = config.getoption("--guard-area")
+    if area is None:
+        return
+    from keras_guard import areas
+
+    left = [item for item in items if not areas.takes(area, item.nodeid)]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if areas.takes(area, item.nodeid)]
 
 
 _COVERAGE = pytest.StashKey()
@@ -110,6 +139,13 @@ def guard_strategy(request):
         tf.distribute.experimental_set_strategy(None)
 
 
+@pytest.fixture
+def guard_coverage(request):
+    """The coverage data file of this run (`--guard-coverage`), or None: processes a test
+    starts record theirs beside it, under its name with a suffix."""
+    return request.config.getoption("--guard-coverage")
+
+
 def _stand_in(name):
     def missing(attribute):
         raise ImportError(f"{name} is not installed: {name}.{attribute} cannot be used here. "
@@ -128,11 +164,28 @@ def pytest_make_collect_report(collector):
     absent = [name for name in STAND_INS
               if name not in sys.modules and importlib.util.find_spec(name) is None]
     sys.modules.update({name: _stand_in(name) for name in absent})
+    renamed = _old_names()
     try:
         yield
     finally:
         for name in absent:
             sys.modules.pop(name, None)
+        for module, old in renamed:
+            delattr(module, old)
+
+
+def _old_names():
+    """Sets each old name of `RENAMED` its module lacks; returns `[(module, old name)]` set."""
+    done = []
+    for module_name, old, new in RENAMED:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if not hasattr(module, old) and hasattr(module, new):
+            setattr(module, old, getattr(module, new))
+            done.append((module, old))
+    return done
 
 
 def outcome_of(report):
@@ -157,11 +210,29 @@ def _message(report):
     return (" | ".join(lines[:4]) if lines else str(report.longrepr).splitlines()[-1])[:300]
 
 
+def _cpu_seconds():
+    """CPU seconds this process has used (user + system, every thread's), with those of the
+    processes it started and waited for (a test's workers)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 class _Recorder:
-    """Keeps `[outcome, message, seconds]` by node id and writes them at the end."""
+    """Keeps `[outcome, message, seconds, CPU seconds]` by node id and writes them at the end.
+
+    The CPU seconds of a test (its setup, call and teardown) are the process' own, so they
+    hold under any load, where the wall-clock seconds grow with it."""
 
     def __init__(self, path):
-        self.path, self.results = path, {}
+        self.path, self.results, self.cpu = path, {}, {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item):
+        started = _cpu_seconds()
+        yield
+        self.cpu[item.nodeid] = round(_cpu_seconds() - started, 3)
+        if item.nodeid in self.results:
+            self.results[item.nodeid] = self.results[item.nodeid][:3] + [self.cpu[item.nodeid]]
 
     def pytest_runtest_logreport(self, report):
         outcome = outcome_of(report)

@@ -112,7 +112,7 @@ def test_the_table_reads_each_sessions_junit_results(noxfile, tmp_path):
         '</testsuite></testsuites>')
     (tmp_path / "nightly.json").write_text(
         '{"versions": ["2.23.0.dev1", "3.16.0.dev1"], "patches": {"steps": false},'
-        ' "install_seconds": 90, "test_seconds": 600}')
+        ' "failed": 2, "private_name_errors": 1, "install_seconds": 90, "test_seconds": 600}')
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:]
             for line in noxfile["table"](tmp_path).splitlines()}
     assert rows[""] == ["nightly |"]
@@ -122,6 +122,24 @@ def test_the_table_reads_each_sessions_junit_results(noxfile, tmp_path):
     assert rows["patch `steps`"] == ["skipped |"]
     assert rows["release"] == ["2.23.0.dev1 + 3.16.0.dev1 |"]
     assert rows["install / tests (min)"] == ["1.5 / 10.0 |"]
+    assert rows["failed (of them PrivateNameError)"] == ["2 (1) |"]
+
+
+def test_a_sessions_counts_name_its_private_name_errors(noxfile, tmp_path):
+    (tmp_path / "nightly.xml").write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="t1"><failure message="AssertionError">'
+        'E  mgpu_tf.compat.private.PrivateNameError: Keras 3.17 has no Trainer.fit'
+        '</failure></testcase>'
+        '<testcase classname="tests.test_a" name="t2">'
+        '<error message="PrivateNameError: gone"/></testcase>'
+        '<testcase classname="tests.test_a" name="t3"><failure message="off by 2"/></testcase>'
+        '<testcase classname="tests.test_a" name="t4"/>'
+        '<testcase classname="tests.test_a" name="t5"><skipped/></testcase>'
+        '</testsuite></testsuites>')
+    assert noxfile["counts"](tmp_path / "nightly.xml") == {
+        "passed": 1, "failed": 3, "skipped": 1, "private_name_errors": 2}
+    assert noxfile["counts"](tmp_path / "none.xml")["failed"] == 0
 
 
 def test_a_pair_session_installs_no_second_keras_or_tensorflow(noxfile):
