@@ -139,7 +139,8 @@ def structure(notebook):
 def test_the_tutorial_notebooks_are_there():
     names = {p.name for p in NOTEBOOKS}
     assert {"01_quick_start.ipynb", "02_data_parallelism.ipynb", "03_model_parallelism.ipynb",
-            "04_multi_worker.ipynb", "05_choosing_a_strategy.ipynb"} <= names, names
+            "04_multi_worker.ipynb", "05_choosing_a_strategy.ipynb",
+            "06_kerashub.ipynb"} <= names, names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -257,11 +258,36 @@ def _choosing_a_strategy(out):
     assert float(re.search(r"measured compute of one step: ([\d.]+) ms", out).group(1)) > 0
 
 
+def _kerashub(out):
+    # The pipeline's cut by hand: GPT-2's 4 equal blocks outweigh its embeddings and last
+    # norm, two blocks a stage; a block of hidden 32 holds 4 projections of 32 x 32 + 32, 2
+    # of the feed-forward (32 x 64 + 64, 64 x 32 + 32) and 2 norms of 2 x 32 float32 weights.
+    block = 4 * (4 * (32 * 32 + 32) + 32 * 64 + 64 + 64 * 32 + 32 + 2 * 2 * 32)
+    embeddings = 4 * (54 * 32 + 16 * 32)  # token (54 pieces) and position (16) embeddings
+    stages = re.findall(r"^stage (\d) on \S+: ([\d,]+) bytes of weights, blocks (.*)$", out,
+                        re.M)
+    assert [(int(k), int(b.replace(",", ""))) for k, b, _ in stages] == [
+        (0, embeddings + 2 * block), (1, 2 * block + 4 * 2 * 32)], out
+    assert [ast.literal_eval(names) for *_, names in stages] == [
+        ["transformer_layer_0", "transformer_layer_1"],
+        ["transformer_layer_2", "transformer_layer_3"]], out
+    losses = dict(re.findall(r"^(pipeline|one device), loss by epoch: +(\[.*\])$", out, re.M))
+    piped, one = (ast.literal_eval(losses[k]) for k in ("pipeline", "one device"))
+    assert len(one) == 3 and one[-1] < one[0], out
+    assert max(abs(a - b) for a, b in zip(piped, one)) < 1e-3, out
+    # The planner's per-stage table row names both stages' memory.
+    assert re.search(r"^ +per stage: [\d.]+ [KM]iB \| [\d.]+ [KM]iB$", out, re.M), out
+    workers = re.findall(r"^\[(\d)\] loss by epoch: (\[.*\])$", out, re.M)
+    assert sorted(w for w, _ in workers) == ["0", "1"] and "exit code: 0" in out, out
+    for _, loss in workers:  # one model: the workers' losses are one device's
+        assert max(abs(a - b) for a, b in zip(ast.literal_eval(loss), one)) < 1e-3, out
+
+
 # What each tutorial prints, checked against figures worked out here. A notebook without
 # an entry is still run and its stored outputs compared with the fresh ones.
 _CHECKS = {"01_quick_start": _quick_start, "02_data_parallelism": _data_parallelism,
            "03_model_parallelism": _model_parallelism, "04_multi_worker": _multi_worker,
-           "05_choosing_a_strategy": _choosing_a_strategy}
+           "05_choosing_a_strategy": _choosing_a_strategy, "06_kerashub": _kerashub}
 
 
 async def _execute_all(paths, kernel_name, workdir_of, slots=2):

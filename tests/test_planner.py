@@ -126,7 +126,7 @@ def _sequence_model():
 def test_the_message_names_one_layout_and_the_fewest_devices_that_fit():
     model = _sequence_model()
     with pytest.raises(PlanError) as caught:
-        mgpu_tf.plan(model, devices=4, device_memory="1.1MiB", global_batch_size=64,
+        mgpu_tf.plan(model, devices=4, device_memory="1MiB", global_batch_size=64,
                      measure_compute=False)
     message = str(caught.value)
     # Over the 4 devices, a recomputing pipeline needs least: each of its stages sees the
@@ -135,18 +135,18 @@ def test_the_message_names_one_layout_and_the_fewest_devices_that_fit():
         "The model does not fit the devices even fully split: the layout needing the least, "
         "a pipeline of 4 stages, one per device, each stage processing all 64 examples, "
         "recomputing over 64 micro-batches, needs "), message
-    assert "Received: devices=4, workers=1, device_memory=1.10 MiB, global_batch_size=64. " \
+    assert "Received: devices=4, workers=1, device_memory=1.00 MiB, global_batch_size=64. " \
         in message
     found = re.search(r"Use (\d+) devices per machine: data parallel over \1 devices, "
                       r"(\d+) examples? each, needs", message)
     assert found, message
     # Checked against plans for those devices: they fit, and one device fewer does not.
     devices = int(found.group(1))
-    fits = mgpu_tf.plan(model, devices=devices, device_memory="1.1MiB", global_batch_size=64,
+    fits = mgpu_tf.plan(model, devices=devices, device_memory="1MiB", global_batch_size=64,
                         measure_compute=False).recommended
     assert (fits.name, fits.fits, fits.batch) == ("data", True, int(found.group(2)))
     with pytest.raises(PlanError):
-        mgpu_tf.plan(model, devices=devices - 1, device_memory="1.1MiB", global_batch_size=64,
+        mgpu_tf.plan(model, devices=devices - 1, device_memory="1MiB", global_batch_size=64,
                      measure_compute=False)
 
 

@@ -41,6 +41,10 @@ def add_parser(subparsers):
                         help="memory of each device, e.g. 80GiB or '16 GB' (default: the "
                         "GPUs' memory, or RAM shared by the CPU devices)")
     parser.add_argument("--workers", type=int, default=1, help="workers (default 1)")
+    parser.add_argument("--sequence_length", type=int, default=None,
+                        help="length of the dimensions the model's inputs leave open besides "
+                        "the batch, a text model's sequence (default: the model's "
+                        "preprocessor's sequence_length, if it has one)")
     parser.add_argument("--optimizer", default="adam", help="optimizer name (default adam)")
     parser.add_argument("--interconnect", default="pcie",
                         help=f"one of {', '.join(interconnect_lib.INTERCONNECTS)} "
@@ -179,7 +183,8 @@ def _check_saved_format(path):
 def _check(args):
     check_model_spec(args.model)
     for flag, value in (("--global_batch_size", args.global_batch_size),
-                        ("--workers", args.workers), ("--devices", args.devices)):
+                        ("--workers", args.workers), ("--devices", args.devices),
+                        ("--sequence_length", args.sequence_length)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1. Received: {flag}={value}")
     if args.interconnect.lower() not in interconnect_lib.INTERCONNECTS:
@@ -231,7 +236,7 @@ def plan_command(args):
             latency=args.latency, measure_compute=not args.no_measure,
             compute_seconds=args.compute_seconds, device_throughput=args.device_throughput,
             schedule=args.schedule, jitter=args.jitter, epoch_examples=args.epoch_examples,
-            epoch_overhead=args.epoch_overhead)
+            epoch_overhead=args.epoch_overhead, sequence_length=args.sequence_length)
     except (ValueError, TypeError) as error:
         print(f"mgpu-tf plan: {error.args[0] if error.args else error}", file=sys.stderr)
         return 1 if type(error).__name__ == "PlanError" else 2

@@ -1,6 +1,6 @@
-"""A model's top-level layers and the cuts one tensor crosses: the planner's view of a model.
+"""A model's top-level layers and the cuts one tensor crosses, for `balance.measure_times`.
 
-`ModelParallel` cuts the flattened graph of `mgpu_tf.model_parallel.graph` instead.
+`ModelParallel` and the planner cut the flattened graph of `mgpu_tf.model_parallel.graph`.
 
 Design: docs/design.md#partitioning-a-model
 """

@@ -7,12 +7,12 @@ import dataclasses
 import math
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from mgpu_tf.model_parallel import balance as balance_lib
-from mgpu_tf.model_parallel import partition
+from mgpu_tf.model_parallel import graph as graph_lib
 from mgpu_tf.model_parallel import recompute as recompute_lib
+from mgpu_tf.model_parallel import stage as stage_lib
 from mgpu_tf.planner import liveness
 from mgpu_tf.planner.inputs import OPTIMIZER_SLOTS, parse_size, slots_by_name
 
@@ -25,6 +25,8 @@ __all__ = [
     "optimizer_slots",
     "shardable",
     "sharded_footprint",
+    "input_shapes",
+    "measure_graph",
     "measure_model",
 ]
 
@@ -119,90 +121,158 @@ class Footprint:
 
 
 class ModelMemory:
-    """A model's memory, per layer, ready to be summed over any device's share.
+    """A model's memory per stage of any cut of its flattened graph, by `measure_model`.
 
-    Made by `measure_model`; `footprints(batch, stages)` gives each stage's footprint.
-    Per unit (layer), `saved` and `temporaries` are `(bytes per example, fixed bytes)`.
+    `footprints(batch, stages)` cuts as `ModelParallel(balance="params")`,
+    `stage_footprints(counts, batch)` as told. A stage is traced when first asked for, at two
+    batch sizes; its figures are linear in the batch.
     """
 
-    def __init__(self, graph, trainable_bytes, largest_weight_bytes, saved, temporaries,
-                 input_bytes, output_bytes):
+    def __init__(self, graph, specs, sample_batch):
         self.graph = graph
-        self.trainable_bytes = trainable_bytes
-        self.largest_weight_bytes = largest_weight_bytes
-        self.saved = saved
-        self.temporaries = temporaries
-        self.input_bytes_per_example = input_bytes
-        self.output_bytes_per_example = output_bytes
+        self._specs = specs  # at sample_batch and sample_batch + 1: {key: tf.TensorSpec}
+        self._sample_batch = sample_batch
+        self._traced = {}
+        self.trainable_bytes, self.largest_weight_bytes = [], []
+        counted = set()
+        for unit in graph.units:
+            weights = [w for w in getattr(unit.operation, "trainable_weights", None) or []
+                       if id(w) not in counted]  # a tied weight counts where first used
+            counted.update(id(w) for w in weights)
+            sizes = [graph_lib.param_bytes([w]) for w in weights]
+            self.trainable_bytes.append(sum(sizes))
+            self.largest_weight_bytes.append(max(sizes + [0]))
 
     @property
     def max_stages(self):
-        """The most stages the model can be cut into (one tensor crossing each cut)."""
+        """The most stages the model can be cut into (one per run of layers no mask crosses)."""
         return len(self.graph.atoms())
 
     def stage_counts(self, stages):
         """Layers per stage, as `ModelParallel(balance="params")` cuts them."""
         return balance_lib.balance_by_params(self.graph, stages)
 
-    def entering_bytes_per_example(self, start):
-        """Bytes per example of the tensor entering a stage that starts at unit `start`."""
-        if start == 0:
-            return self.input_bytes_per_example
-        return _per_example(self.graph.tensors[start - 1])
-
     def footprints(self, batch, stages=1, slots=2, recompute="never", microbatches=1):
         """Returns one `Footprint` per stage for `batch` examples per pipeline per step.
 
         `slots` is optimizer slots per weight; `recompute` and `microbatches` are `ModelParallel`'s.
         """
+        counts = [len(self.graph.units)] if stages == 1 else self.stage_counts(stages)
+        return self.stage_footprints(counts, batch, slots, recompute, microbatches)
+
+    def stage_footprints(self, counts, batch, slots=2, recompute="never", microbatches=1):
+        """One `Footprint` per stage of `counts` layers each: what enters a stage is kept for
+        every micro-batch, what its backward reads for each, or, recomputing, for one."""
         mode = recompute_lib.check_recompute(recompute)
         replay = microbatches > 1 and mode != recompute_lib.Recompute.NEVER
         rows = math.ceil(batch / microbatches) if replay else batch
-        counts = [len(self.graph.units)] if stages == 1 else self.stage_counts(stages)
         out, start = [], 0
-        for k, count in enumerate(counts):
-            units = range(start, start + count)
+        for stage in stage_lib.cut(self.graph, counts).stages:
+            units = range(start, start + len(stage.units))
+            traced = self._trace(start, stage)
+            activations = _at(self._bytes(stage.entering), batch) + _at(traced["saved"], rows)
+            # The loss reads the model's outputs (unless the backward pass keeps them anyway).
+            outputs = [k for k, kept in zip(stage.leaving, traced["leaving_saved"])
+                       if k in self.graph.outputs and not kept]
+            activations += _at(self._bytes(outputs), batch)
+            temporaries = _at(traced["temporaries"], rows)
             params = sum(self.graph.units[u].param_bytes for u in units)
             trainable = sum(self.trainable_bytes[u] for u in units)
-            # Saved tensors pile up through the forward pass; each unit's temporaries come
-            # on top of what the units up to it saved (later units' are freed by then).
-            # Recomputing, the stage keeps its input for every micro-batch and the rest
-            # for one micro-batch of `rows` examples.
-            if replay:
-                activations = self.entering_bytes_per_example(start) * (batch - rows)
-                activations += self.input_bytes_per_example * rows if k == 0 else 0
-            else:
-                activations = self.input_bytes_per_example * batch if k == 0 else 0
-            peak = 0
-            for u in units:
-                activations += self.saved[u][0] * rows + self.saved[u][1]
-                peak = max(peak, activations + self.temporaries[u][0] * rows
-                           + self.temporaries[u][1])
-            if k == len(counts) - 1:  # the loss reads the model's output
-                activations += self.output_bytes_per_example * batch
-            temporaries = max(0, peak - activations)
             largest = max([self.largest_weight_bytes[u] for u in units] + [0])
             out.append(Footprint(params, trainable, slots * trainable, int(activations),
                                  (slots + 1) * largest, int(temporaries),
                                  int(RUNTIME_SHARE * (activations + temporaries))))
-            start += count
+            start += len(stage.units)
         return out
 
+    def _bytes(self, keys):
+        """`(bytes per example, fixed bytes)` of the values `keys`."""
+        small, large = (sum(_nbytes(specs[k]) for k in keys) for specs in self._specs)
+        return _linear(small, large, self._sample_batch)
 
-def _spec(tensor, batch):
-    dtype = tf.as_dtype(keras.backend.standardize_dtype(tensor.dtype))
-    return tf.TensorSpec((batch,) + tuple(tensor.shape[1:]), dtype)
+    def _trace(self, start, stage):
+        key = (start, len(stage.units))
+        if key not in self._traced:
+            small, large = (liveness.stage_memory(stage, [specs[k] for k in stage.entering])
+                            for specs in self._specs)
+            self._traced[key] = {
+                "saved": _linear(small.saved, large.saved, self._sample_batch),
+                "temporaries": _linear(small.temporaries, large.temporaries,
+                                       self._sample_batch),
+                "leaving_saved": small.leaving_saved}
+        return self._traced[key]
 
 
-def _per_example(tensor):
-    return int(np.prod(tensor.shape[1:])) * _spec(tensor, 1).dtype.size
+def _linear(small, large, batch):
+    """`(per example, fixed)` of a figure that is `small` at `batch` and `large` at `batch + 1`."""
+    grown = max(0, large - small)
+    return grown, max(0, small - batch * grown)
 
 
-def measure_model(model, *, sample_batch=2):
+def _at(figure, batch):
+    return figure[0] * batch + figure[1]
+
+
+def _nbytes(spec):
+    if spec.dtype in (tf.resource, tf.variant) or not spec.shape.is_fully_defined():
+        return 0
+    return spec.shape.num_elements() * spec.dtype.size
+
+
+def _value_specs(graph, flat):
+    """The `tf.TensorSpec` of every value of `graph`, run on the flat inputs `flat`."""
+    values = dict(zip(graph.inputs, flat))
+    specs = {key: tf.TensorSpec(v.shape, v.dtype) for key, v in values.items()}
+    for index, unit in enumerate(graph.units):
+        for key, value in zip(unit.step.outputs, unit.step(values, training=False)):
+            values[key] = value
+            specs[key] = tf.TensorSpec(value.shape, value.dtype)
+        for key in [k for k in values if graph.last_use.get(k, -1) <= index]:
+            del values[key]  # no later layer reads it
+    return specs
+
+
+def measure_graph(graph, input_shapes, *, sample_batch=2):
+    """Measures the memory of a flattened graph (`model_parallel.graph.flatten`); returns a
+    `ModelMemory`. `input_shapes` gives each flat input's shape besides the batch."""
+    specs = []
+    for rows in (sample_batch, sample_batch + 1):
+        flat = [tf.ones((rows,) + tuple(shape), keras.backend.standardize_dtype(t.dtype))
+                for shape, t in zip(input_shapes, graph.input_tensors)]
+        specs.append(_value_specs(graph, flat))
+    return ModelMemory(graph, specs, sample_batch)
+
+
+def input_shapes(model, sequence_length=None):
+    """Each flat input's shape besides the batch, an open dimension `sequence_length` long
+    (by default the model's preprocessor's, a KerasHub task's); `ValueError` without one."""
+    graph = graph_lib.functional_graph(model)
+    if sequence_length is None:
+        sequence_length = getattr(getattr(model, "preprocessor", None), "sequence_length", None)
+    shapes = []
+    for tensor in graph.inputs if graph is not None else ():
+        shape = tuple(tensor.shape[1:])
+        if any(d is None for d in shape):
+            if sequence_length is None:
+                raise ValueError(
+                    "The planner traces a batch through the model, and its input "
+                    f"{tensor.name!r} has dimensions of unknown length besides the batch. "
+                    f"Received: input shape {(None,) + shape}, sequence_length=None. Pass "
+                    "sequence_length= (--sequence_length) for a text model's open "
+                    "dimensions, or build the model with keras.Input(shape) of fixed "
+                    "dimensions.")
+            shape = tuple(sequence_length if d is None else d for d in shape)
+        shapes.append(shape)
+    return shapes
+
+
+def measure_model(model, *, sample_batch=2, sequence_length=None):
     """Measures a model's memory by tracing its training step; returns a `ModelMemory`.
 
-    The model must be one `ModelParallel` can cut, with a known input shape besides the batch
-    (else `TypeError` or `ValueError`). `sample_batch` is the smaller traced batch.
+    The model is a built Sequential or functional model, several inputs and outputs and
+    nested models (a KerasHub task) included (else `TypeError`). Its inputs' dimensions
+    besides the batch must be known, or given by `sequence_length` (else `ValueError`).
+    `sample_batch` is the smaller traced batch.
 
     Example:
 
@@ -211,34 +281,5 @@ def measure_model(model, *, sample_batch=2):
     memory.footprints(batch=64, stages=2, slots=2)  # [Footprint(...), Footprint(...)]
     ```
     """
-    graph = partition.analyse(model)
-    shape = tuple(graph.input.shape[1:])
-    if any(d is None for d in shape):
-        raise ValueError(
-            "The planner traces a batch through the model, and its input shape has unknown "
-            f"dimensions besides the batch. Received: input shape {(None,) + shape}. Build the "
-            "model with keras.Input(shape) of fixed dimensions.")
-    trainable, largest = [], []
-    for unit in graph.units:
-        weights = getattr(unit.operation, "trainable_weights", None) or []
-        sizes = [int(np.prod(w.shape)) * np.dtype(keras.backend.standardize_dtype(
-            w.dtype)).itemsize for w in weights]
-        trainable.append(sum(sizes))
-        largest.append(max(sizes + [0]))
-    atoms = graph.atoms()
-    segments = partition.segment_models(graph, atoms)
-    small, large = ([liveness.segment_memory(s, _spec(s.inputs[0], b), _spec(s.outputs[0], b))
-                     for s in segments] for b in (sample_batch, sample_batch + 1))
-    saved, temporaries = [], []
-    for k, (segment, size) in enumerate(zip(segments, atoms)):
-        a, b = small[k], large[k]
-        boundary = 0
-        if k > 0 and (a.input_saved or small[k - 1].output_saved):
-            boundary = _per_example(segment.inputs[0])
-        for name, value in (("saved", saved), ("temporaries", temporaries)):
-            grown = max(0, getattr(b, name) - getattr(a, name))
-            fixed = max(0, getattr(a, name) - sample_batch * grown)
-            value += [(grown + (boundary if name == "saved" else 0), fixed)] \
-                + [(0, 0)] * (size - 1)
-    return ModelMemory(graph, trainable, largest, saved, temporaries,
-                       _per_example(graph.input), _per_example(graph.output))
+    graph = graph_lib.flatten(model)
+    return measure_graph(graph, input_shapes(model, sequence_length), sample_batch=sample_batch)

@@ -158,7 +158,7 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
          workers=1, interconnect="pcie", bandwidth=None, latency=None, measure_compute=True,
          compute_seconds=None, device_throughput=None, schedule="keras",
          jitter=step_model.DEFAULT_JITTER, recompute=None, microbatches=None,
-         epoch_examples=None, epoch_overhead=0.0):
+         epoch_examples=None, epoch_overhead=0.0, sequence_length=None):
     """Plans how to train `model`: memory per device for each option, a ranked recommendation.
 
     Example:
@@ -173,7 +173,9 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
     ```
 
     Args:
-        model: a built Sequential or functional Keras model (one input, one output).
+        model: a built Sequential or functional Keras model: several inputs and outputs,
+            and nested models (a KerasHub task's backbone), are cut as `ModelParallel`
+            cuts them.
         devices: devices per worker: a count or device names. Defaults to this machine's
             devices (GPUs, else the CPU's logical devices).
         device_memory: bytes of each device, or a size such as `"80GiB"`. Defaults to the
@@ -207,6 +209,9 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         epoch_overhead: seconds an epoch spends outside its training steps (evaluation,
             checkpoints, the input pipeline's start), as measured on one device; taken
             as the same on any number of devices. Defaults to `0`.
+        sequence_length: the length of the dimensions the model's inputs leave open
+            besides the batch (a KerasHub text model's sequence). Defaults to `None`: the
+            model's preprocessor's `sequence_length` when it has one.
 
     Returns:
         A `Plan`; `print` it for the recommendation and the table.
@@ -237,7 +242,9 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         recompute = recompute_lib.check_recompute(recompute)
     if microbatches is not None:
         microbatches = _check_count("microbatches", microbatches)
-    memory = memory_lib.measure_model(model)
+    if sequence_length is not None:
+        sequence_length = _check_count("sequence_length", sequence_length)
+    memory = memory_lib.measure_model(model, sequence_length=sequence_length)
     options = layouts.candidates(memory, count, workers, batch, slots, device_memory, recompute,
                                  microbatches, bool(batchnorm.batch_norm_layers(model)),
                                  memory_lib.shardable(optimizer))
@@ -253,7 +260,8 @@ def plan(model, *, devices=None, device_memory=None, global_batch_size, optimize
         data = options[fitting[0]]
         compute = speed_lib.resolve_compute(
             model, data.batch, optimizer, compute_seconds=compute_seconds,
-            device_throughput=device_throughput, measure=measure_compute)
+            device_throughput=device_throughput, measure=measure_compute,
+            sequence_length=sequence_length)
     if compute is not None:
         total = count * workers
         # Sharded across workers, an all-gather follows the all-reduce: half its bytes again

@@ -108,6 +108,9 @@ class Plan:
                 f"{size(option.peak):>13}{size(state):>18}{size(fullest.activations):>13}"
                 f"{size(fullest.total - state - fullest.activations):>13}{fits:>6}{step:>11}"
                 f"{efficiency:>12}")
+            if option.stages > 1:
+                rows.append(f"{'':<5}per stage: " + " | ".join(
+                    size(f.total) for f in option.footprints))
         return "\n".join(rows + _TABLE_NOTES)
 
     def scaling_table(self):
@@ -173,7 +176,8 @@ _TABLE_NOTES = [
     "per device, on the fullest device = params+grads+opt (weights, gradients, optimizer slots)",
     "  + activations (kept for the backward pass, with the input batch) + temporaries (the most",
     "  other tensors alive at once add, or the optimizer update's workspace beyond the",
-    "  activations when that is larger: the activations are freed by then)."]
+    "  activations when that is larger: the activations are freed by then).",
+    "per stage: what each device of a pipeline needs, stage 0 first."]
 
 
 def _duration(seconds):

@@ -62,12 +62,13 @@ def check_compute(compute_seconds=None, device_throughput=None):
 
 
 def resolve_compute(model, batch, optimizer, *, compute_seconds=None, device_throughput=None,
-                    measure=True):
+                    measure=True, sequence_length=None):
     """Returns the `Compute` of one device's step on `batch` examples, or `None`.
 
     `compute_seconds` (the step) or `device_throughput` (examples per second, the step being
     `batch / device_throughput`) are for the device planned for; without either, and with
-    `measure`, the step is timed here on a copy of `model` with `optimizer`.
+    `measure`, the step is timed here on a copy of `model` with `optimizer` (its open input
+    dimensions of `sequence_length`).
     """
     check_compute(compute_seconds, device_throughput)
     if compute_seconds is not None:
@@ -79,7 +80,8 @@ def resolve_compute(model, batch, optimizer, *, compute_seconds=None, device_thr
         return None
     from mgpu_tf.planner import timing
 
-    seconds = timing.measure_step_seconds(model, batch, optimizer)
+    seconds = timing.measure_step_seconds(model, batch, optimizer,
+                                          sequence_length=sequence_length)
     return Compute(seconds, f"measured on this machine ({this_device()}), not on the devices "
                    "planned for: pass device_throughput= or compute_seconds= for theirs",
                    measured_here=True)

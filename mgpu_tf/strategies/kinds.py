@@ -31,6 +31,12 @@ class DefaultKind(OnePipelineKind):
 
     name = "default"
 
+    @property
+    def patches(self):
+        # KerasHub's hook: a task mapping its preprocessing over shard_dataset's data set
+        # itself trains, under one_device, each epoch on the next epoch's order.
+        return ("shuffle", "fit", "keras_hub")
+
     def prepare_fit(self, data, callbacks, **fit):
         combinations.check_fit(self.name, data, **fit)
         super().prepare_fit(data, callbacks, **fit)
@@ -58,7 +64,7 @@ class OneDeviceKind(DefaultKind):
 
     @property
     def patches(self):
-        return ("steps", "shuffle", "fit")
+        return ("steps", "shuffle", "fit", "keras_hub")
 
 
 class _DataParallelKind(StrategyKind):
