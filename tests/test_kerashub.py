@@ -219,26 +219,33 @@ def test_labels_beside_a_sharded_data_set_are_refused(bert_mirrored):
 # ------------------------------------------------------------------ two workers
 
 
-@pytest.fixture(scope="module", params=["tcp", "tensorflow"])
-def two_workers(request, initial, tmp_path_factory):
-    """What each model's two workers saved, trained on transport `request.param`."""
-    out = tmp_path_factory.mktemp(f"kerashub_{request.param}")
-    weights = out / "initial.npz"
-    np.savez(weights, **{f"{name}_{i}": w for name, ws in initial.items()
-                         for i, w in enumerate(ws)})
-    code, outputs = workers.run_workers("-m", 2, "support.mw_kerashub", weights, out,
-                                        request.param)
-    assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')}"
-    return request.param, out
+@pytest.fixture(scope="module")
+def two_workers(initial, tmp_path_factory):
+    """`saved(transport)`: the directory where the two workers of `transport` saved the
+    models of `mw_kerashub.TRAINED[transport]`, trained there once."""
+    runs = {}
 
+    def saved(transport):
+        if transport not in runs:
+            out = tmp_path_factory.mktemp(f"kerashub_{transport}")
+            weights = out / "initial.npz"
+            np.savez(weights, **{f"{name}_{i}": w for name, ws in initial.items()
+                                 for i, w in enumerate(ws)})
+            runs[transport] = out, workers.run_workers("-m", 2, "support.mw_kerashub",
+                                                       weights, out, transport)
+        out, (code, outputs) = runs[transport]
+        assert code == 0, f"A worker failed (exit {code}):\n{outputs.get(0, '')}"
+        return out
 
-
+    return saved
 
 
 @pytest.mark.multiworker
-@pytest.mark.parametrize("name", models.MODELS)
-def test_two_workers_train_to_one_device_weights(two_workers, name, references, request):
-    transport, out = two_workers
+@pytest.mark.parametrize("transport, name", [(transport, name) for transport, names in
+                                             mw_kerashub.TRAINED.items() for name in names])
+def test_two_workers_train_to_one_device_weights(two_workers, transport, name, references,
+                                                 request):
+    out = two_workers(transport)
     if (f"workers_{transport}", name) in KNOWN:
         request.applymarker(pytest.mark.xfail(reason=KNOWN[f"workers_{transport}", name],
                                               strict=True))
@@ -249,9 +256,10 @@ def test_two_workers_train_to_one_device_weights(two_workers, name, references, 
 
 
 @pytest.mark.multiworker
+@pytest.mark.parametrize("transport", list(mw_kerashub.TRAINED))
 @pytest.mark.parametrize("name", mw_kerashub.EVALUATED)
-def test_two_workers_evaluate_as_one_device(two_workers, name, references):
-    _, out = two_workers
+def test_two_workers_evaluate_as_one_device(two_workers, transport, name, references):
+    out = two_workers(transport)
     expected = references.model(name).evaluate(models.examples(name).batch(GLOBAL_BATCH),
                                                verbose=0)
     for index in (0, 1):
