@@ -108,6 +108,18 @@ def _check(cell, result, expected):
             "replicas drew identical Dropout masks"
 
 
+_REFERENCES = {}
+
+
+def _reference(cell, data):
+    """One device's training of `cell` (`run.reference`), made once: both workers' results
+    of a cell, and its Dropout masks, are checked against the same one."""
+    name = combinations.name(cell)
+    if name not in _REFERENCES:
+        _REFERENCES[name] = run.reference(cell, data)
+    return _REFERENCES[name]
+
+
 def _strategy(cell):
     if cell["strategy"] == "mirrored":
         return mgpu_tf.make_strategy("mirrored", devices=2, **run.toolkit_options(cell))
@@ -129,7 +141,7 @@ def test_a_cell_in_this_process(cell, data):
         result = dict(run.train(cell, strategy, data), error=None, masks=None)
         if cell["layer"] == "dropout" and cell["strategy"] == "mirrored":
             result["masks"] = run.masks(strategy)
-        _check(cell, result, run.reference(cell, data))
+        _check(cell, result, _reference(cell, data))
     finally:
         _SECONDS[combinations.name(cell)] = time.monotonic() - started
 
@@ -290,11 +302,11 @@ def test_a_cell_on_two_workers(transport, index, worker_results, data):
         assert second["error"] == first["error"]
         return
     for result in (first, second):
-        _check(cell, dict(result, masks=None), run.reference(cell, data))
+        _check(cell, dict(result, masks=None), _reference(cell, data))
     assert compare.relative_difference(first["weights"], second["weights"]) == 0.0
     if cell["layer"] == "dropout" and first["masks"] is not None:
         masks = [first["masks"][0], second["masks"][0]]
-        _check(cell, dict(first, masks=masks), run.reference(cell, data))
+        _check(cell, dict(first, masks=masks), _reference(cell, data))
 
 
 def _pairs_of(cells):
