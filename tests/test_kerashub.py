@@ -102,6 +102,13 @@ class _References:
     def weights(self, name, precision=None):
         return self.model(name, precision).get_weights()
 
+    def evaluation(self, name):
+        """What evaluate gives for the trained model `name` on its examples, made once."""
+        if ("evaluate", name) not in self._made:
+            self._made["evaluate", name] = self.model(name).evaluate(
+                models.examples(name).batch(GLOBAL_BATCH), verbose=0)
+        return self._made["evaluate", name]
+
 
 @pytest.fixture(scope="module")
 def references(initial):
@@ -180,8 +187,7 @@ def test_evaluate_of_sharded_strings_matches_one_device(bert_mirrored, reference
     model, strategy = bert_mirrored
     data = mgpu_tf.shard_dataset(models.examples("bert"), strategy, GLOBAL_BATCH,
                                  training=False)
-    expected = references.model("bert").evaluate(models.examples("bert").batch(GLOBAL_BATCH),
-                                                  verbose=0)
+    expected = references.evaluation("bert")
     assert np.allclose(model.evaluate(data, verbose=0), expected, rtol=_bound("bert"))
 
 
@@ -260,8 +266,7 @@ def test_two_workers_train_to_one_device_weights(two_workers, transport, name, r
 @pytest.mark.parametrize("name", mw_kerashub.EVALUATED)
 def test_two_workers_evaluate_as_one_device(two_workers, transport, name, references):
     out = two_workers(transport)
-    expected = references.model(name).evaluate(models.examples(name).batch(GLOBAL_BATCH),
-                                               verbose=0)
+    expected = references.evaluation(name)
     for index in (0, 1):
         with np.load(out / f"{name}_worker{index}.npz") as saved:
             evaluated = saved["evaluate"]
