@@ -1,10 +1,11 @@
-"""Worker script: every tiny KerasHub task model trained by `fit` under 2 workers.
+"""Worker script: the tiny KerasHub task models trained by `fit` under 2 workers.
 
 Usage: `python -m support.mw_kerashub WEIGHTS.npz OUT_DIR TRANSPORT`. WEIGHTS.npz holds each
-model's initial weights as `<model>_<i>`; each model of `TRAINED[TRANSPORT]` trains one epoch of its raw examples
-from `shard_dataset` (global batch `GLOBAL_BATCH`, preprocessed in each worker's pipeline),
-and each worker writes `OUT_DIR/<model>_worker<index>.npz`: the trained weights, and for the
-models of `EVALUATED`, as `evaluate`, what evaluate gives on the same data.
+model's initial weights as `<model>_<i>`; each model of `TRAINED[TRANSPORT]` trains one
+epoch of its raw examples from `shard_dataset` (global batch `GLOBAL_BATCH`, preprocessed in
+each worker's pipeline), and each worker writes `OUT_DIR/<model>_worker<index>.npz`: the
+trained weights, and for the models of `EVALUATED`, as `evaluate`, what evaluate gives on
+the same data.
 """
 
 import pathlib
