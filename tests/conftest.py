@@ -122,7 +122,7 @@ def pytest_runtest_teardown(item, nextitem):
 # files; a file not listed counts as `_UNMEASURED_SECONDS`.
 _SECONDS = {
     "test_snippets.py": 80, "test_elastic.py": 80, "test_logging.py": 70,
-    "test_combinations.py": 100, "test_random_faults.py": 120, "test_buckets.py": 100,
+    "test_combinations.py": 350, "test_random_faults.py": 120, "test_buckets.py": 100,
     "test_checkpoint_paths.py": 60, "test_signals.py": 60, "test_soak.py": 60,
     "test_keras_steps.py": 108, "test_reliability.py": 61, "test_train.py": 56,
     "test_ray_elastic.py": 108, "test_notebooks.py": 113, "test_adaptive_shards.py": 113,
@@ -153,8 +153,8 @@ _SECONDS = {
     "test_compat_collectives.py": 9, "test_bad_inputs.py": 2, "test_options_table.py": 2,
     "test_launcher.py": 2, "test_cluster.py": 2, "test_chief.py": 1, "test_registry.py": 1,
     "test_sharding_plan.py": 1, "test_cli_parsing.py": 1, "test_transport.py": 1,
-    "test_kerashub.py": 300, "test_sparse.py": 90, "test_kerashub_pipeline.py": 45,
-    "test_pipeline_graphs.py": 30, "test_lost_worker_report.py": 10, "test_waiting.py": 5,
+    "test_kerashub.py": 240, "test_sparse.py": 80, "test_kerashub_pipeline.py": 45,
+    "test_pipeline_graphs.py": 22, "test_lost_worker_report.py": 10, "test_waiting.py": 5,
     "test_resumed_progress.py": 5, "test_docs_claims.py": 3, "test_keras_guard.py": 3,
 }
 _UNMEASURED_SECONDS = 10

@@ -108,6 +108,18 @@ def _check(cell, result, expected):
             "replicas drew identical Dropout masks"
 
 
+_REFERENCES = {}
+
+
+def _reference(cell, data):
+    """One device's training of `cell` (`run.reference`), made once: both workers' results
+    of a cell, and its Dropout masks, are checked against the same one."""
+    name = combinations.name(cell)
+    if name not in _REFERENCES:
+        _REFERENCES[name] = run.reference(cell, data)
+    return _REFERENCES[name]
+
+
 def _strategy(cell):
     if cell["strategy"] == "mirrored":
         return mgpu_tf.make_strategy("mirrored", devices=2, **run.toolkit_options(cell))
@@ -129,7 +141,7 @@ def test_a_cell_in_this_process(cell, data):
         result = dict(run.train(cell, strategy, data), error=None, masks=None)
         if cell["layer"] == "dropout" and cell["strategy"] == "mirrored":
             result["masks"] = run.masks(strategy)
-        _check(cell, result, run.reference(cell, data))
+        _check(cell, result, _reference(cell, data))
     finally:
         _SECONDS[combinations.name(cell)] = time.monotonic() - started
 
@@ -142,6 +154,15 @@ def _default_layers(strategy):
 
 
 _DEFAULT_RUNS = {}
+_BATCH_NORM_REFUSALS = {}
+
+
+def _batch_norm_refusal(strategy, made):
+    """What `prepare_model` says of a BatchNormalization under `strategy` (no optimizer
+    plays a part), asked once per strategy."""
+    if strategy not in _BATCH_NORM_REFUSALS:
+        _BATCH_NORM_REFUSALS[strategy] = default_path.refusal(made, ("batch_norm",))
+    return _BATCH_NORM_REFUSALS[strategy]
 
 
 def _default_run(strategy, name, data):
@@ -154,7 +175,7 @@ def _default_run(strategy, name, data):
             _DEFAULT_RUNS[key] = default_path.train(name, made, data, _default_layers(strategy))
         except ValueError as error:  # a refusal, asserted by the test
             _DEFAULT_RUNS[key] = {"error": f"ValueError: {error}"}
-        _DEFAULT_RUNS[key]["refusal"] = default_path.refusal(made, ("batch_norm",))
+        _DEFAULT_RUNS[key]["refusal"] = _batch_norm_refusal(strategy, made)
         _SECONDS[f"default path {strategy} {name}"] = time.monotonic() - started
     return _DEFAULT_RUNS[key]
 
@@ -290,11 +311,11 @@ def test_a_cell_on_two_workers(transport, index, worker_results, data):
         assert second["error"] == first["error"]
         return
     for result in (first, second):
-        _check(cell, dict(result, masks=None), run.reference(cell, data))
+        _check(cell, dict(result, masks=None), _reference(cell, data))
     assert compare.relative_difference(first["weights"], second["weights"]) == 0.0
     if cell["layer"] == "dropout" and first["masks"] is not None:
         masks = [first["masks"][0], second["masks"][0]]
-        _check(cell, dict(first, masks=masks), run.reference(cell, data))
+        _check(cell, dict(first, masks=masks), _reference(cell, data))
 
 
 def _pairs_of(cells):

@@ -75,26 +75,36 @@ def test_the_nested_backbone_is_opened_and_what_crosses_reaches_its_stage():
         assert all(w.value.device.endswith(device) for w in layer.weights)
 
 
-@pytest.mark.parametrize("microbatches, recompute", [(1, "never"), (3, "except_last")])
-def test_nested_two_input_two_output_model_trains_as_on_one_device(microbatches, recompute):
+@pytest.fixture(scope="module")
+def one_device():
+    """_task() trained on one device (plain Keras), once: its losses, weights and
+    predictions."""
     x, y = _data()
     reference = _task()
+    _compile(reference)
+    loss = _fit(reference, x, y).history["loss"]
+    return {"loss": loss, "weights": reference.get_weights(),
+            "predicted": reference.predict(x, verbose=0)}
+
+
+@pytest.mark.parametrize("microbatches, recompute", [(1, "never"), (3, "except_last")])
+def test_nested_two_input_two_output_model_trains_as_on_one_device(microbatches, recompute,
+                                                                   one_device):
+    x, y = _data()
     model = mgpu_tf.ModelParallel(_task(), DEVICES[:2], balance=[2, 6],
                                   microbatches=microbatches, recompute=recompute)
-    for m in (reference, model):
-        _compile(m)
+    _compile(model)
     got = _fit(model, x, y).history["loss"]
-    want = _fit(reference, x, y).history["loss"]
-    np.testing.assert_allclose(got, want, rtol=FIT)
-    assert compare.relative_difference(model.get_weights(), reference.get_weights()) < FIT
+    np.testing.assert_allclose(got, one_device["loss"], rtol=FIT)
+    assert compare.relative_difference(model.get_weights(), one_device["weights"]) < FIT
     predicted = model.predict(x, batch_size=10, verbose=0)
     assert set(predicted) == {"value", "label"}
     for name in predicted:
-        np.testing.assert_allclose(predicted[name], reference.predict(x, verbose=0)[name],
+        np.testing.assert_allclose(predicted[name], one_device["predicted"][name],
                                    rtol=FIT, atol=FIT)
 
 
-def test_the_tolerance_rejects_a_wrong_update():
+def test_the_tolerance_rejects_a_wrong_update(one_device):
     x, y = _data()
 
     def trained(learning_rate=0.01, rows=ROWS):
@@ -105,7 +115,8 @@ def test_the_tolerance_rejects_a_wrong_update():
 
     wrong = {"learning rate 1% high": trained(learning_rate=0.0101),
              "one step missing": trained(rows=ROWS - BATCH // 2)}
-    assert tolerance.rejects(FIT, trained(), wrong, compare.relative_difference) == []
+    assert tolerance.rejects(FIT, one_device["weights"], wrong,
+                             compare.relative_difference) == []
 
 
 def _tied(seed=0):

@@ -12,6 +12,7 @@ worker writes OUT_DIR/worker<index>.pkl: one result per cell, `{"weights", "loss
 "val_loss", "masks", "error", "seconds"}`.
 """
 
+import functools
 import gc
 import json
 import pathlib
@@ -25,6 +26,15 @@ from support import combinations_run
 HYBRID = {"devices_per_worker": 2, "microbatches": 2}
 
 
+@functools.cache
+def _batch_norm_refusal(strategy):
+    """What `prepare_model` says of a BatchNormalization under `strategy` (no optimizer
+    plays a part), asked once."""
+    from support import combinations_default
+
+    return combinations_default.refusal(strategy, ("batch_norm",))
+
+
 def _default_path(cell, strategy, data, pair):
     """A cell of the default path: optimizer `cell["default_path"]`, a branch of each layer
     kind the strategy takes, and what `prepare_model` says of a BatchNormalization."""
@@ -32,7 +42,7 @@ def _default_path(cell, strategy, data, pair):
 
     layers = combinations_default.LAYERS if pair != "hybrid" else tuple(
         layer for layer in combinations_default.LAYERS if layer != "batch_norm")
-    result = {"error": None, "refusal": combinations_default.refusal(strategy, ("batch_norm",))}
+    result = {"error": None, "refusal": _batch_norm_refusal(strategy)}
     try:
         result.update(combinations_default.train(cell["default_path"], strategy, data, layers))
     except Exception as error:  # noqa: BLE001 - reported by the test of the cell
