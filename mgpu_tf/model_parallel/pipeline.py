@@ -183,8 +183,11 @@ def _backward(cut, runners, devices, upstream, inputs, microbatches, tapes, vari
                     continue
                 sources = [x for x in record.entering if _floating(x)]
                 keys = [key for key, x in zip(stage.entering, record.entering) if _floating(x)]
+                # No control edge orders this backward after the previous one: Grappler's
+                # arithmetic optimizer turns such edges into a cycle, and the whole step then
+                # runs half-optimised (docs/design.md#the-pipeline-schedule).
                 grads = record.tape.gradient(targets, sources + variables,
-                                             output_gradients=_after(incoming, previous))
+                                             output_gradients=incoming)
                 dxs, dvars = grads[:len(sources)], grads[len(sources):]
                 for key, dx in zip(keys, dxs):
                     if dx is not None:
