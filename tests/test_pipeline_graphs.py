@@ -154,6 +154,16 @@ def test_a_layer_called_in_two_stages_keeps_one_variable_and_both_gradients():
     assert compare.relative_difference(model.get_weights(), reference.get_weights()) < fit
 
 
+def test_xla_is_refused_for_a_layer_called_in_two_stages():
+    model = mgpu_tf.ModelParallel(_tied(), DEVICES[:2], balance=[2, 4])
+    with pytest.raises(ValueError, match=r"layer 'shared' is called by stages 0 and 1 .* lives "
+                                         r"with stage 0 on .*CPU:0.*Use jit_compile=False"):
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    # Both calls in one stage: nothing crosses, so XLA compiles it.
+    whole = mgpu_tf.ModelParallel(_tied(), DEVICES[:2], balance=[5, 1])
+    whole.compile(optimizer="sgd", loss="mse", jit_compile=True)
+
+
 def test_a_saved_nested_model_reloads_in_plain_keras_with_the_same_predictions(tmp_path):
     x, y = _data()
     model = mgpu_tf.ModelParallel(_task(), DEVICES[:2], microbatches=2)

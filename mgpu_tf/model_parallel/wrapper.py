@@ -240,6 +240,8 @@ class ModelParallel(keras.Model):
                 "deferred_batch_norm=True records each micro-batch's statistics between "
                 "the stages' calls, which XLA-compiled stages do not show. Received: "
                 "jit_compile=True with deferred_batch_norm=True. Use jit_compile=False.")
+        if jit_compile is True:
+            _refuse_shared_layers_under_xla(self._cut.stages, self._devices)
         self._compiled_stages = (
             [_compiled(stage) for stage in self._cut.stages] if jit_compile is True else None)
         super().compile(optimizer, *args, jit_compile=False, **kwargs)
@@ -256,6 +258,21 @@ class ModelParallel(keras.Model):
 
     def load_weights(self, filepath, *args, **kwargs):
         return self._model.load_weights(filepath, *args, **kwargs)
+
+
+def _refuse_shared_layers_under_xla(stages, devices):
+    """Raises when a stage would read a layer living on an earlier stage's device under XLA."""
+    owner = {}
+    for index, stage in enumerate(stages):
+        for layer in stage.layers:
+            first = owner.setdefault(id(layer), index)
+            if first != index and getattr(layer, "variables", None):
+                raise ValueError(
+                    "jit_compile=True compiles each stage on its own device, and XLA cannot read "
+                    f"a variable on another device: layer {layer.name!r} is called by stages "
+                    f"{first} and {index} (a tied weight) and lives with stage {first} on "
+                    f"{devices[first]}. Received: jit_compile=True. Use jit_compile=False, or "
+                    f"a `balance` that keeps both calls of {layer.name!r} in one stage.")
 
 
 def _compiled(stage):
