@@ -29,7 +29,7 @@ SETTINGS = ("one", "pipe4", "pipe8")
 BATCH, LENGTH, VOCAB = 8, 128, 1024
 
 
-def _model():
+def gpt2_lm():
     import keras
     import keras_hub
 
@@ -56,7 +56,7 @@ def one_setting(setting, steps):
     x = {"token_ids": tokens[:, :-1], "padding_mask": np.ones((BATCH, LENGTH), "int32")}
     y = tokens[:, 1:]
     started = time.perf_counter()
-    model = _model()
+    model = gpt2_lm()
     estimates = []
     if setting != "one":
         model = mgpu_tf.ModelParallel(model, ["CPU:0", "CPU:1"], microbatches=int(setting[4:]))

@@ -35,7 +35,7 @@ def _step(setting, x, y):
     import mgpu_tf
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model = lm._model()
+    model = lm.gpt2_lm()
     if setting.startswith("floor"):
         pieces = int(setting[len("floor"):])
         optimizer = keras.optimizers.Adam(1e-4)

@@ -9,7 +9,6 @@ import numbers
 import warnings
 
 import keras
-import tensorflow as tf
 
 from mgpu_tf.base import options as options_lib
 from mgpu_tf.compat import patches
@@ -22,6 +21,7 @@ from mgpu_tf.model_parallel import pipeline
 from mgpu_tf.model_parallel import placement
 from mgpu_tf.model_parallel import recompute as recompute_lib
 from mgpu_tf.model_parallel import stage as stage_lib
+from mgpu_tf.model_parallel import xla
 
 __all__ = ["ModelParallel", "StagePlan", "check_balance", "check_deferred_batch_norm"]
 
@@ -240,10 +240,8 @@ class ModelParallel(keras.Model):
                 "deferred_batch_norm=True records each micro-batch's statistics between "
                 "the stages' calls, which XLA-compiled stages do not show. Received: "
                 "jit_compile=True with deferred_batch_norm=True. Use jit_compile=False.")
-        if jit_compile is True:
-            _refuse_shared_layers_under_xla(self._cut.stages, self._devices)
-        self._compiled_stages = (
-            [_compiled(stage) for stage in self._cut.stages] if jit_compile is True else None)
+        self._compiled_stages = (xla.compiled_stages(self._cut.stages, self._devices)
+                                 if jit_compile is True else None)
         super().compile(optimizer, *args, jit_compile=False, **kwargs)
         placement.place_optimizer(self.optimizer, self._variable_devices)
         # The wrapped model shares the optimizer, so what `save` writes can resume training.
@@ -258,29 +256,6 @@ class ModelParallel(keras.Model):
 
     def load_weights(self, filepath, *args, **kwargs):
         return self._model.load_weights(filepath, *args, **kwargs)
-
-
-def _refuse_shared_layers_under_xla(stages, devices):
-    """Raises when a stage would read a layer living on an earlier stage's device under XLA."""
-    owner = {}
-    for index, stage in enumerate(stages):
-        for layer in stage.layers:
-            first = owner.setdefault(id(layer), index)
-            if first != index and getattr(layer, "variables", None):
-                raise ValueError(
-                    "jit_compile=True compiles each stage on its own device, and XLA cannot read "
-                    f"a variable on another device: layer {layer.name!r} is called by stages "
-                    f"{first} and {index} (a tied weight) and lives with stage {first} on "
-                    f"{devices[first]}. Received: jit_compile=True. Use jit_compile=False, or "
-                    f"a `balance` that keeps both calls of {layer.name!r} in one stage.")
-
-
-def _compiled(stage):
-    """`stage` as one XLA-compiled function; its gradient is compiled too."""
-    def call(entering, training):
-        return stage(entering, training=training)
-
-    return tf.function(call, jit_compile=True, reduce_retracing=True)
 
 
 def _check_stages(graph, balance, devices):
