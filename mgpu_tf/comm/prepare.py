@@ -102,9 +102,8 @@ def install(optimizer, strategy, *, compression=Compression.NONE, steps_per_sync
     asked = {"compression": compression, "steps_per_sync": steps_per_sync,
              "transport": transport, "timeout_seconds": timeout_seconds,
              "shard_optimizer_state": shard_optimizer_state, "bucket_bytes": bucket_bytes}
-    found = optimizer_step.find(optimizer)
-    if found is not None and found.communication is not None:
-        _refuse_other_options(found.options, asked)
+    if installed(optimizer):
+        _refuse_other_options(optimizer_step.find(optimizer).options, asked)
         return optimizer
     combinations.refuse(kind_lib.kind_of(strategy).name, steps_per_sync=steps_per_sync,
                         shard_optimizer_state=shard_optimizer_state,
